@@ -1,0 +1,158 @@
+"""Start and stop a local dimple stack without Docker: redis-server and Celery
+workers per queue, with pid files and logs under one run directory.
+
+Used by the integration tests; operators can use it too:
+
+    python -m ops.stack start --run-dir /tmp/dimple-stack --queues embed,search
+    python -m ops.stack stop --run-dir /tmp/dimple-stack
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_binary() -> str:
+    path = shutil.which("redis-server")
+    if not path:
+        raise RuntimeError(
+            "redis-server not found; install it (Debian/Ubuntu: apt-get install -y redis-server; "
+            "macOS: brew install redis)"
+        )
+    return path
+
+
+@dataclass
+class Stack:
+    run_dir: Path
+    port: int = 0
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def broker_url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({"DIMPLE_BROKER_URL": self.broker_url, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        env.update(extra or {})
+        return env
+
+    def start_redis(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        log = open(self.run_dir / "redis.log", "ab")
+        self.procs["redis"] = subprocess.Popen(
+            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--maxmemory-policy", "noeviction", "--dir", str(self.run_dir)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        self._write_pid("redis")
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not answer on port {self.port}; see {self.run_dir / 'redis.log'}")
+
+    def start_worker(self, name: str, queues: str, concurrency: int = 1, env: dict[str, str] | None = None) -> None:
+        log = self.run_dir / f"{name}.log"
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
+             "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+             "--loglevel", "INFO", "-E", "--logfile", str(log)],
+            env=self.env(env), stdout=subprocess.DEVNULL, stderr=open(self.run_dir / f"{name}.err", "ab"),
+            start_new_session=True,
+        )
+        self._write_pid(name)
+
+    def wait_for_workers(self, app, names: list[str], timeout: float = 60.0) -> None:
+        """Block until every named worker answers a ping."""
+        deadline = time.time() + timeout
+        wanted = set(names)
+        while time.time() < deadline:
+            for name, proc in self.procs.items():
+                if name in wanted and proc.poll() is not None:
+                    raise RuntimeError(f"worker {name} exited with {proc.returncode}; see {self.run_dir}/{name}.log")
+            replies = app.control.ping(timeout=1.0) or []
+            seen = {next(iter(r)).split("@")[0] for r in replies}
+            if wanted <= seen:
+                return
+        raise RuntimeError(f"workers {sorted(wanted)} did not come up within {timeout}s")
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig) if name != "redis" else proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL) if name != "redis" else proc.kill()
+                proc.wait(5)
+        (self.run_dir / f"{name}.pid").unlink(missing_ok=True)
+
+    def stop_all(self) -> None:
+        for name in [n for n in self.procs if n != "redis"]:
+            self.stop(name)
+        self.stop("redis")
+
+    def _write_pid(self, name: str) -> None:
+        (self.run_dir / f"{name}.pid").write_text(str(self.procs[name].pid))
+
+
+def _stop_from_pidfiles(run_dir: Path) -> None:
+    for pidfile in sorted(run_dir.glob("*.pid"), key=lambda p: p.stem == "redis"):
+        pid = int(pidfile.read_text())
+        try:
+            os.killpg(pid, signal.SIGTERM) if pidfile.stem != "redis" else os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        pidfile.unlink(missing_ok=True)
+        print(f"stopped {pidfile.stem} ({pid})")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ops.stack")
+    p.add_argument("action", choices=["start", "stop"])
+    p.add_argument("--run-dir", type=Path, default=Path("/tmp/dimple-stack"))
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--queues", default="embed,search", help="comma list; one worker per queue")
+    args = p.parse_args(argv)
+    if args.action == "stop":
+        _stop_from_pidfiles(args.run_dir)
+        return 0
+    stack = Stack(args.run_dir, args.port)
+    stack.start_redis()
+    for queue in args.queues.split(","):
+        stack.start_worker(f"w-{queue}", queue)
+    print(f"broker {stack.broker_url}; logs and pid files in {args.run_dir}")
+    print(f"export DIMPLE_BROKER_URL={stack.broker_url}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

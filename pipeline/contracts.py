@@ -1,0 +1,290 @@
+"""The typed query state that travels between stages (as JSON) and the
+results a caller gets back.
+
+A single query is a batch of one. Stages read and return ``Batch``; nothing in
+here is a DuckDB row or a numpy array, so every model round-trips through JSON.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InputError
+from .settings import Settings
+
+LEGS = ("vector", "fts")
+
+
+class Mode(str, Enum):
+    """Retrieval profile: which legs run and with what weight."""
+
+    keyword = "keyword"
+    semantic = "semantic"
+    hybrid = "hybrid"
+
+    @classmethod
+    def parse(cls, value: "str | Mode") -> "Mode":
+        try:
+            return cls(value)
+        except ValueError:
+            raise InputError("mode", cls.invalid(value)) from None
+
+    @classmethod
+    def invalid(cls, value: object) -> str:
+        return f"unknown mode {value!r}; valid modes: {', '.join(m.value for m in cls)}"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LegWeights(_Strict):
+    vector: float = Field(1.0, ge=0, le=1000)
+    fts: float = Field(1.0, ge=0, le=1000)
+
+
+class QueryOptions(_Strict):
+    """What a caller may ask for besides the query text."""
+
+    namespace: str | None = Field(None, min_length=1, max_length=256)
+    topics: list[str] = Field(default_factory=list, description="topic keys (tree or user topics)")
+    content_type: list[str] = Field(default_factory=list, description="one content type or several")
+    concepts: list[str] = Field(default_factory=list, description="profile.conceptFilter")
+    mode: Mode = Mode.hybrid
+    weights: LegWeights | None = Field(None, description="override the mode's leg weights")
+    recency_boost: float = Field(0.0, ge=0, le=1000)
+    now: datetime | None = Field(None, description="'now' for recency, so replays are deterministic")
+    max_units: int | None = Field(None, ge=1, le=100_000)
+    max_chars: int | None = Field(None, ge=1)
+    max_ms: int | None = Field(None, ge=1, le=3_600_000)
+    top_k: int | None = Field(None, ge=1, le=10_000, description="candidates per leg")
+
+    @field_validator("content_type", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [value]
+        return value
+
+    @field_validator("topics", "content_type", "concepts")
+    @classmethod
+    def _values(cls, values: list[str]) -> list[str]:
+        for v in values:
+            if not v or len(v) > 512:
+                raise ValueError("entries must be non-empty strings of at most 512 characters")
+        return sorted(set(values))
+
+    @field_validator("now")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in Mode._value2member_map_:
+            raise ValueError(Mode.invalid(value))
+        return value
+
+
+class Query(_Strict):
+    """One query in flight: text, options and what earlier stages resolved."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    text: str
+    options: QueryOptions = Field(default_factory=QueryOptions)
+    started_at: float = Field(default_factory=time.time, description="wall clock, seconds")
+    weights: dict[str, float] = Field(default_factory=dict)
+    top_k: int = 100
+    max_units: int | None = None
+    max_chars: int | None = None
+    max_ms: int | None = None
+    vector: list[float] | None = None
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.max_ms is None else self.started_at + self.max_ms / 1000.0
+
+    def past_deadline(self, now: float | None = None) -> bool:
+        deadline = self.deadline
+        return deadline is not None and (now if now is not None else time.time()) >= deadline
+
+    def wants(self, leg: str) -> bool:
+        return self.weights.get(leg, 0.0) > 0
+
+
+class Hit(_Strict):
+    id: str
+    score: float
+    rank: int
+
+
+class LegRun(_Strict):
+    """What one leg did for one query: its ranked hits and a profile for the audit."""
+
+    leg: Literal["vector", "fts"]
+    ran: bool = False
+    hits: list[Hit] = Field(default_factory=list)
+    profile: dict[str, Any] = Field(default_factory=dict)
+
+
+class Fused(_Strict):
+    id: str
+    rrf: float
+    score: float
+    recency_factor: float | None = None
+    ranks: dict[str, int] = Field(default_factory=dict)
+
+
+class GraphLink(_Strict):
+    id: str
+    preview: str
+    namespace: str
+    content_type: str
+    topics: list[str] = Field(default_factory=list)
+    concepts: list[str] = Field(default_factory=list)
+
+
+class Result(_Strict):
+    rank: int
+    id: str
+    score: float
+    rrf: float
+    recency_factor: float | None = None
+    ranks: dict[str, int] = Field(default_factory=dict)
+    namespace: str
+    content_type: str
+    created_at: datetime
+    content: str
+    preview: str
+    topics: list[str] = Field(default_factory=list)
+    concepts: list[str] = Field(default_factory=list)
+    superseded_by: list[GraphLink] = Field(default_factory=list)
+    conflicts: list[GraphLink] = Field(default_factory=list)
+    supported_by: list[GraphLink] = Field(default_factory=list)
+
+
+class Truncation(_Strict):
+    by: Literal["maxUnits", "maxChars", "maxMs"]
+    left_out: int
+    limit: int
+    detail: str | None = None
+
+
+class QueryState(_Strict):
+    query: Query
+    legs: dict[str, LegRun] = Field(default_factory=dict)
+    fused: list[Fused] = Field(default_factory=list)
+    results: list[Result] = Field(default_factory=list)
+    truncated: bool = False
+    truncation: Truncation | None = None
+    timings: dict[str, float] = Field(default_factory=dict, description="ms per stage")
+    scope_dropped: int = 0
+
+    @property
+    def mode(self) -> str:
+        """The mode the legs that actually ran amount to."""
+        ran = {name for name, leg in self.legs.items() if leg.ran}
+        if ran == {"vector", "fts"}:
+            return Mode.hybrid.value
+        if ran == {"fts"}:
+            return Mode.keyword.value
+        if ran == {"vector"}:
+            return Mode.semantic.value
+        return "none"
+
+
+class Batch(_Strict):
+    states: list[QueryState]
+
+
+class Results(_Strict):
+    """What a caller gets for one query."""
+
+    query_id: str
+    query: str
+    mode: str
+    requested_mode: Mode
+    results: list[Result]
+    truncated: bool
+    truncation: Truncation | None = None
+    legs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    timings: dict[str, float] = Field(default_factory=dict)
+    total_ms: float = 0.0
+
+    @classmethod
+    def from_state(cls, state: QueryState) -> "Results":
+        return cls(
+            query_id=state.query.id,
+            query=state.query.text,
+            mode=state.mode,
+            requested_mode=state.query.options.mode,
+            results=state.results,
+            truncated=state.truncated,
+            truncation=state.truncation,
+            legs={name: {"ran": leg.ran, "hits": len(leg.hits), **leg.profile} for name, leg in state.legs.items()},
+            timings=state.timings,
+            total_ms=round((time.time() - state.query.started_at) * 1000.0, 3),
+        )
+
+
+def validation_error(exc: "ValidationError", default: str) -> InputError:
+    """The first problem of a pydantic error as an ``InputError`` naming the field."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or default
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown option"
+    return InputError(where, msg)
+
+
+def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, settings: Settings) -> Query:
+    """Validate a caller's query and resolve weights, budgets and top-k from settings.
+
+    Raises ``InputError`` naming the field for bad input.
+    """
+    if not isinstance(text, str):
+        raise InputError("query", "must be a string")
+    if "\x00" in text:
+        raise InputError("query", "must not contain NUL characters")
+    if len(text) > settings.limits.max_query_chars:
+        raise InputError("query", f"{len(text)} characters, over the limit of {settings.limits.max_query_chars}")
+    if options is None:
+        options = QueryOptions()
+    elif not isinstance(options, QueryOptions):
+        try:
+            options = QueryOptions.model_validate(options)
+        except ValidationError as exc:
+            raise validation_error(exc, "options") from None
+    limit = settings.limits.max_filter_values
+    for name in ("topics", "content_type", "concepts"):
+        if len(getattr(options, name)) > limit:
+            raise InputError(name, f"more than {limit} values")
+    if options.weights is not None:
+        weights = {"vector": options.weights.vector, "fts": options.weights.fts}
+    elif options.mode is Mode.keyword:
+        weights = {"vector": 0.0, "fts": 1.0}
+    elif options.mode is Mode.semantic:
+        weights = {"vector": 1.0, "fts": 0.0}
+    else:
+        weights = {"vector": settings.vector_weight, "fts": settings.fts_weight}
+    budget = settings.budget
+    return Query(
+        text=text,
+        options=options,
+        weights=weights,
+        top_k=options.top_k or settings.leg_top_k,
+        max_units=options.max_units if options.max_units is not None else budget.max_units,
+        max_chars=options.max_chars if options.max_chars is not None else budget.max_chars,
+        max_ms=options.max_ms if options.max_ms is not None else budget.max_ms,
+    )

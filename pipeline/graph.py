@@ -1,0 +1,89 @@
+"""Graph augmentation: each result gets its context from the typed edges.
+
+supersededBy = memories that supersede it (reverse of ``supersedes``),
+conflicts = either side of a ``conflicts`` edge, supportedBy = memories that
+support it. Links carry a short preview and the attributes the scope stage
+needs to hold the scope over them too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from .contracts import Batch, GraphLink, Result
+
+_ROWS = "SELECT id, namespace, content_type, created_at, content FROM memories WHERE list_contains(?, id)"
+_TOPICS = "SELECT memory_id, topic_key FROM memory_topics WHERE list_contains(?, memory_id) ORDER BY 1, 2"
+_CONCEPTS = "SELECT memory_id, concept FROM memory_concepts WHERE list_contains(?, memory_id) ORDER BY 1, 2"
+_EDGES = (
+    "SELECT DISTINCT src, dst, kind FROM edges "
+    "WHERE list_contains(?, dst) OR (kind = 'conflicts' AND list_contains(?, src)) ORDER BY 1, 2, 3"
+)
+
+
+def preview(text: str, width: int) -> str:
+    """First ``width`` characters of ``text`` on one line, with an ellipsis when cut."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+
+
+def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
+    """The ``search.augment`` stage: fused candidates become results with graph context."""
+    t0 = time.perf_counter()
+    wanted = sorted({f.id for s in batch.states for f in s.fused})
+    if not wanted:
+        for state in batch.states:
+            state.results = []
+            state.timings["augment"] = round((time.perf_counter() - t0) * 1000, 3)
+        return batch
+    edges = con.execute(_EDGES, [wanted, wanted]).fetchall()
+    links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for src, dst, kind in edges:
+        if kind == "supersedes":
+            links[dst]["superseded_by"].add(src)
+        elif kind == "supports":
+            links[dst]["supported_by"].add(src)
+        elif kind == "conflicts":
+            links[dst]["conflicts"].add(src)
+            links[src]["conflicts"].add(dst)
+    linked = {m for per in links.values() for group in per.values() for m in group}
+    everything = sorted(set(wanted) | linked)
+    rows = {r[0]: r for r in con.execute(_ROWS, [everything]).fetchall()}
+    topics: dict[str, list[str]] = defaultdict(list)
+    for mid, key in con.execute(_TOPICS, [everything]).fetchall():
+        topics[mid].append(key)
+    concepts: dict[str, list[str]] = defaultdict(list)
+    for mid, concept in con.execute(_CONCEPTS, [everything]).fetchall():
+        concepts[mid].append(concept)
+
+    def link(mid: str) -> GraphLink:
+        _, ns, ctype, _, content = rows[mid]
+        return GraphLink(
+            id=mid, preview=preview(content, preview_chars), namespace=ns, content_type=ctype,
+            topics=sorted(set(topics[mid])), concepts=concepts[mid],
+        )
+
+    for state in batch.states:
+        results = []
+        for fused in state.fused:
+            if fused.id not in rows:  # deleted since the legs ran
+                continue
+            _, ns, ctype, created, content = rows[fused.id]
+            per = links.get(fused.id, {})
+            results.append(
+                Result(
+                    rank=len(results) + 1, id=fused.id, score=fused.score, rrf=fused.rrf,
+                    recency_factor=fused.recency_factor, ranks=fused.ranks,
+                    namespace=ns, content_type=ctype, created_at=created, content=content,
+                    preview=preview(content, preview_chars),
+                    topics=sorted(set(topics[fused.id])), concepts=concepts[fused.id],
+                    superseded_by=[link(m) for m in sorted(per.get("superseded_by", ())) if m in rows],
+                    conflicts=[link(m) for m in sorted(per.get("conflicts", ())) if m in rows],
+                    supported_by=[link(m) for m in sorted(per.get("supported_by", ())) if m in rows],
+                )
+            )
+        state.results = results
+        state.fused = []
+        state.timings["augment"] = round((time.perf_counter() - t0) * 1000, 3)
+    return batch

@@ -1,0 +1,436 @@
+"""Ingest: validate a JSONL file of memories, embed them, write them with the
+tree and the full-text index, all in one transaction.
+
+A file with any bad line writes nothing (unless ``skip_invalid``); every bad
+line is reported with its number, field and reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from . import fulltext
+from .embed import Embedder
+from .errors import IngestValidationError, InputError, LineError
+from .settings import LimitSettings, Settings
+from .store import Store, utcnow
+from .tree import Tree, load_tree, save_namespaces
+
+_ID_LIST = Field(default_factory=list)
+
+
+class MemoryRecord(BaseModel):
+    """One memory as a user writes it (one JSONL line)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+    id: str | None = Field(None, min_length=1, max_length=512)
+    namespace: str = Field(min_length=1, max_length=256)
+    content: str = Field(min_length=1)
+    content_type: str = Field("text", min_length=1, max_length=128)
+    created_at: datetime | None = None
+    topics: list[str] = _ID_LIST
+    concepts: list[str] = _ID_LIST
+    supersedes: list[str] = _ID_LIST
+    conflicts: list[str] = _ID_LIST
+    supported_by: list[str] = _ID_LIST
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("namespace", "content", "content_type")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+    @field_validator("topics", "concepts", "supersedes", "conflicts", "supported_by")
+    @classmethod
+    def _clean_list(cls, values: list[str]) -> list[str]:
+        for v in values:
+            if not v.strip() or "\x00" in v or len(v) > 512:
+                raise ValueError("entries must be non-blank strings of at most 512 characters without NUL")
+        return sorted(set(values))
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+
+def derive_id(namespace: str, content: str) -> str:
+    """Stable id for a record without one: same namespace and content, same id."""
+    digest = hashlib.blake2b(f"{namespace}\x00{content}".encode(), digest_size=10).hexdigest()
+    return f"m-{digest}"
+
+
+def content_hash(content: str) -> str:
+    return hashlib.blake2b(content.encode(), digest_size=16).hexdigest()
+
+
+@dataclass
+class ParsedFile:
+    records: list[MemoryRecord]
+    lines: list[int]
+    errors: list[LineError] = field(default_factory=list)
+
+
+def parse_lines(lines: Iterable[str], limits: LimitSettings) -> ParsedFile:
+    """Validate every line; collect all errors rather than stopping at the first."""
+    records, numbers, errors = [], [], []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        if len(raw.encode("utf-8", "surrogatepass")) > limits.max_line_bytes:
+            errors.append(LineError(number, "<line>", f"longer than {limits.max_line_bytes} bytes"))
+            continue
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            errors.append(LineError(number, "<json>", f"malformed JSON: {exc.msg} at column {exc.colno}"))
+            continue
+        if not isinstance(data, dict):
+            errors.append(LineError(number, "<json>", "a line must be a JSON object"))
+            continue
+        try:
+            record = MemoryRecord.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"]) or "<record>"
+                errors.append(LineError(number, where, err["msg"]))
+            continue
+        line_errors = _check_limits(record, limits, number)
+        if line_errors:
+            errors.extend(line_errors)
+            continue
+        if record.id is None:
+            record.id = derive_id(record.namespace, record.content)
+        if record.id in seen:
+            errors.append(LineError(number, "id", f"duplicate id {record.id!r} (first on line {seen[record.id]})"))
+            continue
+        seen[record.id] = number
+        for name in ("supersedes", "conflicts", "supported_by"):
+            if record.id in getattr(record, name):
+                errors.append(LineError(number, name, "a memory cannot link to itself"))
+        records.append(record)
+        numbers.append(number)
+    return ParsedFile(records, numbers, errors)
+
+
+def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> list[LineError]:
+    errors = []
+    if len(record.content) > limits.max_content_chars:
+        errors.append(
+            LineError(number, "content", f"{len(record.content)} characters, over the limit of {limits.max_content_chars}")
+        )
+    if record.metadata is not None:
+        size = len(json.dumps(record.metadata, ensure_ascii=False))
+        if size > limits.max_metadata_bytes:
+            errors.append(LineError(number, "metadata", f"{size} bytes, over the limit of {limits.max_metadata_bytes}"))
+    for name in ("topics", "concepts", "supersedes", "conflicts", "supported_by"):
+        if len(getattr(record, name)) > limits.max_filter_values:
+            errors.append(LineError(number, name, f"more than {limits.max_filter_values} entries"))
+    return errors
+
+
+def check_edges(parsed: ParsedFile, store: Store | None) -> None:
+    """Every edge target must exist in the store or in the same file."""
+    in_file = {r.id for r in parsed.records}
+    targets = {t for r in parsed.records for t in (*r.supersedes, *r.conflicts, *r.supported_by)}
+    missing = targets - in_file
+    if missing and store is not None:
+        missing -= store.existing_ids(missing)
+    if not missing:
+        return
+    for record, number in zip(parsed.records, parsed.lines):
+        for name in ("supersedes", "conflicts", "supported_by"):
+            for target in getattr(record, name):
+                if target in missing:
+                    parsed.errors.append(
+                        LineError(number, name, f"unknown memory id {target!r} (not in the store nor in this file)")
+                    )
+
+
+def read_file(path: Path, limits: LimitSettings) -> ParsedFile:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("FILE", f"no such file: {path}")
+    try:
+        with path.open("r", encoding="utf-8") as fh:
+            return parse_lines(fh, limits)
+    except UnicodeDecodeError as exc:
+        raise InputError("FILE", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+
+
+@dataclass
+class IngestReport:
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped: list[LineError] = field(default_factory=list)
+    embedded: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    namespaces: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "inserted": self.inserted,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+            "embedded": self.embedded,
+            "skipped": [str(e) for e in self.skipped],
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "namespaces": self.namespaces,
+        }
+
+
+def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool) -> list[LineError]:
+    """Raise ``IngestValidationError`` for a bad file, or drop bad lines when skipping.
+
+    Returns the skipped errors. Records whose edges point at skipped records
+    are skipped too, until the set is closed.
+    """
+    check_edges(parsed, store)
+    if not parsed.errors:
+        return []
+    if not skip_invalid:
+        raise IngestValidationError(sorted(parsed.errors, key=lambda e: (e.line, e.field)))
+    skipped = list(parsed.errors)
+    while parsed.errors:
+        bad = {e.line for e in parsed.errors}
+        keep = [(r, n) for r, n in zip(parsed.records, parsed.lines) if n not in bad]
+        parsed.records = [r for r, _ in keep]
+        parsed.lines = [n for _, n in keep]
+        parsed.errors = []
+        check_edges(parsed, store)
+        skipped.extend(parsed.errors)
+    return sorted(skipped, key=lambda e: (e.line, e.field))
+
+
+def embedding_text(record: MemoryRecord) -> str:
+    """What the embedder sees for a memory (its content)."""
+    return record.content
+
+
+def ingest_records(
+    store: Store,
+    records: list[MemoryRecord],
+    embedder: Embedder,
+    settings: Settings,
+    *,
+    progress: bool = False,
+    now: datetime | None = None,
+) -> IngestReport:
+    """Write validated records: embed what changed, upsert, maintain tree and index.
+
+    One transaction: on any failure nothing is written.
+    """
+    report = IngestReport()
+    t0 = time.perf_counter()
+    con = store.con
+    ids = [r.id for r in records]
+    existing = dict(
+        con.execute(
+            "SELECT id, content_hash FROM memories WHERE list_contains(?, id)", [ids]
+        ).fetchall()
+    ) if ids else {}
+    old_ns = dict(
+        con.execute("SELECT id, namespace FROM memories WHERE list_contains(?, id)", [ids]).fetchall()
+    ) if ids else {}
+    hashes = [content_hash(r.content) for r in records]
+    to_embed = [i for i, r in enumerate(records) if existing.get(r.id) != hashes[i] or old_ns.get(r.id) != r.namespace]
+    report.seconds["prepare"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    vectors = np.zeros((len(records), embedder.dim), dtype=np.float32)
+    if to_embed:
+        texts = [embedding_text(records[i]) for i in to_embed]
+        vectors[to_embed] = _embed_batched(embedder, texts, settings.embed_batch_size, progress)
+    report.embedded = len(to_embed)
+    report.seconds["embed"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    now = now or utcnow()
+    changed = set(to_embed)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        tree = load_tree(con, settings.tree)
+        touched_ns: set[str] = set()
+        new_rows = [i for i, r in enumerate(records) if r.id not in existing]
+        moved_rows = [i for i in to_embed if records[i].id in existing]
+        for i in moved_rows:
+            tree.remove(records[i].id)
+            touched_ns.add(old_ns[records[i].id])
+        _upsert_memories(con, records, hashes, vectors, changed, existing, now)
+        _replace_annotations(con, records)
+        report.inserted = len(new_rows)
+        report.updated = sum(1 for r in records if r.id in existing)
+        report.unchanged = sum(1 for i, r in enumerate(records) if r.id in existing and i not in changed)
+        placed = [i for i in new_rows] + moved_rows
+        _place_in_tree(con, tree, records, vectors, placed, touched_ns)
+        save_namespaces(con, tree, touched_ns)
+        report.seconds["tree"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        if records:
+            fulltext.rebuild_index(con, settings.fulltext)
+            store.set_meta("fts_generation", str(store.generation + 1))
+            store.set_meta("generation", str(store.generation + 1))
+        report.seconds["fulltext"] = time.perf_counter() - t3
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    report.namespaces = sorted(touched_ns)
+    report.seconds["write"] = time.perf_counter() - t2
+    report.seconds["total"] = time.perf_counter() - t0
+    return report
+
+
+def _embed_batched(embedder: Embedder, texts: list[str], batch: int, progress: bool) -> np.ndarray:
+    chunk = max(batch * 8, 256)
+    if not progress or len(texts) <= chunk:
+        return embedder.embed(texts)
+    from tqdm import tqdm
+
+    out = []
+    with tqdm(total=len(texts), desc="embedding", unit="mem", file=sys.stderr) as bar:
+        for start in range(0, len(texts), chunk):
+            part = texts[start : start + chunk]
+            out.append(embedder.embed(part))
+            bar.update(len(part))
+    return np.concatenate(out)
+
+
+def _upsert_memories(con, records, hashes, vectors, changed, existing, now) -> None:
+    rows = [i for i, r in enumerate(records) if r.id not in existing or i in changed]
+    meta_only = [i for i, r in enumerate(records) if r.id in existing and i not in changed]
+    if rows:
+        con.execute("DELETE FROM memories WHERE list_contains(?, id)", [[records[i].id for i in rows]])
+        con.execute(
+            "INSERT INTO memories SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), "
+            "unnest(?), unnest(?), unnest(?)::JSON, unnest(?)",
+            [
+                [records[i].id for i in rows],
+                [records[i].namespace for i in rows],
+                [records[i].content for i in rows],
+                [records[i].content_type for i in rows],
+                [records[i].created_at or now for i in rows],
+                [hashes[i] for i in rows],
+                [vectors[i].tolist() for i in rows],
+                [_json(records[i].metadata) for i in rows],
+                [now] * len(rows),
+            ],
+        )
+    for i in meta_only:
+        r = records[i]
+        con.execute(
+            "UPDATE memories SET content_type = ?, created_at = ?, metadata = ?::JSON, ingested_at = ? "
+            "WHERE id = ?",
+            [r.content_type, r.created_at or now, _json(r.metadata), now, r.id],
+        )
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _replace_annotations(con, records: list[MemoryRecord]) -> None:
+    """User topics, concepts and the edges each record declares, replaced wholesale."""
+    ids = [r.id for r in records]
+    con.execute("DELETE FROM memory_topics WHERE kind = 'user' AND list_contains(?, memory_id)", [ids])
+    con.execute("DELETE FROM memory_concepts WHERE list_contains(?, memory_id)", [ids])
+    con.execute("DELETE FROM edges WHERE list_contains(?, origin)", [ids])
+    topic_rows = [(r.id, t) for r in records for t in r.topics]
+    concept_rows = [(r.id, c) for r in records for c in r.concepts]
+    edge_rows = (
+        [(r.id, t, "supersedes", r.id) for r in records for t in r.supersedes]
+        + [(r.id, t, "conflicts", r.id) for r in records for t in r.conflicts]
+        + [(t, r.id, "supports", r.id) for r in records for t in r.supported_by]
+    )
+    if topic_rows:
+        con.execute(
+            "INSERT INTO memory_topics SELECT unnest(?), unnest(?), 'user'",
+            [[a for a, _ in topic_rows], [b for _, b in topic_rows]],
+        )
+    if concept_rows:
+        con.execute(
+            "INSERT INTO memory_concepts SELECT unnest(?), unnest(?)",
+            [[a for a, _ in concept_rows], [b for _, b in concept_rows]],
+        )
+    if edge_rows:
+        cols = list(zip(*edge_rows))
+        con.execute(
+            "INSERT INTO edges SELECT unnest(?), unnest(?), unnest(?), unnest(?)", [list(c) for c in cols]
+        )
+
+
+def _place_in_tree(con, tree: Tree, records, vectors, rows: list[int], touched: set[str]) -> None:
+    """New namespaces are clustered whole; others take memories one by one."""
+    by_ns: dict[str, list[int]] = {}
+    for i in rows:
+        by_ns.setdefault(records[i].namespace, []).append(i)
+    pending = {records[i].id: (vectors[i], records[i].content) for i in rows}
+
+    def fetch(member_ids: list[str]):
+        known = [m for m in member_ids if m not in pending]
+        stored = {}
+        if known:
+            for mid, emb, content in con.execute(
+                "SELECT id, embedding, content FROM memories WHERE list_contains(?, id)", [known]
+            ).fetchall():
+                stored[mid] = (np.asarray(emb, dtype=np.float32), content)
+        got = [pending[m] if m in pending else stored[m] for m in member_ids]
+        return np.stack([g[0] for g in got]), [g[1] for g in got]
+
+    for ns in sorted(by_ns):
+        touched.add(ns)
+        idx = sorted(by_ns[ns], key=lambda i: records[i].id)
+        if not tree.namespace_keys(ns):
+            # Whole namespace is new: cluster it (the stored rows of this ns, if any, are all in idx).
+            tree.build_namespace(
+                ns, [records[i].id for i in idx], vectors[idx], [records[i].content for i in idx]
+            )
+        else:
+            for i in idx:
+                tree.insert(ns, records[i].id, vectors[i], records[i].content, fetch)
+
+
+def rebuild_tree(store: Store, settings: Settings) -> Tree:
+    """``dimple reindex``: cluster every namespace from scratch and rebuild the index."""
+    con = store.con
+    con.execute("BEGIN TRANSACTION")
+    try:
+        tree = Tree(settings.tree)
+        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
+        for ns in namespaces:
+            rows = con.execute(
+                "SELECT id, embedding, content FROM memories WHERE namespace = ? ORDER BY id", [ns]
+            ).fetchall()
+            tree.build_namespace(
+                ns, [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32), [r[2] for r in rows]
+            )
+        con.execute("DELETE FROM topics")
+        con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
+        save_namespaces(con, tree, namespaces)
+        fulltext.rebuild_index(con, settings.fulltext)
+        store.set_meta("fts_generation", str(store.generation + 1))
+        store.set_meta("generation", str(store.generation + 1))
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return tree

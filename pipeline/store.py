@@ -1,0 +1,238 @@
+"""The DuckDB store: opening, migrations, and the few reads every stage shares.
+
+One process writes a store file; many may read it (see DESIGN.md on DuckDB's
+cross-process lock). The FTS extension is loaded from the installed
+``duckdb-extension-fts`` package, never installed over the network.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+import duckdb
+
+from .errors import SchemaTooNewError, StoreError
+
+_MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+
+def fts_extension_path() -> Path:
+    """Path of the FTS extension file shipped by ``duckdb-extension-fts``."""
+    import duckdb_extension_fts
+
+    root = Path(duckdb_extension_fts.__file__).parent / "extensions" / f"v{duckdb.__version__}"
+    path = root / "fts.duckdb_extension"
+    if not path.is_file():
+        raise StoreError(
+            f"DuckDB FTS extension not found at {path}; install duckdb-extension-fts=={duckdb.__version__}"
+        )
+    return path
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL text) of every schema file, in order."""
+    found = []
+    for entry in importlib.resources.files("schema").iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if len(set(versions)) != len(versions):
+        raise StoreError(f"duplicate schema versions in {[n for _, n, _ in found]}")
+    return found
+
+
+def latest_schema_version() -> int:
+    return migrations()[-1][0]
+
+
+def utcnow() -> datetime:
+    """Naive UTC now; the store keeps naive UTC timestamps."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+@dataclass
+class StoreInfo:
+    schema_version: int
+    embedding_model: str
+    embedding_dim: int
+
+
+class Store:
+    """One open DuckDB store file.
+
+    ``read_only`` stores never migrate; a read-write open applies pending
+    migrations. Use ``cursor()`` per thread (DuckDB's rule for threads).
+    """
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection, read_only: bool, info: StoreInfo):
+        self.path = path
+        self.con = con
+        self.read_only = read_only
+        self.info = info
+
+    # -- lifecycle -------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        read_only: bool,
+        embedding_model: str | None = None,
+        embedding_dim: int | None = None,
+    ) -> "Store":
+        """Open (and for writers create and migrate) the store at ``path``.
+
+        A new store records ``embedding_model`` and ``embedding_dim``; an
+        existing one must match them when given, so a store is never mixed
+        across models.
+        """
+        path = Path(path)
+        if read_only and not path.exists():
+            raise StoreError(f"no store at {path}; run 'dimple ingest FILE' or 'dimple demo' first")
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            raise StoreError(f"cannot open store {path}: {exc}") from exc
+        try:
+            con.execute(f"LOAD '{_sql_quote(str(fts_extension_path()))}'")
+            version = _current_version(con)
+            latest = latest_schema_version()
+            if version > latest:
+                raise SchemaTooNewError(
+                    f"store {path} has schema version {version}, newer than this dimple "
+                    f"understands ({latest}); upgrade dimple to open it"
+                )
+            if version < latest:
+                if read_only:
+                    raise StoreError(
+                        f"store {path} has schema version {version}; open it read-write once "
+                        f"(e.g. 'dimple reindex') to migrate it to {latest}"
+                    )
+                if version == 0 and embedding_dim is None:
+                    raise StoreError("a new store needs the embedding dimension")
+                dim = embedding_dim if version == 0 else _meta(con, "embedding_dim", int)
+                _migrate(con, version, int(dim))
+                if version == 0:
+                    _set_meta(con, "embedding_model", embedding_model or "unknown")
+                    _set_meta(con, "embedding_dim", str(int(dim)))
+                    _set_meta(con, "generation", "0")
+            info = StoreInfo(
+                schema_version=_current_version(con),
+                embedding_model=_meta(con, "embedding_model", str),
+                embedding_dim=_meta(con, "embedding_dim", int),
+            )
+        except BaseException:
+            con.close()
+            raise
+        store = cls(path, con, read_only, info)
+        if embedding_dim is not None and embedding_dim != info.embedding_dim:
+            store.close()
+            raise StoreError(
+                f"store {path} holds {info.embedding_dim}-d embeddings ({info.embedding_model}); "
+                f"the configured model gives {embedding_dim}-d"
+            )
+        return store
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        return self.con.cursor()
+
+    # -- metadata --------------------------------------------------------
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        _set_meta(self.con, key, value)
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every committed write; readers use it to refresh caches."""
+        return int(self.meta("generation", "0") or 0)
+
+    # -- shared reads ----------------------------------------------------
+    def count(self) -> int:
+        return self.con.execute("SELECT count(*) FROM memories").fetchone()[0]
+
+    def existing_ids(self, ids: Iterable[str]) -> set[str]:
+        ids = list(ids)
+        if not ids:
+            return set()
+        rows = self.con.execute(
+            "SELECT id FROM memories WHERE list_contains(?, id)", [ids]
+        ).fetchall()
+        return {r[0] for r in rows}
+
+
+def _sql_quote(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _current_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+    ).fetchone()[0]
+    if not exists:
+        return 0
+    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int) -> None:
+    """Apply every migration above ``current`` in one transaction."""
+    if not (1 <= dim <= 8192):
+        raise StoreError(f"embedding dimension {dim} out of range")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
+        )
+        for version, name, sql in migrations():
+            if version <= current:
+                continue
+            # {dim} is the only template slot: an int checked above, never user text.
+            con.execute(sql.replace("{dim}", str(dim)))
+            con.execute("INSERT INTO schema_version VALUES (?, ?, ?)", [version, name, utcnow()])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+def _meta(con: duckdb.DuckDBPyConnection, key: str, cast: type):
+    row = con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchone()
+    if row is None:
+        raise StoreError(f"store metadata '{key}' is missing")
+    return cast(row[0])
+
+
+def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
+    con.execute(
+        "INSERT INTO store_meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )
+
+
+def created_at_of(con, ids: list[str]) -> dict[str, datetime]:
+    """``created_at`` of the given memories."""
+    if not ids:
+        return {}
+    return dict(con.execute("SELECT id, created_at FROM memories WHERE list_contains(?, id)", [ids]).fetchall())

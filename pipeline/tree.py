@@ -1,0 +1,407 @@
+"""The topic tree: deterministic hierarchical clustering, incremental insertion,
+and the seed's beam descent.
+
+Shape: a root, one node per namespace (namespaces are partitions, so a query
+scoped to one namespace descends through that namespace's part only), then
+spherical k-means clusters down to leaves of at most ``max_leaf_items``
+memories. Keys are readable and stable: the topic's distinctive terms plus a
+short hash of its members (``deploy-window-3f9a1c``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .embed import normalize
+from .settings import TreeSettings
+
+ROOT = "__root__"
+
+_WORD = re.compile(r"[a-z][a-z0-9_]{2,}")
+_STOP = frozenset(
+    """about above after again against all also and any are because been before being below
+    between both but can could did does doing down during each few for from further had has
+    have having her here hers herself him himself his how into its itself just let like more
+    most much must myself nor not now off once only other our ours ourselves out over own same
+    she should some such than that the their theirs them themselves then there these they this
+    those through too under until very was were what when where which while who whom why will
+    with would you your yours yourself yourselves really yeah yes got get gonna going thanks
+    thank know think one two well way see said say things thing lot""".split()
+)
+
+
+def namespace_key(namespace: str) -> str:
+    return f"ns:{namespace}"
+
+
+@dataclass
+class Topic:
+    """One node of the tree. ``members`` is filled for leaves only."""
+
+    key: str
+    parent: str | None
+    namespace: str | None
+    depth: int
+    is_leaf: bool
+    centroid: np.ndarray | None
+    size: int
+    label: str
+    children: list[str] = field(default_factory=list)
+    members: list[str] = field(default_factory=list)
+
+
+class Tree:
+    """A whole tree in memory, as ingest and reindex maintain it."""
+
+    def __init__(self, settings: TreeSettings):
+        self.settings = settings
+        self.topics: dict[str, Topic] = {
+            ROOT: Topic(ROOT, None, None, 0, False, None, 0, "root")
+        }
+        self.leaf_of: dict[str, str] = {}
+
+    # -- queries ---------------------------------------------------------
+    def path_to(self, key: str) -> list[str]:
+        """Keys from ``key`` up to (excluding) the root."""
+        out = []
+        while key is not None and key != ROOT:
+            out.append(key)
+            key = self.topics[key].parent
+        return out
+
+    def membership(self, memory_id: str) -> list[tuple[str, str]]:
+        """(topic_key, kind) rows for one memory: its leaf, then its ancestors."""
+        path = self.path_to(self.leaf_of[memory_id])
+        return [(path[0], "leaf")] + [(k, "ancestor") for k in path[1:]]
+
+    def namespace_keys(self, namespace: str) -> list[str]:
+        """Every topic key in one namespace's subtree."""
+        ns = namespace_key(namespace)
+        if ns not in self.topics:
+            return []
+        out, stack = [], [ns]
+        while stack:
+            key = stack.pop()
+            out.append(key)
+            stack.extend(self.topics[key].children)
+        return out
+
+    # -- building --------------------------------------------------------
+    def build_namespace(
+        self, namespace: str, ids: Sequence[str], vectors: np.ndarray, texts: Sequence[str]
+    ) -> None:
+        """(Re)build one namespace's subtree from scratch, deterministically."""
+        self.drop_namespace(namespace)
+        if not len(ids):
+            return
+        order = np.argsort(np.asarray(ids, dtype=object), kind="stable")
+        ids = [ids[i] for i in order]
+        vectors = normalize(np.asarray(vectors, dtype=np.float32)[order])
+        texts = [texts[i] for i in order]
+        df = _document_frequencies(texts)
+        rng = np.random.default_rng([self.settings.seed, _stable_int(namespace)])
+        ns = namespace_key(namespace)
+        self.topics[ns] = Topic(ns, ROOT, namespace, 1, False, _mean(vectors), len(ids), namespace)
+        self.topics[ROOT].children.append(ns)
+        self.topics[ROOT].children.sort()
+        self.topics[ROOT].size += len(ids)
+        self._split_into(ns, np.arange(len(ids)), ids, vectors, texts, df, rng)
+
+    def _split_into(self, parent_key, rows, ids, vectors, texts, df, rng) -> None:
+        """Cluster ``rows`` below ``parent_key``; recurse until leaves fit."""
+        parent = self.topics[parent_key]
+        max_leaf = self.settings.max_leaf_items
+        if len(rows) <= max_leaf:
+            self._make_leaf(parent_key, rows, ids, vectors, texts, df)
+            return
+        k = min(self.settings.branching, math.ceil(len(rows) / max_leaf))
+        k = max(k, 2)
+        labels = spherical_kmeans(vectors[rows], k, rng, self.settings.kmeans_iterations)
+        groups = [rows[labels == j] for j in range(k)]
+        groups = [g for g in groups if len(g)]
+        if max(len(g) for g in groups) > 0.9 * len(rows):
+            # Near-duplicates defeat k-means (it peels off a few points per
+            # level and the tree degenerates into a chain); cut along the
+            # principal direction instead, so depth stays logarithmic.
+            groups = _balanced_split(vectors[rows], rows, k, rng)
+        for group in groups:
+            if len(group) <= max_leaf:
+                self._make_leaf(parent_key, group, ids, vectors, texts, df)
+            else:
+                key = self._new_key([ids[i] for i in group], [texts[i] for i in group], df, parent.namespace)
+                self.topics[key] = Topic(
+                    key, parent_key, parent.namespace, parent.depth + 1, False,
+                    _mean(vectors[group]), len(group), _label_of(key),
+                )
+                parent.children.append(key)
+                self._split_into(key, group, ids, vectors, texts, df, rng)
+        parent.children.sort()
+
+    def _make_leaf(self, parent_key, rows, ids, vectors, texts, df) -> str:
+        parent = self.topics[parent_key]
+        member_ids = [ids[i] for i in rows]
+        key = self._new_key(member_ids, [texts[i] for i in rows], df, parent.namespace)
+        self.topics[key] = Topic(
+            key, parent_key, parent.namespace, parent.depth + 1, True,
+            _mean(vectors[rows]), len(rows), _label_of(key), members=sorted(member_ids),
+        )
+        parent.children.append(key)
+        for mid in member_ids:
+            self.leaf_of[mid] = key
+        return key
+
+    def _new_key(self, member_ids, texts, df, namespace) -> str:
+        terms = distinctive_terms(texts, df, 2)
+        label = "-".join(terms) if terms else "topic"
+        digest = hashlib.blake2b(
+            "\x00".join([namespace or ""] + sorted(member_ids)).encode(), digest_size=8
+        ).hexdigest()
+        for width in (6, 10, 16):
+            key = f"{label}-{digest[:width]}"
+            if key not in self.topics:
+                return key
+        n = 2
+        while f"{label}-{digest}-{n}" in self.topics:
+            n += 1
+        return f"{label}-{digest}-{n}"
+
+    def drop_namespace(self, namespace: str) -> None:
+        for key in self.namespace_keys(namespace):
+            topic = self.topics.pop(key)
+            for mid in topic.members:
+                self.leaf_of.pop(mid, None)
+        ns = namespace_key(namespace)
+        root = self.topics[ROOT]
+        if ns in root.children:
+            root.children.remove(ns)
+        root.size = sum(self.topics[c].size for c in root.children)
+
+    # -- incremental maintenance -----------------------------------------
+    def insert(self, namespace: str, memory_id: str, vector: np.ndarray, text: str, fetch) -> None:
+        """Put one memory into its nearest leaf, splitting the leaf if it overflows.
+
+        ``fetch(ids)`` returns ``(vectors, texts)`` of existing members, needed
+        only when a leaf splits.
+        """
+        ns = namespace_key(namespace)
+        if ns not in self.topics:
+            self.build_namespace(namespace, [memory_id], vector[None, :], [text])
+            return
+        key = ns
+        while not self.topics[key].is_leaf:
+            topic = self.topics[key]
+            if not topic.children:
+                break
+            key = max(
+                topic.children,
+                key=lambda c: (float(self.topics[c].centroid @ vector), c),
+            )
+        for k in self.path_to(key) + [ROOT]:
+            t = self.topics[k]
+            if t.centroid is not None:
+                t.centroid = _unit(t.centroid * t.size + vector)
+            t.size += 1
+        leaf = self.topics[key]
+        if not leaf.is_leaf:  # an emptied internal node: make it a leaf again
+            leaf.is_leaf = True
+        leaf.members.append(memory_id)
+        leaf.members.sort()
+        self.leaf_of[memory_id] = key
+        if leaf.size > self.settings.max_leaf_items:
+            self._split_leaf(key, fetch)
+
+    def _split_leaf(self, key: str, fetch) -> None:
+        leaf = self.topics[key]
+        ids = list(leaf.members)
+        vectors, texts = fetch(ids)
+        vectors = normalize(np.asarray(vectors, dtype=np.float32))
+        leaf.is_leaf = False
+        leaf.members = []
+        for mid in ids:
+            self.leaf_of.pop(mid, None)
+        rng = np.random.default_rng([self.settings.seed, _stable_int(key)])
+        self._split_into(key, np.arange(len(ids)), ids, vectors, texts, None, rng)
+
+    def remove(self, memory_id: str) -> None:
+        """Take one memory out of its leaf, dropping topics left empty."""
+        key = self.leaf_of.pop(memory_id, None)
+        if key is None:
+            return
+        leaf = self.topics[key]
+        leaf.members.remove(memory_id)
+        for k in self.path_to(key) + [ROOT]:
+            self.topics[k].size -= 1
+        node = key
+        while node != ROOT and self.topics[node].size <= 0:
+            parent = self.topics[node].parent
+            self.topics.pop(node)
+            self.topics[parent].children.remove(node)
+            node = parent
+
+    # -- stats -----------------------------------------------------------
+    def leaves(self) -> list[Topic]:
+        return [t for t in self.topics.values() if t.is_leaf]
+
+
+def spherical_kmeans(vectors: np.ndarray, k: int, rng: np.random.Generator, iterations: int) -> np.ndarray:
+    """Cluster unit vectors by cosine; k-means++ seeding from ``rng``.
+
+    Returns one label per row. Deterministic for a given generator state.
+    """
+    n = len(vectors)
+    k = min(k, n)
+    centers = np.empty((k, vectors.shape[1]), dtype=np.float32)
+    first = int(rng.integers(n))
+    centers[0] = vectors[first]
+    closest = 1.0 - vectors @ centers[0]
+    for j in range(1, k):
+        weights = np.clip(closest, 0, None) ** 2
+        total = weights.sum()
+        pick = int(rng.choice(n, p=weights / total)) if total > 0 else int(rng.integers(n))
+        centers[j] = vectors[pick]
+        closest = np.minimum(closest, 1.0 - vectors @ centers[j])
+    labels = np.full(n, -1, dtype=np.int64)
+    for _ in range(iterations):
+        new = np.argmax(vectors @ centers.T, axis=1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        for j in range(k):
+            members = vectors[labels == j]
+            if len(members):
+                centers[j] = _unit(members.sum(axis=0))
+            else:  # re-seed an empty cluster at the worst-served point
+                worst = int(np.argmin(np.max(vectors @ centers.T, axis=1)))
+                centers[j] = vectors[worst]
+    return labels
+
+
+def _balanced_split(vectors: np.ndarray, rows: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``k`` equal parts of ``rows`` ordered along their principal direction."""
+    centered = vectors - vectors.mean(axis=0)
+    direction = rng.standard_normal(vectors.shape[1]).astype(np.float32)
+    for _ in range(20):
+        nxt = centered.T @ (centered @ direction)
+        norm = float(np.linalg.norm(nxt))
+        if norm == 0:
+            break
+        direction = nxt / norm
+    order = np.argsort(centered @ direction, kind="stable")
+    return [rows[part] for part in np.array_split(order, k) if len(part)]
+
+
+def distinctive_terms(texts: Iterable[str], df: Counter | None, n: int) -> list[str]:
+    """The ``n`` terms most typical of ``texts`` against document frequencies ``df``."""
+    tf: Counter = Counter()
+    for text in texts:
+        tf.update(w for w in set(_WORD.findall(text.lower())) if w not in _STOP and not w.isdigit())
+    if not tf:
+        return []
+    total = max(df.get("\x00docs", 1), 1) if df else 1
+
+    def weight(term: str) -> tuple[float, str]:
+        idf = math.log((1 + total) / (1 + df.get(term, 0))) + 1.0 if df else 1.0
+        return (-tf[term] * idf, term)
+
+    return sorted(tf, key=weight)[:n]
+
+
+def _document_frequencies(texts: Sequence[str]) -> Counter:
+    df: Counter = Counter()
+    for text in texts:
+        df.update(set(_WORD.findall(text.lower())))
+    df["\x00docs"] = len(texts)
+    return df
+
+
+def _label_of(key: str) -> str:
+    return key.rsplit("-", 1)[0]
+
+
+def _mean(vectors: np.ndarray) -> np.ndarray:
+    return _unit(np.asarray(vectors, dtype=np.float32).sum(axis=0))
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return (vector / norm).astype(np.float32) if norm > 0 else vector.astype(np.float32)
+
+
+def _stable_int(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+# -- persistence ---------------------------------------------------------------
+def load_tree(con, settings: TreeSettings) -> Tree:
+    """The tree as stored, with leaf members, ready for incremental changes."""
+    tree = Tree(settings)
+    rows = con.execute(
+        "SELECT topic_key, parent, namespace, depth, is_leaf, centroid, size, label FROM topics"
+    ).fetchall()
+    for key, parent, namespace, depth, is_leaf, centroid, size, label in rows:
+        vec = np.asarray(centroid, dtype=np.float32) if centroid is not None else None
+        tree.topics[key] = Topic(key, parent, namespace, depth, is_leaf, vec, size, label)
+    for topic in list(tree.topics.values()):
+        if topic.parent is not None and topic.parent in tree.topics:
+            tree.topics[topic.parent].children.append(topic.key)
+    for topic in tree.topics.values():
+        topic.children.sort()
+    for memory_id, key in con.execute(
+        "SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'leaf' ORDER BY memory_id"
+    ).fetchall():
+        tree.topics[key].members.append(memory_id)
+        tree.leaf_of[memory_id] = key
+    tree.topics[ROOT].size = sum(tree.topics[c].size for c in tree.topics[ROOT].children)
+    return tree
+
+
+def save_namespaces(con, tree: Tree, namespaces: Iterable[str]) -> None:
+    """Replace the stored subtrees (topics and tree membership) of ``namespaces``.
+
+    Runs inside the caller's transaction.
+    """
+    namespaces = sorted(set(namespaces))
+    if not namespaces:
+        return
+    con.execute("DELETE FROM topics WHERE list_contains(?, namespace) OR topic_key = ?", [namespaces, ROOT])
+    con.execute(
+        "DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor') AND memory_id IN "
+        "(SELECT id FROM memories WHERE list_contains(?, namespace))",
+        [namespaces],
+    )
+    keys = [ROOT] + [k for ns in namespaces for k in tree.namespace_keys(ns)]
+    topics = [tree.topics[k] for k in keys]
+    con.execute(
+        "INSERT INTO topics SELECT * FROM (SELECT unnest(?) AS k, unnest(?) AS p, unnest(?) AS n, "
+        "unnest(?) AS d, unnest(?) AS l, unnest(?) AS c, unnest(?) AS s, unnest(?) AS lb)",
+        [
+            [t.key for t in topics],
+            [t.parent for t in topics],
+            [t.namespace for t in topics],
+            [t.depth for t in topics],
+            [t.is_leaf for t in topics],
+            [t.centroid.tolist() if t.centroid is not None else None for t in topics],
+            [t.size for t in topics],
+            [t.label for t in topics],
+        ],
+    )
+    mids, tkeys, kinds = [], [], []
+    for t in topics:
+        if not t.is_leaf:
+            continue
+        path = tree.path_to(t.key)
+        for mid in t.members:
+            mids.append(mid); tkeys.append(path[0]); kinds.append("leaf")
+            for anc in path[1:]:
+                mids.append(mid); tkeys.append(anc); kinds.append("ancestor")
+    if mids:
+        con.execute(
+            "INSERT INTO memory_topics SELECT unnest(?), unnest(?), unnest(?)", [mids, tkeys, kinds]
+        )

@@ -1,0 +1,261 @@
+"""The vector leg: the seed's beam descent over an in-memory copy of the tree.
+
+``VectorIndex`` holds centroids and leaf members (embeddings ordered by leaf,
+so a leaf is one contiguous slice) and is loaded once per process and store
+generation: no per-query reads of embeddings, no vector passed to SQL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .contracts import Batch, Hit, LegRun
+from .scope import Scope, scope_of
+from .settings import TreeSettings
+from .tree import ROOT, namespace_key
+
+
+@dataclass
+class VectorIndex:
+    generation: int
+    ids: list[str]
+    emb: np.ndarray  # (N, d) float32, rows grouped by leaf
+    id_rank: np.ndarray  # rank of each row's id in sorted order, for tie-breaks
+    namespaces: list[str]
+    ns_code: np.ndarray  # (N,) index into namespaces
+    content_types: list[str]
+    ct_code: np.ndarray  # (N,) index into content_types
+    row_leaf: np.ndarray  # (N,) topic index of each row's leaf
+    keys: list[str]  # topic keys; index 0 is the root
+    centroids: np.ndarray  # (T, d)
+    parent: np.ndarray  # (T,) topic index of the parent, -1 for the root
+    is_leaf: np.ndarray  # (T,) bool
+    children: list[np.ndarray]  # per topic: child topic indices sorted by key
+    leaf_start: np.ndarray  # (T,) first row of a leaf (0 for internal topics)
+    leaf_end: np.ndarray  # (T,) one past the last row of a leaf
+    key_index: dict[str, int] = field(default_factory=dict)
+    row_of: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def load(cls, con, generation: int, dim: int) -> "VectorIndex":
+        topics = con.execute(
+            "SELECT topic_key, parent, is_leaf, centroid FROM topics ORDER BY depth, topic_key"
+        ).fetchall()
+        if not topics or topics[0][0] != ROOT:
+            topics = [(ROOT, None, False, None)] + [t for t in topics if t[0] != ROOT]
+        keys = [t[0] for t in topics]
+        key_index = {k: i for i, k in enumerate(keys)}
+        T = len(keys)
+        centroids = np.zeros((T, dim), dtype=np.float32)
+        parent = np.full(T, -1, dtype=np.int64)
+        is_leaf = np.zeros(T, dtype=bool)
+        kids: list[list[int]] = [[] for _ in range(T)]
+        for i, (key, par, leaf, centroid) in enumerate(topics):
+            if centroid is not None:
+                centroids[i] = centroid
+            is_leaf[i] = bool(leaf)
+            if par is not None and par in key_index:
+                parent[i] = key_index[par]
+                kids[parent[i]].append(i)
+        children = [np.asarray(sorted(c, key=lambda j: keys[j]), dtype=np.int64) for c in kids]
+
+        rows = con.execute(
+            "SELECT m.id, m.namespace, m.content_type, mt.topic_key, m.embedding "
+            "FROM memories m JOIN memory_topics mt ON mt.memory_id = m.id AND mt.kind = 'leaf' "
+            "ORDER BY mt.topic_key, m.id"
+        ).fetchnumpy()
+        ids = [str(x) for x in rows["id"]]
+        n = len(ids)
+        emb = np.stack(rows["embedding"]).astype(np.float32) if n else np.zeros((0, dim), np.float32)
+        namespaces = sorted(set(rows["namespace"].tolist())) if n else []
+        ns_lookup = {v: i for i, v in enumerate(namespaces)}
+        content_types = sorted(set(rows["content_type"].tolist())) if n else []
+        ct_lookup = {v: i for i, v in enumerate(content_types)}
+        ns_code = np.asarray([ns_lookup[v] for v in rows["namespace"]], dtype=np.int32) if n else np.zeros(0, np.int32)
+        ct_code = np.asarray([ct_lookup[v] for v in rows["content_type"]], dtype=np.int32) if n else np.zeros(0, np.int32)
+        row_leaf = np.asarray([key_index[k] for k in rows["topic_key"]], dtype=np.int64) if n else np.zeros(0, np.int64)
+        leaf_start = np.zeros(T, dtype=np.int64)
+        leaf_end = np.zeros(T, dtype=np.int64)
+        if n:
+            change = np.flatnonzero(np.diff(row_leaf)) + 1
+            starts = np.concatenate([[0], change])
+            ends = np.concatenate([change, [n]])
+            leaf_start[row_leaf[starts]] = starts
+            leaf_end[row_leaf[starts]] = ends
+        id_rank = np.empty(n, dtype=np.int64)
+        id_rank[np.argsort(np.asarray(ids, dtype=object), kind="stable")] = np.arange(n)
+        return cls(
+            generation=generation, ids=ids, emb=emb, id_rank=id_rank,
+            namespaces=namespaces, ns_code=ns_code, content_types=content_types, ct_code=ct_code,
+            row_leaf=row_leaf, keys=keys, centroids=centroids, parent=parent, is_leaf=is_leaf,
+            children=children, leaf_start=leaf_start, leaf_end=leaf_end,
+            key_index=key_index, row_of={m: i for i, m in enumerate(ids)},
+        )
+
+    # -- scope --------------------------------------------------------------
+    def row_mask(self, con, scope: Scope) -> np.ndarray | None:
+        """Rows inside ``scope`` (None when nothing beyond the namespace filters)."""
+        if not (scope.content_types or scope.topics or scope.concepts):
+            return None
+        mask = np.ones(self.size, dtype=bool)
+        if scope.content_types:
+            codes = [self.content_types.index(c) for c in scope.content_types if c in self.content_types]
+            mask &= np.isin(self.ct_code, codes)
+        if scope.topics:
+            mask &= self._rows_in(con, "SELECT DISTINCT memory_id FROM memory_topics WHERE list_contains(?, topic_key)", list(scope.topics))
+        if scope.concepts:
+            mask &= self._rows_in(con, "SELECT DISTINCT memory_id FROM memory_concepts WHERE list_contains(?, concept)", list(scope.concepts))
+        return mask
+
+    def _rows_in(self, con, sql: str, values: list[str]) -> np.ndarray:
+        out = np.zeros(self.size, dtype=bool)
+        rows = [self.row_of[r[0]] for r in con.execute(sql, [values]).fetchall() if r[0] in self.row_of]
+        out[rows] = True
+        return out
+
+    def allowed_topics(self, mask: np.ndarray) -> np.ndarray:
+        """Topics with at least one allowed row below them."""
+        allowed = np.zeros(len(self.keys), dtype=bool)
+        frontier = np.unique(self.row_leaf[mask])
+        while len(frontier):
+            frontier = frontier[~allowed[frontier]]
+            allowed[frontier] = True
+            frontier = np.unique(self.parent[frontier])
+            frontier = frontier[frontier >= 0]
+        return allowed
+
+    def start_topics(self, scope: Scope) -> list[int]:
+        if scope.namespace is None:
+            return [0]
+        key = namespace_key(scope.namespace)
+        return [self.key_index[key]] if key in self.key_index else []
+
+
+def descend(
+    index: VectorIndex,
+    query: np.ndarray,
+    start: list[int],
+    *,
+    beam_width: int,
+    max_depth: int,
+    top_k: int,
+    mask: np.ndarray | None = None,
+    deadline: float | None = None,
+) -> tuple[list[tuple[str, float]], dict]:
+    """Beam descent (the seed's ``resolve_topics``), then score only reached leaves.
+
+    frontier = start; at each depth the frontier's children are scored against
+    the query and the best ``beam_width`` kept (ties broken by topic key); a
+    leaf already in the frontier competes with its own score. Stops when the
+    frontier is all leaves or at ``max_depth``. Memories scored is at most
+    ``beam_width * max_leaf_items``.
+    """
+    t0 = time.perf_counter()
+    profile = {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "depth": 0, "timed_out": False}
+    allowed = index.allowed_topics(mask) if mask is not None else None
+    frontier = [t for t in start if allowed is None or allowed[t]]
+    scores = {t: float("inf") for t in frontier}
+    for depth in range(max_depth):
+        if all(index.is_leaf[t] for t in frontier):
+            break
+        if deadline is not None and time.time() >= deadline:
+            profile["timed_out"] = True
+            break
+        candidates = []
+        for t in frontier:
+            if index.is_leaf[t]:
+                candidates.append(t)
+            else:
+                kids = index.children[t]
+                if allowed is not None:
+                    kids = kids[allowed[kids]]
+                fresh = kids.tolist()
+                if fresh:
+                    sims = index.centroids[kids] @ query
+                    profile["topics_scored"] += len(fresh)
+                    scores.update(zip(fresh, sims.tolist()))
+                    candidates.extend(fresh)
+        candidates.sort(key=lambda t: (-scores[t], index.keys[t]))
+        frontier = candidates[:beam_width]
+        profile["depth"] = depth + 1
+    leaves = [t for t in frontier if index.is_leaf[t]]
+    profile["leaves_reached"] = len(leaves)
+    profile["reached"] = [index.keys[t] for t in leaves]
+    if not leaves or profile["timed_out"]:
+        profile["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        return [], profile
+    rows = np.concatenate([np.arange(index.leaf_start[t], index.leaf_end[t]) for t in leaves])
+    if mask is not None:
+        rows = rows[mask[rows]]
+    hits = _top(index, rows, query, top_k)
+    profile["memories_scored"] = int(len(rows))
+    profile["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    return hits, profile
+
+
+def exact(index: VectorIndex, query: np.ndarray, scope: Scope, top_k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
+    """Exact cosine search within a scope: the reference the descent is measured against."""
+    rows = np.arange(index.size)
+    if scope.namespace is not None:
+        code = index.namespaces.index(scope.namespace) if scope.namespace in index.namespaces else -1
+        rows = rows[index.ns_code[rows] == code]
+    if mask is not None:
+        rows = rows[mask[rows]]
+    return _top(index, rows, query, top_k)
+
+
+def _top(index: VectorIndex, rows: np.ndarray, query: np.ndarray, top_k: int) -> list[tuple[str, float]]:
+    if not len(rows):
+        return []
+    sims = index.emb[rows] @ query
+    if len(rows) > top_k:
+        part = np.argpartition(-sims, top_k - 1)[:top_k]
+        # keep every row tied with the k-th score so tie-breaking by id is exact
+        kth = sims[part].min()
+        part = np.flatnonzero(sims >= kth)
+    else:
+        part = np.arange(len(rows))
+    order = np.lexsort((index.id_rank[rows[part]], -sims[part]))[:top_k]
+    chosen = part[order]
+    return [(index.ids[rows[i]], float(sims[i])) for i in chosen]
+
+
+def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings) -> Batch:
+    """The ``search.descend`` stage: the vector leg for every query of a batch."""
+    for state in batch.states:
+        q = state.query
+        if "vector" in state.legs:  # already decided upstream (deadline)
+            continue
+        if not q.wants("vector"):
+            state.legs["vector"] = LegRun(leg="vector", ran=False)
+            continue
+        t0 = time.perf_counter()
+        if index is None or index.size == 0 or q.vector is None:
+            hits, profile = [], {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "timed_out": False}
+        else:
+            scope = scope_of(q)
+            hits, profile = descend(
+                index,
+                np.asarray(q.vector, dtype=np.float32),
+                index.start_topics(scope),
+                beam_width=tree.beam_width,
+                max_depth=tree.max_depth,
+                top_k=q.top_k,
+                mask=index.row_mask(con, scope),
+                deadline=q.deadline,
+            )
+        state.legs["vector"] = LegRun(
+            leg="vector",
+            ran=not profile.get("timed_out", False),
+            hits=[Hit(id=m, score=s, rank=r) for r, (m, s) in enumerate(hits, start=1)],
+            profile=profile,
+        )
+        state.timings["descend"] = round((time.perf_counter() - t0) * 1000, 3)
+    return batch

@@ -1,0 +1,32 @@
+"""Shared fixtures. Unit tests use the hash embedder and a temp data dir;
+integration tests (tests/integration) use the real model and real Redis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.settings import Settings
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings for a fresh store under tmp_path, with the hash embedder (no model)."""
+    return Settings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None)
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def embedded(settings: Settings):
+    """Point the in-process (eager) pipeline at ``settings``; restore afterwards."""
+    from workers import resources
+
+    resources.configure(settings)
+    yield settings
+    resources.close_store()

@@ -1,0 +1,54 @@
+"""Real parts: a redis-server on a free loopback port, real Celery worker
+processes, a real DuckDB file and the real packaged model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ops.stack import Stack, redis_binary
+from pipeline.settings import Settings
+
+
+@dataclass
+class DemoStore:
+    settings: Settings
+    files: dict[str, Path]
+
+    def with_broker(self, url: str) -> Settings:
+        return self.settings.model_copy(update={"broker_url": url})
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory) -> DemoStore:
+    """The demo corpus ingested with the real model into a fresh store."""
+    from workers.cli import ingest_file
+    from pipeline.demo import write_demo
+
+    data_dir = tmp_path_factory.mktemp("demo-store")
+    settings = Settings(data_dir=data_dir, _env_file=None)
+    files = write_demo(data_dir / "files")
+    ingest_file(files["memories"], settings, progress=False)
+    return DemoStore(settings, files)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, demo_store):
+    """redis-server plus one worker for the embed queue and one for search."""
+    redis_binary()  # a clear message when redis-server is missing
+    from workers.app import app, reconfigure
+
+    run = Stack(tmp_path_factory.mktemp("stack"))
+    run.start_redis()
+    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir)}
+    try:
+        run.start_worker("w-embed", "embed", env=env)
+        run.start_worker("w-search", "search", concurrency=2, env=env)
+        reconfigure(demo_store.with_broker(run.broker_url))
+        run.wait_for_workers(app, ["w-embed", "w-search"], timeout=90)
+        yield run
+    finally:
+        reconfigure(demo_store.settings)
+        run.stop_all()

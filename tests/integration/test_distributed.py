@@ -1,0 +1,53 @@
+"""The same tasks on real workers through a real Redis give the embedded answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _queries(demo, n=None):
+    lines = demo.files["queries"].read_text(encoding="utf-8").splitlines()
+    qs = [json.loads(l) for l in lines if l.strip()]
+    return qs[:n] if n else qs
+
+
+def _key(results):
+    return [(r.id, round(r.score, 9), r.ranks, [l.id for l in r.superseded_by]) for r in results.results]
+
+
+def test_search_async_matches_embedded(demo_store, stack):
+    import workers
+    from workers.api import search, search_async
+
+    queries = _queries(demo_store, 12)
+    asks = [dict(query=q["text"], namespace=q.get("namespace"), mode=m)
+            for q in queries for m in ("hybrid", "keyword", "semantic")]
+
+    workers.configure(demo_store.settings)  # embedded: eager, in-process
+    embedded = [search(a["query"], **{k: v for k, v in a.items() if k != "query"}) for a in asks]
+    assert any(r.results for r in embedded)
+
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    handles = [search_async(a["query"], **{k: v for k, v in a.items() if k != "query"}) for a in asks]
+    distributed = [h.get(timeout=60) for h in handles]
+
+    for a, e, d in zip(asks, embedded, distributed):
+        assert d.mode == e.mode == a["mode"]
+        assert _key(d) == _key(e), a
+
+
+def test_search_many_through_workers_matches_embedded(demo_store, stack):
+    import workers
+    from workers.api import search_many
+
+    asks = [dict(query=q["text"], namespace=q.get("namespace")) for q in _queries(demo_store)]
+    workers.configure(demo_store.settings)
+    embedded = search_many(asks, batch_size=16)
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    distributed = search_many(asks, batch_size=16)
+    assert [_key(r) for r in distributed] == [_key(r) for r in embedded]
+    assert len(distributed) == len(asks)

@@ -1,0 +1,112 @@
+"""The Python API: ``search``, ``search_async`` and ``search_many``.
+
+Embedded (no broker configured) the canvas runs in-process; with
+``DIMPLE_BROKER_URL`` set the same canvas runs on workers and
+``search_async`` returns an ``AsyncResult`` whose ``get()`` gives ``Results``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from celery.result import AsyncResult, EagerResult
+
+from pipeline.contracts import Batch, QueryOptions, Results, make_query
+from pipeline.errors import InputError
+
+from . import resources
+from .app import app
+from .canvas import query_canvas
+
+
+def _decode(value: Any) -> list[Results]:
+    return [Results.from_state(s) for s in Batch.model_validate(value).states]
+
+
+class _DecodesResults:
+    """``get()`` returns ``Results`` (one query) or ``list[Results]`` (a batch)."""
+
+    single = True
+
+    def get(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+        results = _decode(super().get(*args, **kwargs))  # type: ignore[misc]
+        return results[0] if self.single else results
+
+
+class SearchAsyncResult(_DecodesResults, AsyncResult):
+    """An ``AsyncResult`` for a query canvas running on workers."""
+
+
+class EagerSearchResult(_DecodesResults, EagerResult):
+    """The embedded counterpart: already done when returned."""
+
+
+def _batch(items: Iterable[tuple[str, Any]]) -> dict:
+    settings = resources.settings()
+    states = []
+    for text, options in items:
+        states.append({"query": make_query(text, options, settings).model_dump(mode="json")})
+    if len(states) > settings.limits.max_batch_queries:
+        raise InputError("queries", f"{len(states)} queries, over the limit of {settings.limits.max_batch_queries}")
+    return Batch.model_validate({"states": states}).model_dump(mode="json")
+
+
+def _dispatch(batch: dict, single: bool):
+    canvas = query_canvas(batch)
+    if app.conf.task_always_eager:
+        res = canvas.apply()
+        out = EagerSearchResult(res.id, res.get(), res.state)
+    else:
+        res = canvas.apply_async()
+        out = SearchAsyncResult(res.id, app=app, parent=res.parent)
+    out.single = single
+    return out
+
+
+def search_async(query: str, **options: Any) -> SearchAsyncResult | EagerSearchResult:
+    """Start one query; ``.get(timeout=...)`` returns its ``Results``.
+
+    Bad input raises ``InputError`` naming the field before anything is sent.
+    """
+    return _dispatch(_batch([(query, options)]), single=True)
+
+
+def search(query: str, **options: Any) -> Results:
+    """Run one query and return its ``Results``."""
+    return search_async(query, **options).get(timeout=resources.settings().task_timeout_s)
+
+
+def _split(item: Any) -> tuple[Any, Any]:
+    if isinstance(item, str):
+        return item, None
+    if isinstance(item, dict):
+        item = dict(item)
+        text = item.pop("query", item.pop("text", None))
+        if text is None:
+            raise InputError("query", "each query needs a 'query' (or 'text') field")
+        return text, item
+    if isinstance(item, tuple) and len(item) == 2:
+        return item
+    raise InputError("queries", "each query is a string or a dict with 'query' and options")
+
+
+def search_many(queries: Iterable[Any], batch_size: int | None = None) -> list[Results]:
+    """Run many queries, ``batch_size`` per canvas, every batch in flight at once.
+
+    Each query is a string or a dict ``{"query": ..., **options}``. Results
+    come back in input order.
+    """
+    settings = resources.settings()
+    items = [_split(q) for q in queries]
+    size = batch_size or settings.query_batch_size
+    handles = []
+    for start in range(0, len(items), size):
+        handle = _dispatch(_batch(items[start : start + size]), single=False)
+        handles.append(handle)
+    out: list[Results] = []
+    for handle in handles:
+        out.extend(handle.get(timeout=settings.task_timeout_s))
+    return out
+
+
+__all__ = ["search", "search_async", "search_many", "QueryOptions", "Results"]

@@ -1,0 +1,77 @@
+"""The Celery app: JSON only, one route per queue, eager when no broker is set.
+
+``celery -A workers.app worker -Q embed,search`` starts a worker; with no
+``DIMPLE_BROKER_URL`` the same tasks run in-process (the embedded default).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from celery import Celery
+
+from pipeline.settings import Settings, get_settings
+
+QUEUES = ("embed", "search", "audit", "ingest")
+
+ROUTES = {
+    "search.embed": {"queue": "embed"},
+    "search.*": {"queue": "search"},
+    "audit.*": {"queue": "audit"},
+    "ingest.*": {"queue": "ingest"},
+}
+
+
+def conf_for(settings: Settings) -> dict:
+    """Celery configuration derived from dimple's settings."""
+    broker = settings.broker_url.get_secret_value()
+    backend = settings.result_backend.get_secret_value() or broker
+    return dict(
+        broker_url=broker or "memory://",
+        result_backend=backend or "cache+memory://",
+        task_always_eager=not broker,
+        task_eager_propagates=True,
+        # JSON on the wire, never pickle: a pickled message is refused.
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_routes=ROUTES,
+        task_default_queue="search",
+        # Redelivery on worker loss; tasks are idempotent (pure stages over a batch).
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": 3600},
+        result_expires=24 * 3600,
+        broker_connection_retry_on_startup=True,
+        # Flower sees every stage with its arguments and runtime.
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_track_started=True,
+        worker_hijack_root_logger=False,
+    )
+
+
+def make_app(settings: Settings) -> Celery:
+    app = Celery("dimple", include=["workers.tasks"])
+    app.conf.update(conf_for(settings))
+    return app
+
+
+def reconfigure(settings: Settings) -> None:
+    """Point the process-wide app at another broker (or embedded) at run time.
+
+    Drops Celery's cached connection pool and result backend so the next call
+    uses the new URLs.
+    """
+    app.conf.update(conf_for(settings))
+    app._pool = None
+    if "amqp" in app.__dict__:
+        app.amqp._producer_pool = None
+    app._backend_cache = None
+    app._local = threading.local()
+
+
+app = make_app(get_settings())

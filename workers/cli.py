@@ -1,0 +1,246 @@
+"""The ``dimple`` command line.
+
+A user's mistake ends with one line on stderr and exit code 2; no stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from pipeline.errors import DimpleError, IngestValidationError, InputError
+
+EXIT_USER = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USER
+    from pydantic import ValidationError
+
+    try:
+        return int(args.func(args) or 0)
+    except IngestValidationError as exc:
+        print(f"dimple: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except DimpleError as exc:
+        print(f"dimple: error: {exc}", file=sys.stderr)
+        return EXIT_USER
+    except ValidationError as exc:  # settings from the environment
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        print(f"dimple: error: setting {where}: {err['msg']}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("dimple: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
+    s.add_argument("file", type=Path)
+    s.add_argument("--skip-invalid", action="store_true", help="write the valid lines, report the rest")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
+    s.set_defaults(func=cmd_reindex)
+
+    s = sub.add_parser("stats", help="what the store holds")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_stats)
+
+    s = sub.add_parser("config", help="print the effective settings (secrets masked)")
+    s.set_defaults(func=cmd_config)
+
+    s = sub.add_parser("search", help="search the store")
+    s.add_argument("query")
+    s.add_argument("--namespace")
+    s.add_argument("--topic", action="append", default=[], help="topic key (repeatable)")
+    s.add_argument("--content-type", action="append", default=[], help="content type (repeatable)")
+    s.add_argument("--concept", action="append", default=[], help="concept filter (repeatable)")
+    s.add_argument("--mode", default="hybrid", help="keyword | semantic | hybrid")
+    s.add_argument("--max-units", type=int)
+    s.add_argument("--max-chars", type=int)
+    s.add_argument("--max-ms", type=int)
+    s.add_argument("--recency-boost", type=float, default=0.0)
+    s.add_argument("--now", help="ISO time that recency is measured from")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_search)
+
+    s = sub.add_parser("demo", help="build the demo store, run its queries, show results and quality")
+    s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
+    s.set_defaults(func=cmd_demo)
+    return p
+
+
+def _settings():
+    from pipeline.settings import get_settings
+
+    settings = get_settings()
+    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s %(message)s")
+    # Embedded runs execute tasks in-process; Celery's per-task INFO lines
+    # (with whole batches as results) are for worker logs, not the terminal.
+    logging.getLogger("celery").setLevel(max(logging.WARNING, logging.getLogger().level))
+    return settings
+
+
+# -- ingest / reindex / stats / config --------------------------------------------
+def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):
+    """Validate ``path`` in full, then write it in one transaction (the CLI's ingest)."""
+    from pipeline import ingest
+    from pipeline.embed import make_embedder
+    from pipeline.store import Store
+
+    parsed = ingest.read_file(path, settings.limits)
+    existing = None
+    if settings.store_path.exists():
+        existing = Store.open(settings.store_path, read_only=True)
+    try:
+        skipped = ingest.validate(parsed, existing, skip_invalid)
+    finally:
+        if existing is not None:
+            existing.close()
+    embedder = make_embedder(settings)
+    with Store.open(
+        settings.store_path, read_only=False, embedding_model=embedder.name, embedding_dim=embedder.dim
+    ) as store:
+        report = ingest.ingest_records(store, parsed.records, embedder, settings, progress=progress)
+    report.skipped = skipped
+    return report
+
+
+def cmd_ingest(args) -> int:
+    settings = _settings()
+    report = ingest_file(args.file, settings, skip_invalid=args.skip_invalid, progress=not args.json)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(
+            f"ingested {args.file}: {report.inserted} new, {report.updated} updated "
+            f"({report.unchanged} unchanged), {report.embedded} embedded in {report.seconds['total']:.1f}s"
+        )
+        for line in report.skipped:
+            print(f"skipped {line}")
+    return 0
+
+
+def cmd_reindex(args) -> int:
+    from pipeline.ingest import rebuild_tree
+    from pipeline.store import Store
+
+    settings = _settings()
+    if not settings.store_path.exists():
+        raise InputError("store", f"no store at {settings.store_path}")
+    t0 = time.perf_counter()
+    with Store.open(settings.store_path, read_only=False) as store:
+        tree = rebuild_tree(store, settings)
+    print(f"reindexed: {len(tree.leaves())} leaves, {len(tree.topics) - 1} topics in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def cmd_stats(args) -> int:
+    from pipeline.stats import store_stats
+    from pipeline.store import Store
+
+    settings = _settings()
+    with Store.open(settings.store_path, read_only=True) as store:
+        stats = store_stats(store)
+    if args.json:
+        print(json.dumps(stats, indent=2, default=str))
+        return 0
+    print(f"store       {stats['path']} (schema {stats['schema_version']}, generation {stats['generation']})")
+    print(f"model       {stats['embedding_model']} ({stats['embedding_dim']}-d)")
+    print(f"memories    {stats['memories']} in {stats['namespaces']} namespace(s)")
+    for ns, n in stats["by_namespace"].items():
+        print(f"  {ns:<24} {n}")
+    print("types       " + ", ".join(f"{k} {v}" for k, v in stats["by_content_type"].items()))
+    print("edges       " + (", ".join(f"{k} {v}" for k, v in stats["edges"].items()) or "none"))
+    t = stats["tree"]
+    print(f"tree        depth {t['depth']}, {t['leaves']} leaves, largest leaf {t['largest_leaf']}")
+    print(f"full-text   {'fresh' if stats['fts']['fresh'] else 'STALE: run dimple reindex'}")
+    return 0
+
+
+def cmd_config(args) -> int:
+    settings = _settings()
+    print(json.dumps(settings.masked(), indent=2, default=str))
+    return 0
+
+
+# -- search ------------------------------------------------------------------------
+def search_options(args) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "namespace": args.namespace,
+        "topics": args.topic,
+        "content_type": args.content_type,
+        "concepts": args.concept,
+        "mode": args.mode,
+        "recency_boost": args.recency_boost,
+    }
+    for name in ("max_units", "max_chars", "max_ms", "now"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    return options
+
+
+def cmd_search(args) -> int:
+    _settings()
+    from workers.api import search
+
+    results = search(args.query, **search_options(args))
+    if args.json:
+        print(results.model_dump_json(indent=2))
+    else:
+        print(format_results(results))
+    return 0
+
+
+def format_results(results) -> str:
+    """A readable table: rank, score, id, namespace, preview, graph marks."""
+    lines = []
+    if not results.results:
+        lines.append(f"no results for {results.query!r} ({results.mode})")
+    else:
+        width = max(len(r.id) for r in results.results)
+        lines.append(f"{'#':>3}  {'score':>8}  {'id':<{width}}  {'namespace':<12} preview")
+        for r in results.results:
+            marks = []
+            if r.superseded_by:
+                marks.append("superseded by " + ", ".join(l.id for l in r.superseded_by))
+            if r.conflicts:
+                marks.append("conflicts " + ", ".join(l.id for l in r.conflicts))
+            if r.supported_by:
+                marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
+            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
+            for mark in marks:
+                lines.append(f"{'':>3}  {'':>8}  {'':<{width}}  {'':<12}   ↳ {mark}")
+    tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
+    if results.truncated and results.truncation:
+        t = results.truncation
+        tail += f", truncated by {t.by} ({t.left_out} left out)"
+    lines.append(tail)
+    return "\n".join(lines)
+
+
+# -- demo ----------------------------------------------------------------------------
+def cmd_demo(args) -> int:
+    from workers.demo import run_demo
+
+    return run_demo(_settings(), rebuild=args.rebuild)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Heavy per-process resources, loaded lazily once: the embedder, the read-only
+store and the vector index (reloaded when the store's generation changes).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from pipeline.embed import Embedder, make_embedder
+from pipeline.settings import Settings, get_settings
+from pipeline.store import Store
+from pipeline.vector import VectorIndex
+
+_lock = threading.RLock()
+_settings: Settings | None = None
+_embedder: Embedder | None = None
+_store: Store | None = None
+_index: VectorIndex | None = None
+
+
+def configure(settings: Settings) -> None:
+    """Use ``settings`` from now on (drops an open store; keeps a compatible model)."""
+    global _settings, _embedder
+    with _lock:
+        if _settings is not None and _embedder is not None and (
+            settings.embedding_model != _settings.embedding_model
+        ):
+            _embedder = None
+        _settings = settings
+        close_store()
+
+
+def settings() -> Settings:
+    global _settings
+    with _lock:
+        if _settings is None:
+            _settings = get_settings()
+        return _settings
+
+
+def embedder() -> Embedder:
+    global _embedder
+    with _lock:
+        if _embedder is None:
+            _embedder = make_embedder(settings())
+        return _embedder
+
+
+class LazyEmbedder:
+    """Loads the model on the first ``embed`` call, so keyword-only batches never do."""
+
+    def embed(self, texts):
+        return embedder().embed(texts)
+
+
+def store() -> Store | None:
+    """The read-only store, or None when none exists yet (an empty store)."""
+    global _store
+    with _lock:
+        if _store is None:
+            path = settings().store_path
+            if not path.exists():
+                return None
+            _store = Store.open(path, read_only=True)
+        return _store
+
+
+def index() -> VectorIndex | None:
+    global _index
+    with _lock:
+        st = store()
+        if st is None:
+            return None
+        generation = st.generation
+        if _index is None or _index.generation != generation:
+            _index = VectorIndex.load(st.con, generation, st.info.embedding_dim)
+        return _index
+
+
+def cursor():
+    """A cursor for this thread on the read-only store, or None."""
+    st = store()
+    return st.cursor() if st is not None else None
+
+
+def close_store() -> None:
+    """Release the store (before this process writes to it, or on shutdown)."""
+    global _store, _index
+    with _lock:
+        if _store is not None:
+            _store.close()
+        _store = None
+        _index = None

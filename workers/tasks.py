@@ -1,0 +1,74 @@
+"""Thin Celery tasks: validate the batch, call the pipeline stage, return JSON."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from pipeline.budget import budget_batch
+from pipeline.contracts import Batch
+from pipeline.embed import embed_batch
+from pipeline.fulltext import fulltext_batch
+from pipeline.fuse import fuse_batch
+from pipeline.graph import augment_batch
+from pipeline.scope import scope_batch
+from pipeline.store import created_at_of
+from pipeline.vector import descend_batch
+
+from . import resources
+from .app import app
+
+
+@contextmanager
+def _cursor():
+    cur = resources.cursor()
+    try:
+        yield cur
+    finally:
+        if cur is not None:
+            cur.close()
+
+
+def _out(batch: Batch) -> dict:
+    return batch.model_dump(mode="json")
+
+
+@app.task(name="search.embed")
+def embed(batch: dict) -> dict:
+    return _out(embed_batch(Batch.model_validate(batch), resources.LazyEmbedder()))
+
+
+@app.task(name="search.descend")
+def descend(batch: dict) -> dict:
+    index = resources.index()
+    with _cursor() as cur:
+        return _out(descend_batch(Batch.model_validate(batch), index, cur, resources.settings().tree))
+
+
+@app.task(name="search.fulltext")
+def fulltext(batch: dict) -> dict:
+    with _cursor() as cur:
+        return _out(fulltext_batch(Batch.model_validate(batch), cur, resources.settings().fulltext))
+
+
+@app.task(name="search.fuse")
+def fuse(parts: list[dict]) -> dict:
+    with _cursor() as cur:
+        created = (lambda ids: created_at_of(cur, ids)) if cur is not None else (lambda ids: {})
+        batch = fuse_batch([Batch.model_validate(p) for p in parts], resources.settings().rrf_k, created)
+    return _out(batch)
+
+
+@app.task(name="search.augment")
+def augment(batch: dict) -> dict:
+    with _cursor() as cur:
+        return _out(augment_batch(Batch.model_validate(batch), cur, resources.settings().preview_chars))
+
+
+@app.task(name="search.scope")
+def scope(batch: dict) -> dict:
+    return _out(scope_batch(Batch.model_validate(batch)))
+
+
+@app.task(name="search.budget")
+def budget(batch: dict) -> dict:
+    return _out(budget_batch(Batch.model_validate(batch)))
