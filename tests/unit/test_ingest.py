@@ -1,0 +1,174 @@
+"""Ingest: validation of every bad line, all-or-nothing writes, updates, the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import ingest
+from pipeline.embed import HashEmbedder
+from pipeline.errors import IngestValidationError, InputError
+from pipeline.stats import store_stats
+from pipeline.store import Store
+from tests.conftest import write_jsonl
+from workers.cli import ingest_file, main
+
+
+def _mem(i, ns="alpha", **kw):
+    rec = {"id": f"m{i}", "namespace": ns, "content": f"memory number {i} about topic {i % 7}",
+           "content_type": "text", "created_at": "2025-01-01T00:00:00Z"}
+    rec.update(kw)
+    return rec
+
+
+def _checksum(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def store_with_base(settings, tmp_path):
+    ingest_file(write_jsonl(tmp_path / "base.jsonl", [_mem(i) for i in range(40)]), settings, progress=False)
+    return settings
+
+
+BAD_LINES = [
+    ("{not json", "<json>", "malformed JSON"),
+    (json.dumps({"content": "no namespace"}), "namespace", "Field required"),
+    (json.dumps({"namespace": 5, "content": "x"}), "namespace", "valid string"),
+    (json.dumps({"namespace": "a", "content": "x", "topics": "deploy"}), "topics", "valid list"),
+    (json.dumps({"namespace": "a", "content": "x" * 30_001}), "content", "over the limit"),
+    (json.dumps({"namespace": "a", "content": "x", "supersedes": ["nope-404"]}), "supersedes", "unknown memory id"),
+    (json.dumps({"namespace": "a", "content": "x", "colour": "red"}), "colour", "Extra inputs"),
+    (json.dumps([1, 2]), "<json>", "JSON object"),
+]
+
+
+@pytest.mark.parametrize("line,field,reason", BAD_LINES)
+def test_each_bad_line_is_reported_and_nothing_is_written(store_with_base, tmp_path, line, field, reason):
+    settings = store_with_base.replace(limits={"max_content_chars": 30_000 - 1})
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(_mem(100)) + "\n" + line + "\n", encoding="utf-8")
+    before = _checksum(settings.store_path)
+    with pytest.raises(IngestValidationError) as info:
+        ingest_file(path, settings, progress=False)
+    errors = info.value.errors
+    assert [(e.line, e.field) for e in errors] == [(2, field)]
+    assert reason in errors[0].reason
+    assert _checksum(settings.store_path) == before
+
+
+def test_duplicate_id_in_one_file_names_both_lines(settings, tmp_path):
+    path = write_jsonl(tmp_path / "dup.jsonl", [_mem(1), _mem(2), _mem(1, content="again")])
+    with pytest.raises(IngestValidationError) as info:
+        ingest_file(path, settings, progress=False)
+    (err,) = info.value.errors
+    assert (err.line, err.field) == (3, "id") and "first on line 1" in err.reason
+    assert not settings.store_path.exists()
+
+
+def test_all_errors_are_collected_not_just_the_first(settings, tmp_path):
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join(["{bad", json.dumps({"content": "x"}), json.dumps(_mem(3)), "[]"]) + "\n")
+    with pytest.raises(IngestValidationError) as info:
+        ingest_file(path, settings, progress=False)
+    assert [e.line for e in info.value.errors] == [1, 2, 4]
+
+
+def test_missing_file_is_an_input_error(settings, tmp_path):
+    with pytest.raises(InputError) as info:
+        ingest_file(tmp_path / "nope.jsonl", settings)
+    assert info.value.field == "FILE"
+
+
+def test_skip_invalid_writes_the_rest_and_reports(settings, tmp_path):
+    records = [_mem(1), {"namespace": "alpha"}, _mem(3, supersedes=["m1"]), _mem(4, supported_by=["ghost"])]
+    report = ingest_file(write_jsonl(tmp_path / "mixed.jsonl", records), settings, skip_invalid=True, progress=False)
+    assert report.inserted == 2
+    assert sorted(e.line for e in report.skipped) == [2, 4]
+    with Store.open(settings.store_path, read_only=True) as store:
+        assert store.existing_ids(["m1", "m3", "m4"]) == {"m1", "m3"}
+
+
+def test_edges_may_point_into_the_store_or_the_same_file(store_with_base, tmp_path):
+    recs = [_mem(100, supersedes=["m1"]), _mem(101, conflicts=["m100"], supported_by=["m2"])]
+    report = ingest_file(write_jsonl(tmp_path / "edges.jsonl", recs), store_with_base, progress=False)
+    assert report.inserted == 2
+    with Store.open(store_with_base.store_path, read_only=True) as store:
+        edges = set(store.con.execute("SELECT src, dst, kind FROM edges").fetchall())
+    assert edges == {("m100", "m1", "supersedes"), ("m101", "m100", "conflicts"), ("m2", "m101", "supports")}
+
+
+def test_reingest_updates_never_duplicates_and_reembeds_only_changes(store_with_base, tmp_path):
+    s = store_with_base
+    recs = [_mem(1), _mem(2, content="completely new words here"), _mem(3, content_type="note")]
+    report = ingest_file(write_jsonl(tmp_path / "upd.jsonl", recs), s, progress=False)
+    assert (report.inserted, report.updated, report.embedded) == (0, 3, 1)
+    with Store.open(s.store_path, read_only=True) as store:
+        assert store.count() == 40
+        row = store.con.execute("SELECT content, content_type FROM memories WHERE id='m2'").fetchone()
+        assert row == ("completely new words here", "text")
+        assert store.con.execute("SELECT content_type FROM memories WHERE id='m3'").fetchone()[0] == "note"
+        emb = store.con.execute("SELECT embedding FROM memories WHERE id='m2'").fetchone()[0]
+        expected = HashEmbedder(64).embed(["completely new words here"])[0]
+        assert max(abs(a - b) for a, b in zip(emb, expected)) < 1e-6
+        leaf_rows = store.con.execute("SELECT count(*), count(DISTINCT memory_id) FROM memory_topics WHERE kind='leaf'").fetchone()
+        assert leaf_rows == (40, 40)
+
+
+def test_derived_ids_are_stable(settings, tmp_path):
+    rec = {"namespace": "alpha", "content": "no id given"}
+    ingest_file(write_jsonl(tmp_path / "a.jsonl", [rec]), settings, progress=False)
+    report = ingest_file(write_jsonl(tmp_path / "b.jsonl", [rec]), settings, progress=False)
+    assert (report.inserted, report.updated) == (0, 1)
+    with Store.open(settings.store_path, read_only=True) as store:
+        assert store.existing_ids([ingest.derive_id("alpha", "no id given")])
+
+
+def test_ingest_reopen_stats(settings, tmp_path):
+    recs = [_mem(i, ns=("alpha" if i % 3 else "beta"), content_type=("code" if i % 2 else "text")) for i in range(150)]
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", recs), settings, progress=False)
+    with Store.open(settings.store_path, read_only=True) as store:
+        stats = store_stats(store)
+    assert stats["memories"] == 150
+    assert stats["by_namespace"] == {"alpha": 100, "beta": 50}
+    assert stats["by_content_type"] == {"code": 75, "text": 75}
+    assert stats["tree"]["memories_in_leaves"] == 150
+    assert 0 < stats["tree"]["largest_leaf"] <= settings.tree.max_leaf_items
+    assert stats["fts"]["fresh"] is True
+
+
+def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp_path, embedded):
+    from workers import resources
+    from workers.api import search
+
+    assert search("ZEBRA_4471", mode="keyword").results == []
+    resources.close_store()
+    ingest_file(write_jsonl(tmp_path / "z.jsonl", [_mem(500, content="saw ZEBRA_4471 in the logs")]),
+                store_with_base, progress=False)
+    res = search("ZEBRA_4471", mode="keyword")
+    assert [r.id for r in res.results] == ["m500"]
+
+
+def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["ingest", str(tmp_path / "missing.jsonl")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "no such file" in err[0]
+        assert main(["search", "x", "--mode", "bogus"]) == 2
+        assert "valid modes: keyword, semantic, hybrid" in capsys.readouterr().err
+        good = write_jsonl(tmp_path / "ok.jsonl", [_mem(1), _mem(2)])
+        assert main(["ingest", str(good), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["inserted"] == 2
+        assert main(["stats", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["memories"] == 2
+        assert main(["config"]) == 0
+    finally:
+        get_settings.cache_clear()
