@@ -1275,10 +1275,15 @@ def _build_messages_everyday(w: _World) -> None:
         subject, concepts = _MEETING_SUBJECTS[si]
         who = _MEETING_PEOPLE[pi]
         text = w.rng.choice(_MEETING_TEMPLATES).format(
-            who=who, Who=_cap(who), subject=subject, date=_wday(_workday(when, w.rng.randint(1, 14))),
-            time=w.rng.choice(("09:30", "10:00", "11:30", "13:00", "14:30", "16:00")), place=w.rng.choice(_MEETING_PLACES),
+            who=who,
+            Who=_cap(who),
+            subject=subject,
+            date=_wday(_workday(when, w.rng.randint(1, 14))),
+            time=w.rng.choice(("09:30", "10:00", "11:30", "13:00", "14:30", "16:00")),
+            place=w.rng.choice(_MEETING_PLACES),
         )
-        w.add("messages", text, w.rng.choice(("text", "note")), when, ("work",), ("meetings", *concepts), source="calendar")
+        ctype = w.rng.choice(("text", "note"))
+        w.add("messages", text, ctype, when, ("work",), ("meetings", *concepts), source="calendar")
     for chat, topics, concepts in _CHATS:
         w.add("messages", chat, "chat", w.at(), topics, concepts, source="chat")
     for fact, topics, concepts in _HOUSEHOLD:
