@@ -24,7 +24,7 @@ class TreeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     branching: int = Field(8, ge=2, le=64, description="children per internal topic when clustering")
-    beam_width: int = Field(4, ge=1, le=1024, description="topics kept per depth during descent")
+    beam_width: int = Field(8, ge=1, le=1024, description="topics kept per depth during descent")
     max_depth: int = Field(12, ge=1, le=64, description="deepest level descent visits")
     max_leaf_items: int = Field(64, ge=2, le=100_000, description="most memories one leaf holds")
     seed: int = Field(0, description="seed of the deterministic clustering")
@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     @property
     def store_path(self) -> Path:
         return self.data_dir / "store.duckdb"
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A validated copy with ``changes`` applied (the environment is not re-read)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
 
     def masked(self) -> dict[str, Any]:
         """Settings as JSON-able data with every secret and URL password masked."""

@@ -1,0 +1,142 @@
+"""LoCoMo retrieval benchmark: quality per mode, descent recall against exact
+search, and ingest throughput against raw embedding, all in one run.
+
+    python -m ops.bench.locomo --data ../shared/data/locomo/locomo10.json --work /tmp/dimple-locomo
+
+Protocol (../shared/data/locomo/README.md): each question is searched in its
+own conversation's namespace; relevant = its evidence turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.embed import make_embedder
+from pipeline.locomo import load_locomo
+from pipeline.metrics import evaluate
+from pipeline.scope import Scope
+from pipeline.settings import Settings
+from pipeline.store import Store
+from pipeline.vector import VectorIndex, descend, exact
+
+
+def build(settings: Settings, data: Path, reuse: bool) -> dict:
+    from workers.cli import ingest_file
+
+    out = {}
+    if reuse and settings.store_path.exists():
+        return out
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.store_path.exists():
+        settings.store_path.unlink()
+    loco = load_locomo(data)
+    path = settings.data_dir / "locomo.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in loco.records), encoding="utf-8")
+    embedder = make_embedder(settings)
+    texts = [r["content"] for r in loco.records]
+    embedder.embed(texts[:64])  # warm-up
+    t0 = time.perf_counter()
+    embedder.embed(texts)
+    raw = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    report = ingest_file(path, settings, progress=False)
+    total = time.perf_counter() - t0
+    out["ingest"] = {
+        "memories": len(texts),
+        "raw_embed_s": round(raw, 2),
+        "ingest_s": round(total, 2),
+        "ingest_embed_s": round(report.seconds["embed"], 2),
+        "store_tree_index_s": round(total - report.seconds["embed"], 2),
+        "overhead_vs_raw_embed": round(total / raw - 1, 3),
+    }
+    return out
+
+
+def quality(settings: Settings, data: Path, limit: int | None) -> dict:
+    import workers
+    from workers.api import search_many
+
+    workers.configure(settings)
+    loco = load_locomo(data)
+    queries = loco.queries[:limit] if limit else loco.queries
+    qrels = {q["id"]: loco.qrels[q["id"]] for q in queries}
+    out = {}
+    for mode in ("keyword", "semantic", "hybrid"):
+        asks = [{"query": q["text"], "namespace": q["namespace"], "mode": mode, "max_units": 50} for q in queries]
+        t0 = time.perf_counter()
+        res = search_many(asks)
+        secs = time.perf_counter() - t0
+        run = {q["id"]: [r.id for r in rs.results] for q, rs in zip(queries, res)}
+        figures = evaluate(run, qrels)
+        figures["queries_per_s"] = len(queries) / secs
+        out[mode] = {k: round(v, 4) for k, v in figures.items()}
+        print(mode, out[mode], file=sys.stderr, flush=True)
+    return out
+
+
+def descent_recall(settings: Settings, data: Path, limit: int | None) -> dict:
+    from workers import resources
+
+    loco = load_locomo(data)
+    queries = loco.queries[:limit] if limit else loco.queries
+    embedder = resources.embedder()
+    with Store.open(settings.store_path, read_only=True) as store:
+        index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
+    vectors = embedder.embed([q["text"] for q in queries])
+    recalls, scored, t_desc, t_exact = [], [], [], []
+    tree = settings.tree
+    for q, vec in zip(queries, vectors):
+        scope = Scope(namespace=q["namespace"])
+        t0 = time.perf_counter()
+        hits, profile = descend(index, vec, index.start_topics(scope), beam_width=tree.beam_width,
+                                max_depth=tree.max_depth, top_k=10)
+        t_desc.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ref = exact(index, vec, scope, 10)
+        t_exact.append(time.perf_counter() - t0)
+        recalls.append(len({h for h, _ in hits} & {h for h, _ in ref}) / max(len(ref), 1))
+        scored.append(profile["memories_scored"])
+    return {
+        "queries": len(queries),
+        "recall@10_vs_exact": round(float(np.mean(recalls)), 4),
+        "memories_scored_mean": round(float(np.mean(scored)), 1),
+        "memories_scored_max": int(np.max(scored)),
+        "bound_beam_x_leaf": tree.beam_width * tree.max_leaf_items,
+        "namespace_size_mean": round(index.size / max(len(index.namespaces), 1), 1),
+        "descent_p50_ms": round(float(np.median(t_desc)) * 1000, 3),
+        "exact_p50_ms": round(float(np.median(t_exact)) * 1000, 3),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ops.bench.locomo")
+    p.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[3] / "shared/data/locomo/locomo10.json")
+    p.add_argument("--work", type=Path, default=Path("/tmp/dimple-locomo"))
+    p.add_argument("--reuse", action="store_true", help="keep an existing store (skips the ingest benchmark)")
+    p.add_argument("--limit", type=int, help="first N questions only")
+    p.add_argument("--out", type=Path, help="write the JSON report here")
+    args = p.parse_args(argv)
+    if not args.data.is_file():
+        print(f"LoCoMo not found at {args.data}", file=sys.stderr)
+        return 2
+    settings = Settings().replace(data_dir=args.work)
+    report = {"settings": {"tree": settings.tree.model_dump(), "rrf_k": settings.rrf_k,
+                           "weights": [settings.vector_weight, settings.fts_weight]}}
+    report.update(build(settings, args.data, args.reuse))
+    report["descent"] = descent_recall(settings, args.data, args.limit)
+    report["quality"] = quality(settings, args.data, args.limit)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""LoCoMo end to end with the real model (slow tier; needs ../shared/data).
+
+Ingest 5,882 turns, check the store's shape, and check that beam descent keeps
+the seed's bound while finding what exact cosine search finds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.locomo import load_locomo
+from pipeline.scope import Scope
+from pipeline.settings import Settings
+from pipeline.stats import store_stats
+from pipeline.store import Store
+from pipeline.vector import VectorIndex, descend, exact
+
+pytestmark = pytest.mark.slow
+
+LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
+
+
+@pytest.fixture(scope="module")
+def locomo_store(tmp_path_factory):
+    if not LOCOMO.is_file():
+        pytest.skip("LoCoMo data not present (../shared/data/locomo)")
+    import json
+
+    from workers.cli import ingest_file
+
+    loco = load_locomo(LOCOMO)
+    work = tmp_path_factory.mktemp("locomo")
+    path = work / "locomo.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in loco.records), encoding="utf-8")
+    settings = Settings(data_dir=work, _env_file=None)
+    ingest_file(path, settings, progress=False)
+    return settings, loco
+
+
+def test_locomo_ingest_then_stats(locomo_store):
+    settings, _ = locomo_store
+    with Store.open(settings.store_path, read_only=True) as store:
+        stats = store_stats(store)
+    assert stats["memories"] == 5882
+    assert stats["namespaces"] == 10
+    assert stats["tree"]["memories_in_leaves"] == 5882
+    assert stats["tree"]["largest_leaf"] <= settings.tree.max_leaf_items
+    assert stats["fts"]["fresh"] is True
+
+
+def test_descent_is_bounded_and_matches_exact_search(locomo_store):
+    from pipeline.embed import make_embedder
+
+    settings, loco = locomo_store
+    queries = loco.queries[::3]  # 512 questions spread over all conversations
+    vectors = make_embedder(settings).embed([q["text"] for q in queries])
+    with Store.open(settings.store_path, read_only=True) as store:
+        index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
+    bound = settings.tree.beam_width * settings.tree.max_leaf_items
+    recalls = []
+    for q, vec in zip(queries, vectors):
+        scope = Scope(namespace=q["namespace"])
+        hits, profile = descend(index, vec, index.start_topics(scope), beam_width=settings.tree.beam_width,
+                                max_depth=settings.tree.max_depth, top_k=10)
+        assert profile["memories_scored"] <= bound
+        assert all(h.split(":")[0] == q["namespace"] for h, _ in hits)
+        ref = {h for h, _ in exact(index, vec, scope, 10)}
+        recalls.append(len({h for h, _ in hits} & ref) / len(ref))
+    assert float(np.mean(recalls)) >= 0.95
