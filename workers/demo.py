@@ -18,7 +18,7 @@ SHOWCASE = 3
 
 
 def demo_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"data_dir": settings.data_dir / "demo"})
+    return settings.replace(data_dir=settings.data_dir / "demo")
 
 
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:

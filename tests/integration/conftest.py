@@ -18,7 +18,7 @@ class DemoStore:
     files: dict[str, Path]
 
     def with_broker(self, url: str) -> Settings:
-        return self.settings.model_copy(update={"broker_url": url})
+        return self.settings.replace(broker_url=url)
 
 
 @pytest.fixture(scope="session")
