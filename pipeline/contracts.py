@@ -257,6 +257,8 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         raise InputError("query", "must be a string")
     if "\x00" in text:
         raise InputError("query", "must not contain NUL characters")
+    if not text.strip():
+        raise InputError("query", "must not be empty")
     if len(text) > settings.limits.max_query_chars:
         raise InputError("query", f"{len(text)} characters, over the limit of {settings.limits.max_query_chars}")
     if options is None:

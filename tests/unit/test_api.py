@@ -1,0 +1,117 @@
+"""The Python API in embedded mode: edge cases a caller hits, and maxMs."""
+
+from __future__ import annotations
+
+import time
+
+import duckdb
+import pytest
+
+from pipeline.errors import InputError
+from tests.conftest import write_jsonl
+from workers.cli import ingest_file
+
+
+def _store(settings, tmp_path, n=60):
+    recs = [{"id": f"m{i}", "namespace": "ns-a" if i % 2 else "ns-b",
+             "content": f"note {i} about deploy window and redis host db-{i}"} for i in range(n)]
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", recs), settings, progress=False)
+
+
+def test_empty_store_gives_an_empty_result(embedded):
+    from workers.api import search
+
+    res = search("anything at all")
+    assert res.results == [] and res.truncated is False
+    assert res.mode == "hybrid"
+
+
+def test_unknown_namespace_gives_an_empty_result(embedded, tmp_path):
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    assert search("deploy window", namespace="no-such-namespace").results == []
+    assert search("deploy window", namespace="ns-a").results  # and the known one answers
+
+
+@pytest.mark.parametrize(
+    "query,options,field",
+    [
+        ("", {}, "query"),
+        ("   ", {}, "query"),
+        ("x" * 10_001, {}, "query"),
+        ("ok", {"mode": "fuzzy"}, "mode"),
+        ("ok", {"max_units": -1}, "max_units"),
+        ("ok", {"max_chars": 0}, "max_chars"),
+        ("ok", {"max_ms": -5}, "max_ms"),
+        ("ok", {"recency_boost": -1}, "recency_boost"),
+        ("ok", {"colour": "red"}, "colour"),
+        (42, {}, "query"),
+    ],
+)
+def test_bad_input_is_a_typed_error_naming_the_field(embedded, query, options, field):
+    from workers.api import search
+
+    with pytest.raises(InputError) as info:
+        search(query, **options)
+    assert info.value.field == field
+
+
+def test_ten_thousand_character_query_is_answered(embedded, tmp_path):
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    res = search(("deploy window " * 800)[:10_000], max_units=3)
+    assert len(res.results) == 3
+
+
+def test_modes_record_the_legs_that_ran(embedded, tmp_path):
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    for mode in ("keyword", "semantic", "hybrid"):
+        res = search("redis host", mode=mode)
+        assert res.mode == mode and res.requested_mode.value == mode
+    keyword = search("redis host", mode="keyword")
+    assert keyword.legs["vector"]["ran"] is False and "embed" not in keyword.timings
+    assert all(set(r.ranks) == {"fts"} for r in keyword.results)
+
+
+def test_identifier_query_returns_its_memory_first(embedded, tmp_path):
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    for ident, expected in (("db-17", "m17"), ("db-42", "m42")):
+        assert search(ident, mode="keyword").results[0].id == expected
+
+
+def test_max_ms_holds_when_a_leg_is_slow(embedded, tmp_path, monkeypatch):
+    """A full-text leg that would run for minutes is cut at the deadline."""
+    from pipeline import fulltext
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+
+    def slow_search(con, text, scope, limit, settings):
+        con.execute("SELECT count(*) FROM range(100000000000) t(a) WHERE a % 7 = 3").fetchall()
+        return []
+
+    monkeypatch.setattr(fulltext, "search", slow_search)
+    t0 = time.perf_counter()
+    res = search("deploy window", max_ms=400)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 5.0  # minutes of work without the deadline
+    assert res.truncated and res.truncation.by == "maxMs"
+    assert res.legs["fts"]["timed_out"] is True
+    assert res.mode == "semantic"  # the leg that finished in time is what was served
+    assert res.results  # and its results are served
+
+
+def test_search_async_returns_results_in_embedded_mode(embedded, tmp_path):
+    from workers.api import search, search_async
+
+    _store(embedded, tmp_path)
+    handle = search_async("redis host", namespace="ns-a")
+    got = handle.get(timeout=10)
+    assert [r.id for r in got.results] == [r.id for r in search("redis host", namespace="ns-a").results]
+    assert all(r.namespace == "ns-a" for r in got.results)
