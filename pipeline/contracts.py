@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import InputError
+from .identity import text_identity
 from .settings import Settings
 
 LEGS = ("vector", "fts")
@@ -110,6 +111,13 @@ class Query(_Strict):
     max_chars: int | None = None
     max_ms: int | None = None
     vector: list[float] | None = None
+    identity: str = Field("", description="FNV-1a 64 (hex) of the text, or of the vector in semantic mode")
+    identity_of: Literal["text", "vector"] = "text"
+
+    @property
+    def started_utc(self) -> datetime:
+        """When the query started, naive UTC: the default 'now' for recency."""
+        return datetime.fromtimestamp(self.started_at, timezone.utc).replace(tzinfo=None)
 
     @property
     def deadline(self) -> float | None:
@@ -283,6 +291,7 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
     budget = settings.budget
     return Query(
         text=text,
+        identity=text_identity(text),
         options=options,
         weights=weights,
         top_k=options.top_k or settings.leg_top_k,

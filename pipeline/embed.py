@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .contracts import Batch, LegRun
+from .identity import vector_identity
 from .settings import PACKAGED_MODEL, Settings
 
 
@@ -124,6 +125,9 @@ def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
         vectors = embedder.embed([s.query.text for s in todo])
         for state, vec in zip(todo, vectors):
             state.query.vector = vec.tolist()
+            if not state.query.wants("fts"):  # semantic: the vector is the query's identity
+                state.query.identity = vector_identity(vec)
+                state.query.identity_of = "vector"
     ms = round((time.perf_counter() - t0) * 1000, 3)
     for state in todo:
         state.timings["embed"] = ms

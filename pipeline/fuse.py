@@ -13,7 +13,6 @@ from typing import Callable
 
 from .contracts import LEGS, Batch, Fused, LegRun, QueryState
 from .recency import apply_recency
-from .store import utcnow
 
 
 def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int) -> list[Fused]:
@@ -70,7 +69,7 @@ def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], 
         boost = state.query.options.recency_boost
         if boost > 0 and state.fused:
             t0 = time.perf_counter()
-            now = state.query.options.now or utcnow()
+            now = state.query.options.now or state.query.started_utc
             state.fused = apply_recency(state.fused, created_at_of([f.id for f in state.fused]), boost, now)
             state.timings["recency"] = round((time.perf_counter() - t0) * 1000, 3)
     return batch

@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     task_timeout_s: float = Field(120.0, gt=0, description="how long a caller waits for a query")
 
     store_query_text: bool = Field(True, description="keep query text in the audit log")
+    audit_enabled: bool = Field(True, description="write one retrieval_log row per query")
+    audit_max_retries: int = Field(8, ge=0, le=100, description="audit.write retries before dead-lettering")
+    audit_backoff_max_s: float = Field(60.0, gt=0, description="cap of the exponential retry backoff")
+    visibility_timeout_s: int = Field(
+        3600, ge=1, description="Redis redelivery delay of unacked tasks; must exceed the longest task and backoff"
+    )
     log_level: str = Field("INFO")
 
     @field_validator("data_dir", mode="after")
@@ -124,6 +130,14 @@ class Settings(BaseSettings):
     @property
     def store_path(self) -> Path:
         return self.data_dir / "store.duckdb"
+
+    @property
+    def audit_path(self) -> Path:
+        return self.data_dir / "audit.duckdb"
+
+    @property
+    def dead_letter_dir(self) -> Path:
+        return self.data_dir / "audit-dead-letters"
 
     def replace(self, **changes: Any) -> "Settings":
         """A validated copy with ``changes`` applied (the environment is not re-read)."""

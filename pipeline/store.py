@@ -34,10 +34,10 @@ def fts_extension_path() -> Path:
     return path
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, file name, SQL text) of every schema file, in order."""
+def migrations(package: str = "schema") -> list[tuple[int, str, str]]:
+    """(version, file name, SQL text) of every schema file of ``package``, in order."""
     found = []
-    for entry in importlib.resources.files("schema").iterdir():
+    for entry in importlib.resources.files(package).iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
@@ -48,8 +48,8 @@ def migrations() -> list[tuple[int, str, str]]:
     return found
 
 
-def latest_schema_version() -> int:
-    return migrations()[-1][0]
+def latest_schema_version(package: str = "schema") -> int:
+    return migrations(package)[-1][0]
 
 
 def utcnow() -> datetime:
@@ -185,6 +185,22 @@ def _sql_quote(text: str) -> str:
     return text.replace("'", "''")
 
 
+def migrate_package(con: duckdb.DuckDBPyConnection, package: str) -> int:
+    """Bring a database without embeddings (the audit store) to ``package``'s latest version.
+
+    Raises ``SchemaTooNewError`` for a file written by a newer dimple.
+    """
+    version = _current_version(con)
+    latest = latest_schema_version(package)
+    if version > latest:
+        raise SchemaTooNewError(
+            f"database has schema version {version}, newer than this dimple understands ({latest})"
+        )
+    if version < latest:
+        _migrate(con, version, 1, package)
+    return latest
+
+
 def _current_version(con: duckdb.DuckDBPyConnection) -> int:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
@@ -195,8 +211,8 @@ def _current_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0] or 0)
 
 
-def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int) -> None:
-    """Apply every migration above ``current`` in one transaction."""
+def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int, package: str = "schema") -> None:
+    """Apply every migration of ``package`` above ``current`` in one transaction."""
     if not (1 <= dim <= 8192):
         raise StoreError(f"embedding dimension {dim} out of range")
     con.execute("BEGIN TRANSACTION")
@@ -205,7 +221,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int) -> None:
             "CREATE TABLE IF NOT EXISTS schema_version ("
             "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
         )
-        for version, name, sql in migrations():
+        for version, name, sql in migrations(package):
             if version <= current:
                 continue
             # {dim} is the only template slot: an int checked above, never user text.

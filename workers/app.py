@@ -43,7 +43,8 @@ def conf_for(settings: Settings) -> dict:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         result_expires=24 * 3600,
         broker_connection_retry_on_startup=True,
         # Flower sees every stage with its arguments and runtime.

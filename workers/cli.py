@@ -79,6 +79,26 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
+    s = sub.add_parser("audit", help="the retrieval log: tail, show, explain, failed, retry")
+    asub = s.add_subparsers(metavar="ACTION")
+    a = asub.add_parser("tail", help="the last N rows")
+    a.add_argument("-n", type=int, default=10)
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_audit_tail)
+    a = asub.add_parser("show", help="one row in full (JSON)")
+    a.add_argument("query_id")
+    a.set_defaults(func=cmd_audit_show)
+    a = asub.add_parser("explain", help="why each result was served, and whether a re-run gives the same list")
+    a.add_argument("query_id")
+    a.add_argument("--no-replay", action="store_true", help="do not re-run the query")
+    a.add_argument("--json", action="store_true")
+    a.set_defaults(func=cmd_audit_explain)
+    a = asub.add_parser("failed", help="rows whose writes ran out of retries (dead letters)")
+    a.set_defaults(func=cmd_audit_failed)
+    a = asub.add_parser("retry", help="write the dead letters now (once each)")
+    a.set_defaults(func=cmd_audit_retry)
+    s.set_defaults(func=lambda args: (s.print_help(), EXIT_USER)[1])
+
     s = sub.add_parser("demo", help="build the demo store, run its queries, show results and quality")
     s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
     s.set_defaults(func=cmd_demo)
@@ -233,6 +253,112 @@ def format_results(results) -> str:
         tail += f", truncated by {t.by} ({t.left_out} left out)"
     lines.append(tail)
     return "\n".join(lines)
+
+
+# -- audit ---------------------------------------------------------------------------
+def _audit_row(settings, query_id: str):
+    from pipeline import audit
+
+    row = audit.get(settings.audit_path, query_id)
+    if row is None:
+        raise InputError("QUERY_ID", f"no audit row for query {query_id!r} in {settings.audit_path}")
+    return row
+
+
+def cmd_audit_tail(args) -> int:
+    from pipeline import audit
+
+    settings = _settings()
+    rows = audit.tail(settings.audit_path, max(args.n, 0))
+    for row in rows:
+        if args.json:
+            print(row.model_dump_json())
+        else:
+            cut = f" truncated by {row.truncation['by']}" if row.truncated and row.truncation else ""
+            text = (row.query_text or "<text not stored>")[:60]
+            print(f"{row.logged_at:%Y-%m-%d %H:%M:%S} {row.query_id} {row.mode:<8} {row.result_count:>3} results "
+                  f"{row.total_ms:>8.1f} ms{cut}  {text!r}")
+    return 0
+
+
+def cmd_audit_show(args) -> int:
+    settings = _settings()
+    print(_audit_row(settings, args.query_id).model_dump_json(indent=2))
+    return 0
+
+
+def cmd_audit_explain(args) -> int:
+    from pipeline import audit
+
+    settings = _settings()
+    row = _audit_row(settings, args.query_id)
+    paths = audit.explain(row)
+    replay = None if args.no_replay else replay_row(row)
+    if args.json:
+        print(json.dumps({"query_id": row.query_id, "results": paths, "truncation": row.truncation,
+                          "replay": replay}, indent=2, default=str))
+        return 0
+    print(f"query {row.query_id} ({row.mode}, hash {row.query_hash} of the {row.hash_of}): {row.query_text!r}")
+    legs = row.query_profile.get("legs", {})
+    for name, leg in legs.items():
+        print(f"  leg {name}: ran={leg['ran']} weight={leg['weight']} hits={leg['hits']} top={leg['top_scores'][:3]}")
+    for p in paths:
+        contrib = " + ".join(f"{leg} {w:.5f} (rank {p['leg_ranks'][leg]})" for leg, w in p["rrf_contributions"].items())
+        boost = row.options.get("recency_boost") or 0
+        recency = f" x (1 + {boost} x recency {p['recency_factor']:.3f})" if p["recency_factor"] is not None else ""
+        print(f"  #{p['rank']:<3} {p['id']}: rrf {p['rrf']:.5f} = {contrib}{recency} -> {p['score']:.5f}")
+    if row.truncated and row.truncation:
+        t = row.truncation
+        print(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))
+    if replay is not None:
+        print(f"  replay now: {replay['verdict']}")
+        for line in replay["changes"]:
+            print(f"    {line}")
+    return 0
+
+
+def replay_row(row) -> dict[str, Any]:
+    """Re-run a logged query with its recorded options; compare the served list."""
+    if row.query_text is None:
+        return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
+    from workers.api import search
+
+    options = {k: v for k, v in row.options.items() if v not in (None, [], {})}
+    options["mode"] = row.requested_mode
+    now = search(row.query_text, **options)
+    before = [s["id"] for s in row.sources]
+    after = [r.id for r in now.results]
+    changes = []
+    for i, mid in enumerate(after, start=1):
+        if mid not in before:
+            changes.append(f"+ {mid} now at rank {i}")
+        elif before.index(mid) + 1 != i:
+            changes.append(f"~ {mid} moved {before.index(mid) + 1} -> {i}")
+    changes += [f"- {mid} (was rank {before.index(mid) + 1}) no longer served" for mid in before if mid not in after]
+    return {"verdict": "same list" if before == after else f"{len(changes)} change(s)", "changes": changes,
+            "replay_query_id": now.query_id}
+
+
+def cmd_audit_failed(args) -> int:
+    from pipeline import audit
+
+    settings = _settings()
+    letters = audit.dead_letters(settings.dead_letter_dir)
+    for _, error, row in letters:
+        print(f"{row.query_id} {row.logged_at:%Y-%m-%d %H:%M:%S} {error}")
+    print(f"{len(letters)} audit row(s) waiting in {settings.dead_letter_dir}")
+    return 0
+
+
+def cmd_audit_retry(args) -> int:
+    from pipeline import audit
+
+    settings = _settings()
+    written, present, errors = audit.retry_dead_letters(settings.dead_letter_dir, settings.audit_path)
+    print(f"written {written}, already present {present}, still failing {len(errors)}")
+    for e in errors:
+        print(f"  {e}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 # -- demo ----------------------------------------------------------------------------

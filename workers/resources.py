@@ -84,8 +84,14 @@ def cursor():
 
 
 def close_store() -> None:
-    """Release the store (before this process writes to it, or on shutdown)."""
+    """Release the store (before this process writes to it, or on shutdown).
+
+    Pending embedded audit rows are written first: they belong to this data dir.
+    """
     global _store, _index
+    from . import audit
+
+    audit.flush()
     with _lock:
         if _store is not None:
             _store.close()

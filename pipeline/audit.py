@@ -1,0 +1,265 @@
+"""The audit trail: one ``retrieval_log`` row per query, written off the query
+path, and the "why" reconstructible from that row alone.
+
+Rows live in their own DuckDB file (``audit.duckdb``), so a query never waits
+on the memory store's lock and the store's readers never wait on audit writes.
+The writer opens the file, writes and closes (a few ms), so readers such as
+``dimple audit tail`` get their turn between writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, ConfigDict, Field
+
+from .contracts import QueryState
+from .errors import DimpleError
+from .identity import fnv1a64, text_identity, vector_identity  # noqa: F401 (re-exported)
+from .store import migrate_package
+
+class AuditWriteError(DimpleError):
+    """An audit row could not be written."""
+
+
+class AuditStoreUnavailable(AuditWriteError):
+    """The audit store cannot be opened or written (lock, permissions, disk)."""
+
+
+class AuditRetriesExhausted(AuditWriteError):
+    """Every retry failed; the row went to the dead-letter folder."""
+
+
+class AuditRecord(BaseModel):
+    """One ``retrieval_log`` row, as it travels to ``audit.write`` (JSON)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: str
+    logged_at: datetime
+    query_hash: str
+    hash_of: str
+    mode: str
+    requested_mode: str
+    query_text: str | None
+    options: dict[str, Any]
+    query_profile: dict[str, Any]
+    sources: list[dict[str, Any]]
+    result_count: int
+    truncated: bool
+    truncation: dict[str, Any] | None = None
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    total_ms: float
+    rrf_k: int
+
+
+def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None) -> AuditRecord:
+    """The audit row for a finished query state."""
+    q = state.query
+    legs = {}
+    for name, leg in sorted(state.legs.items()):
+        legs[name] = {
+            "ran": leg.ran,
+            "weight": q.weights.get(name, 0.0),
+            "hits": len(leg.hits),
+            "top_scores": [round(h.score, 6) for h in leg.hits[:5]],
+            "profile": leg.profile,
+        }
+    options = q.options.model_dump(mode="json")
+    options.update({"max_units": q.max_units, "max_chars": q.max_chars, "max_ms": q.max_ms, "top_k": q.top_k})
+    if options.get("now") is None:  # recency was measured from the start: record it so replays match
+        options["now"] = q.started_utc.isoformat()
+    sources = [
+        {
+            "id": r.id,
+            "rank": r.rank,
+            "ranks": r.ranks,
+            "rrf": r.rrf,
+            "recency_factor": r.recency_factor,
+            "score": r.score,
+            "chars": len(r.content),
+        }
+        for r in state.results
+    ]
+    end = now if now is not None else time.time()
+    return AuditRecord(
+        query_id=q.id,
+        logged_at=q.started_utc,
+        query_hash=q.identity,
+        hash_of=q.identity_of,
+        mode=state.mode,
+        requested_mode=q.options.mode.value,
+        query_text=q.text if store_text else None,
+        options=options,
+        query_profile={"legs": legs, "weights": q.weights, "scope_dropped": state.scope_dropped},
+        sources=sources,
+        result_count=len(state.results),
+        truncated=state.truncated,
+        truncation=state.truncation.model_dump(mode="json") if state.truncation else None,
+        latency_ms=state.timings,
+        total_ms=round((end - q.started_at) * 1000.0, 3),
+        rrf_k=rrf_k,
+    )
+
+
+def log_line(record: AuditRecord) -> str:
+    """The synchronous ``hybrid.search`` line: key=value, one per query."""
+    legs = record.query_profile.get("legs", {})
+    counts = ",".join(f"{name}:{leg['hits']}" for name, leg in legs.items() if leg.get("ran"))
+    return (
+        f"hybrid.search query_id={record.query_id} hash={record.query_hash} mode={record.mode} "
+        f"legs={counts or '-'} results={record.result_count} truncated={str(record.truncated).lower()} "
+        f"latency_ms={record.total_ms:.1f}"
+    )
+
+
+# -- the audit store ------------------------------------------------------------
+_COLUMNS = list(AuditRecord.model_fields)
+_JSON_COLUMNS = {"options", "query_profile", "sources", "truncation", "latency_ms"}
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    try:
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return duckdb.connect(str(path), read_only=read_only)
+    except (duckdb.IOException, OSError, duckdb.Error) as exc:
+        raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
+
+
+def write_record(path: Path, record: AuditRecord) -> bool:
+    """Insert ``record`` unless its query id is already there. True when inserted.
+
+    Idempotent by query id, so a redelivered ``audit.write`` never adds a row.
+    """
+    con = _connect(path, read_only=False)
+    try:
+        migrate_package(con, "schema.audit")
+        row = record.model_dump(mode="json")
+        values = [json.dumps(row[c]) if c in _JSON_COLUMNS and row[c] is not None else row[c] for c in _COLUMNS]
+        placeholders = ", ".join("?" for _ in _COLUMNS)
+        before = con.execute("SELECT count(*) FROM retrieval_log WHERE query_id = ?", [record.query_id]).fetchone()[0]
+        if before:
+            return False
+        con.execute(
+            f"INSERT INTO retrieval_log ({', '.join(_COLUMNS)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING",
+            values,
+        )
+        return True
+    except duckdb.Error as exc:
+        raise AuditStoreUnavailable(f"cannot write audit store {path}: {exc}") from exc
+    finally:
+        con.close()
+
+
+def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
+    if not path.exists():
+        return []
+    last: Exception | None = None
+    for attempt in range(50):  # the writer holds the file for a few ms at a time
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+            break
+        except duckdb.IOException as exc:
+            last = exc
+            time.sleep(0.02 * (attempt + 1))
+    else:
+        raise AuditStoreUnavailable(f"audit store {path} stayed locked: {last}")
+    try:
+        cur = con.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        out = []
+        for values in cur.fetchall():
+            row = dict(zip(names, values))
+            for c in _JSON_COLUMNS:
+                if isinstance(row.get(c), str):
+                    row[c] = json.loads(row[c])
+            out.append(AuditRecord.model_validate(row))
+        return out
+    finally:
+        con.close()
+
+
+def tail(path: Path, n: int) -> list[AuditRecord]:
+    rows = _rows(path, f"SELECT {', '.join(_COLUMNS)} FROM retrieval_log ORDER BY logged_at DESC, query_id LIMIT ?", [n])
+    return list(reversed(rows))
+
+
+def get(path: Path, query_id: str) -> AuditRecord | None:
+    rows = _rows(path, f"SELECT {', '.join(_COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
+    return rows[0] if rows else None
+
+
+def count(path: Path) -> tuple[int, int]:
+    """(rows, distinct query ids): equal unless something went wrong."""
+    if not path.exists():
+        return 0, 0
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT count(*), count(DISTINCT query_id) FROM retrieval_log").fetchone()
+    finally:
+        con.close()
+
+
+# -- dead letters -------------------------------------------------------------------
+def dead_letter(folder: Path, record: AuditRecord, error: str) -> Path:
+    """Keep a row whose retries ran out, with the error, for ``dimple audit retry``."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{record.query_id}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"error": error, "record": record.model_dump(mode="json")}), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def dead_letters(folder: Path) -> list[tuple[Path, str, AuditRecord]]:
+    if not folder.exists():
+        return []
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        out.append((path, data["error"], AuditRecord.model_validate(data["record"])))
+    return out
+
+
+def retry_dead_letters(folder: Path, audit_path: Path) -> tuple[int, int, list[str]]:
+    """Write every dead letter (idempotently); returns (written, already there, errors)."""
+    written = present = 0
+    errors = []
+    for path, _, record in dead_letters(folder):
+        try:
+            if write_record(audit_path, record):
+                written += 1
+            else:
+                present += 1
+            path.unlink()
+        except AuditWriteError as exc:
+            errors.append(f"{record.query_id}: {exc}")
+    return written, present, errors
+
+
+# -- explain --------------------------------------------------------------------------
+def explain(record: AuditRecord) -> list[dict[str, Any]]:
+    """Each result's path, from the row alone: leg ranks, RRF contribution per
+    leg (``w / (k + rank)``), recency factor, final score and rank."""
+    weights = record.query_profile.get("weights", {})
+    out = []
+    for src in record.sources:
+        contributions = {
+            leg: weights.get(leg, 1.0) / (record.rrf_k + rank) for leg, rank in sorted(src["ranks"].items())
+        }
+        out.append({
+            "rank": src["rank"],
+            "id": src["id"],
+            "leg_ranks": src["ranks"],
+            "rrf_contributions": contributions,
+            "rrf": src["rrf"],
+            "recency_factor": src["recency_factor"],
+            "score": src["score"],
+        })
+    return out

@@ -1,0 +1,291 @@
+"""Scoping: no result and no graph link outside the query's scope, ever.
+
+Hand-built states for ``in_scope`` / ``scope_batch``, then a property over
+random stores run through the real in-process pipeline."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from pipeline import ingest
+from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result
+from pipeline.embed import HashEmbedder
+from pipeline.scope import Scope, in_scope, scope_batch, scope_of
+from pipeline.settings import Settings, TreeSettings
+from pipeline.store import Store
+from pipeline.tree import load_tree
+
+
+def _link(mid, ns="a", ctype="code", topics=(), concepts=()):
+    return GraphLink(id=mid, preview=mid, namespace=ns, content_type=ctype, topics=list(topics), concepts=list(concepts))
+
+
+def _result(rank, mid, ns="a", ctype="code", topics=("t1",), concepts=("c1",), **links):
+    return Result(
+        rank=rank, id=mid, score=1.0, rrf=1.0, namespace=ns, content_type=ctype,
+        created_at=datetime(2025, 1, 1), content=mid, preview=mid,
+        topics=list(topics), concepts=list(concepts), **links,
+    )
+
+
+def _state(options: dict, results: list[Result]) -> QueryState:
+    return QueryState(query=Query(id="q", text="t", options=QueryOptions(**options)), results=results)
+
+
+# -- in_scope ------------------------------------------------------------------------
+def test_empty_scope_lets_everything_through():
+    assert Scope().empty
+    assert in_scope(_result(1, "m", ns="zz", ctype="x", topics=(), concepts=()), Scope())
+
+
+@pytest.mark.parametrize(
+    "scope,inside",
+    [
+        (Scope(namespace="a"), True),
+        (Scope(namespace="b"), False),
+        (Scope(content_types=("code",)), True),
+        (Scope(content_types=("text", "code")), True),
+        (Scope(content_types=("text",)), False),
+        (Scope(topics=("t1",)), True),
+        (Scope(topics=("t9", "t1")), True),  # any one topic is enough
+        (Scope(topics=("t9",)), False),
+        (Scope(concepts=("c1",)), True),
+        (Scope(concepts=("c2",)), False),
+        (Scope(namespace="a", content_types=("code",), topics=("t1",), concepts=("c1",)), True),
+        (Scope(namespace="a", content_types=("code",), topics=("t1",), concepts=("c2",)), False),  # all must hold
+    ],
+)
+def test_in_scope_each_filter(scope, inside):
+    item = _result(1, "m", ns="a", ctype="code", topics=("t1", "t2"), concepts=("c1",))
+    assert in_scope(item, scope) is inside
+    link = _link("m", ns="a", ctype="code", topics=("t1", "t2"), concepts=("c1",))
+    assert in_scope(link, scope) is inside
+
+
+def test_memory_without_topics_is_outside_a_topic_scope():
+    assert not in_scope(_result(1, "m", topics=()), Scope(topics=("t1",)))
+    assert not in_scope(_link("m", concepts=()), Scope(concepts=("c1",)))
+
+
+def test_scope_of_reads_the_query_options():
+    q = Query(text="t", options=QueryOptions(namespace="a", topics=["y", "x"], content_type="code", concepts=["c"]))
+    assert scope_of(q) == Scope(namespace="a", topics=("x", "y"), content_types=("code",), concepts=("c",))
+
+
+# -- scope_batch ---------------------------------------------------------------------
+def test_scope_batch_drops_results_and_links_and_renumbers():
+    good = dict(ns="a", ctype="code", topics=("t1",), concepts=("c1",))
+    links_in = _link("in", ns="a", ctype="code", topics=("t1",), concepts=("c1",))
+    results = [
+        _result(1, "other-ns", ns="b"),
+        _result(2, "keep1",
+                superseded_by=[links_in, _link("sup-other-ns", ns="b", topics=("t1",), concepts=("c1",))],
+                conflicts=[_link("con-text", ctype="text", topics=("t1",), concepts=("c1",)), links_in],
+                supported_by=[_link("sup-no-topic", concepts=("c1",)), _link("sup-no-concept", topics=("t1",))]),
+        _result(3, "wrong-type", ctype="text"),
+        _result(4, "wrong-topic", topics=("t2",)),
+        _result(5, "wrong-concept", concepts=("c2",)),
+        _result(6, "keep2", **{k: v for k, v in good.items() if k != "ns"}),
+    ]
+    state = _state({"namespace": "a", "content_type": "code", "topics": ["t1"], "concepts": ["c1"]}, results)
+    out = scope_batch(Batch(states=[state])).states[0]
+    assert [(r.rank, r.id) for r in out.results] == [(1, "keep1"), (2, "keep2")]
+    keep1 = out.results[0]
+    assert [l.id for l in keep1.superseded_by] == ["in"]
+    assert [l.id for l in keep1.conflicts] == ["in"]
+    assert keep1.supported_by == []
+    assert out.scope_dropped == 4
+    assert "scope" in out.timings
+
+
+def test_scope_batch_without_filters_changes_nothing():
+    results = [_result(1, "x", ns="b", conflicts=[_link("l", ns="c")]), _result(2, "y", ns="a")]
+    state = _state({}, [r.model_copy(deep=True) for r in results])
+    out = scope_batch(Batch(states=[state])).states[0]
+    assert out.results == results and out.scope_dropped == 0
+
+
+def test_scope_batch_scopes_each_query_by_its_own_options():
+    res = [_result(1, "in-a", ns="a"), _result(2, "in-b", ns="b")]
+    batch = Batch(states=[
+        _state({"namespace": "a"}, [r.model_copy(deep=True) for r in res]),
+        _state({"namespace": "b"}, [r.model_copy(deep=True) for r in res]),
+    ])
+    out = scope_batch(batch)
+    assert [[(r.rank, r.id) for r in s.results] for s in out.states] == [[(1, "in-a")], [(1, "in-b")]]
+
+
+# -- property through the real pipeline -----------------------------------------------
+NAMESPACES = ["a", "b", "c"]
+TYPES = ["text", "code", "note"]
+TOPICS = ["t1", "t2", "t3"]
+CONCEPTS = ["c1", "c2"]
+WORDS = ["deploy", "window", "tuesday", "redis", "cache", "error", "timeout", "budget", "release", "owner"]
+# Query topics may also name tree keys every memory of a namespace has: "ns:<namespace>".
+QUERY_TOPICS = TOPICS + ["ns:a", "ns:b", "t-unknown"]
+
+
+@st.composite
+def stores(draw, max_size=12):
+    n = draw(st.integers(1, max_size))
+    records = []
+    for i in range(n):
+        earlier = [f"m{j}" for j in range(i)]
+        edge = st.lists(st.sampled_from(earlier), unique=True, max_size=2) if earlier else st.just([])
+        records.append({
+            "id": f"m{i}",
+            "namespace": draw(st.sampled_from(NAMESPACES)),
+            "content_type": draw(st.sampled_from(TYPES)),
+            "content": " ".join(draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=5))) + f" item{i}",
+            "topics": draw(st.lists(st.sampled_from(TOPICS), unique=True, max_size=2)),
+            "concepts": draw(st.lists(st.sampled_from(CONCEPTS), unique=True, max_size=2)),
+            "supersedes": draw(edge),
+            "conflicts": draw(edge),
+            "supported_by": draw(edge),
+        })
+    return records
+
+
+queries = st.fixed_dictionaries({
+    "text": st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
+    "namespace": st.none() | st.sampled_from(NAMESPACES + ["nowhere"]),
+    "topics": st.lists(st.sampled_from(QUERY_TOPICS), unique=True, max_size=2),
+    # an index into the store's own tree topic keys (leaf or ancestor), added to "topics"
+    "tree_topic": st.none() | st.integers(0, 10**6),
+    "content_type": st.lists(st.sampled_from(TYPES), unique=True, max_size=2),
+    "concepts": st.lists(st.sampled_from(CONCEPTS), unique=True, max_size=1),
+    "mode": st.sampled_from(["hybrid", "keyword", "semantic"]),
+})
+
+# Beam 4 over at most 3 namespaces, and leaves of 64 (every store here has fewer
+# memories per namespace): the vector leg scores every in-scope memory, so a
+# semantic or hybrid query must return all of them.
+TREE = TreeSettings(beam_width=4, max_leaf_items=64)
+
+
+def _expected_in_scope(record: dict, tree_topics: set[str], q: dict) -> bool:
+    """The scope rule worked out from the records as written (and the tree's membership),
+    not from what the pipeline reports."""
+    if q["namespace"] is not None and record["namespace"] != q["namespace"]:
+        return False
+    if q["content_type"] and record["content_type"] not in q["content_type"]:
+        return False
+    if q["topics"] and not (set(record["topics"]) | tree_topics) & set(q["topics"]):
+        return False
+    if q["concepts"] and not set(record["concepts"]) & set(q["concepts"]):
+        return False
+    return True
+
+
+def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, set[str]]]:
+    """Write ``records`` into a fresh store under ``data_dir`` through ingest; the store is
+    closed after. Returns the settings and each memory's tree topics (leaf and ancestors)."""
+    # audit rows are not what is tested here; without them nothing writes into
+    # data_dir in the background while the temporary directory is removed
+    settings = Settings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
+    store = Store.open(settings.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64)
+    try:
+        parsed = ingest.parse_lines([json.dumps(r) for r in records], settings.limits)
+        ingest.validate(parsed, store, skip_invalid=False)
+        ingest.ingest_records(store, parsed.records, HashEmbedder(64), settings)
+        tree = load_tree(store.con, settings.tree)
+        membership = {r["id"]: {k for k, _ in tree.membership(r["id"])} for r in records}
+    finally:
+        store.close()  # the pipeline opens the store read-only
+    return settings, membership
+
+
+def _check_store(records: list[dict], qs: list[dict]) -> int:
+    """Ingest ``records`` into a fresh store and run ``qs``; returns how many results came back."""
+    from workers import api, resources
+
+    seen = 0
+    before = resources.settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings, membership = _ingest(Path(tmp), records)
+        tree_keys = sorted(set().union(*membership.values()))
+        resources.configure(settings)
+        try:
+            by_id = {r["id"]: r for r in records}
+            for q in qs:
+                q = dict(q)
+                extra = q.pop("tree_topic")
+                if extra is not None:
+                    q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
+                options = {k: v for k, v in q.items() if k != "text" and v not in (None, [])}
+                out = api.search(q["text"], max_units=100, **options)
+                assert [r.rank for r in out.results] == list(range(1, len(out.results) + 1))
+                got = [r.id for r in out.results]
+                assert len(set(got)) == len(got)
+                for r in out.results:
+                    assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
+                    for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
+                        assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
+                if q["mode"] != "keyword":  # nothing in scope is lost either
+                    inside = {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}
+                    assert set(got) == inside, q
+                seen += len(out.results)
+        finally:
+            resources.configure(before)  # closes the store; points back where it was
+    return seen
+
+
+HAND_PICKED = [
+    {"id": "m0", "namespace": "a", "content_type": "code", "content": "deploy window tuesday",
+     "topics": ["t1"], "concepts": ["c1"]},
+    {"id": "m1", "namespace": "a", "content_type": "text", "content": "deploy window friday",
+     "topics": ["t1"], "concepts": ["c1"], "supersedes": ["m0"]},
+    {"id": "m2", "namespace": "b", "content_type": "code", "content": "deploy window monday",
+     "topics": ["t1"], "concepts": ["c1"], "supersedes": ["m0"], "conflicts": ["m0"]},
+    {"id": "m3", "namespace": "a", "content_type": "code", "content": "deploy window sunday",
+     "topics": ["t2"], "concepts": ["c1"], "conflicts": ["m0"], "supported_by": ["m0"]},
+]
+
+
+def test_scoped_search_through_the_pipeline_hand_picked(embedded, tmp_path):
+    from workers import api, resources
+
+    settings, membership = _ingest(tmp_path / "hand", HAND_PICKED)
+    resources.configure(settings)
+    # Unscoped, m0 carries its links: superseded by m1 and m2, in conflict with m2 and m3.
+    out = api.search("deploy window tuesday", max_units=100)
+    m0 = next(r for r in out.results if r.id == "m0")
+    assert [l.id for l in m0.superseded_by] == ["m1", "m2"]
+    assert [l.id for l in m0.conflicts] == ["m2", "m3"]
+    # Scoped to namespace a, type code, topic t1: m0 is the only memory inside, and every
+    # link is outside (m1 is text, m2 is in namespace b, m3 has topic t2).
+    out = api.search("deploy window", namespace="a", topics=["t1"], content_type="code", max_units=100)
+    assert [r.id for r in out.results] == ["m0"]
+    assert out.results[0].superseded_by == [] and out.results[0].conflicts == []
+    # Topic scope by the namespace's tree node: everything in a, nothing from b.
+    out = api.search("deploy window", topics=["ns:a"], max_units=100)
+    assert sorted(r.id for r in out.results) == ["m0", "m1", "m3"]
+    # Topic scope by a tree leaf: only the memories the tree put in that leaf.
+    leaf_of_m2 = next(k for k in membership["m2"] if not k.startswith("ns:"))
+    out = api.search("deploy window", topics=[leaf_of_m2], max_units=100)
+    assert [r.id for r in out.results] == ["m2"]
+    resources.configure(embedded)
+
+
+_PROPERTY = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@hsettings(max_examples=10, **_PROPERTY)
+@given(records=stores(), qs=st.lists(queries, min_size=1, max_size=3))
+def test_no_result_or_link_outside_the_scope(embedded, records, qs):
+    _check_store(records, qs)
+
+
+@pytest.mark.slow
+@hsettings(max_examples=300, **_PROPERTY)
+@given(records=stores(max_size=25), qs=st.lists(queries, min_size=3, max_size=8))
+def test_no_result_or_link_outside_the_scope_many(embedded, records, qs):
+    _check_store(records, qs)

@@ -1,0 +1,326 @@
+"""The vector leg: beam descent over ``VectorIndex`` (tie-breaks, bounds,
+agreement with exact search, scope, masks, deadlines)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from pipeline import ingest
+from pipeline.contracts import Batch, LegRun, Query, QueryOptions, QueryState
+from pipeline.embed import HashEmbedder
+from pipeline.scope import Scope
+from pipeline.settings import Settings, TreeSettings
+from pipeline.store import Store
+from pipeline.tree import ROOT, load_tree
+from pipeline.vector import VectorIndex, descend, descend_batch, exact
+
+DIM = 4
+
+
+def _unit_at(s: float) -> np.ndarray:
+    """A unit vector whose dot product with e0 is ``s``."""
+    return np.array([s, math.sqrt(max(1 - s * s, 0.0)), 0, 0], dtype=np.float32)
+
+
+def hand_index(topics, rows) -> VectorIndex:
+    """A VectorIndex built by hand.
+
+    ``topics``: (key, parent key, is_leaf, centroid), the root first; children keep
+    the order given here (not sorted), so a tie-break must come from the keys.
+    ``rows``: (id, namespace, content_type, leaf key, embedding), grouped by leaf.
+    """
+    keys = [t[0] for t in topics]
+    ki = {k: i for i, k in enumerate(keys)}
+    T = len(keys)
+    centroids = np.stack([np.zeros(DIM, np.float32) if t[3] is None else np.asarray(t[3], np.float32) for t in topics])
+    parent = np.array([-1 if t[1] is None else ki[t[1]] for t in topics], dtype=np.int64)
+    is_leaf = np.array([t[2] for t in topics], dtype=bool)
+    children = [np.array([j for j in range(T) if parent[j] == i], dtype=np.int64) for i in range(T)]
+    ids = [r[0] for r in rows]
+    namespaces = sorted({r[1] for r in rows})
+    ctypes = sorted({r[2] for r in rows})
+    row_leaf = np.array([ki[r[3]] for r in rows], dtype=np.int64)
+    leaf_start = np.zeros(T, np.int64)
+    leaf_end = np.zeros(T, np.int64)
+    for i in range(T):
+        where = np.flatnonzero(row_leaf == i)
+        if len(where):
+            assert np.array_equal(where, np.arange(where[0], where[-1] + 1)), "rows must be grouped by leaf"
+            leaf_start[i], leaf_end[i] = where[0], where[-1] + 1
+    id_rank = np.empty(len(ids), np.int64)
+    id_rank[np.argsort(np.asarray(ids, dtype=object), kind="stable")] = np.arange(len(ids))
+    return VectorIndex(
+        generation=0, ids=ids, emb=np.stack([np.asarray(r[4], np.float32) for r in rows]), id_rank=id_rank,
+        namespaces=namespaces, ns_code=np.array([namespaces.index(r[1]) for r in rows], np.int32),
+        content_types=ctypes, ct_code=np.array([ctypes.index(r[2]) for r in rows], np.int32),
+        row_leaf=row_leaf, keys=keys, centroids=centroids, parent=parent, is_leaf=is_leaf,
+        children=children, leaf_start=leaf_start, leaf_end=leaf_end,
+        key_index=ki, row_of={m: i for i, m in enumerate(ids)},
+    )
+
+
+E0 = _unit_at(1.0)
+
+
+def _descend(index, query=E0, *, beam=1, depth=12, top_k=10, start=None, mask=None, deadline=None):
+    return descend(index, np.asarray(query, np.float32), [0] if start is None else start,
+                   beam_width=beam, max_depth=depth, top_k=top_k, mask=mask, deadline=deadline)
+
+
+# -- tie-breaking -------------------------------------------------------------------
+def test_equal_sibling_leaves_keep_the_smaller_key():
+    # both leaves have centroid e0 (score exactly 1.0); "zz-leaf" comes first in the
+    # children order, but the tie is broken by topic key: "aa-leaf" wins.
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("zz-leaf", "ns:x", True, E0), ("aa-leaf", "ns:x", True, E0)],
+        [("z1", "x", "text", "zz-leaf", E0), ("a1", "x", "text", "aa-leaf", E0)],
+    )
+    hits, profile = _descend(index, beam=1)
+    assert profile["reached"] == ["aa-leaf"]
+    assert hits == [("a1", 1.0)]
+
+
+def test_equal_internal_siblings_keep_the_smaller_key_at_every_level():
+    index = hand_index(
+        [
+            (ROOT, None, False, None), ("ns:x", ROOT, False, E0),
+            ("b-int", "ns:x", False, E0), ("a-int", "ns:x", False, E0),
+            ("b-leaf", "b-int", True, E0), ("a-leaf2", "a-int", True, E0), ("a-leaf1", "a-int", True, E0),
+        ],
+        [("b1", "x", "t", "b-leaf", E0), ("a2", "x", "t", "a-leaf2", E0), ("a1", "x", "t", "a-leaf1", E0)],
+    )
+    hits, profile = _descend(index, beam=1)
+    assert profile["reached"] == ["a-leaf1"]
+    assert [h[0] for h in hits] == ["a1"]
+    # beam 2 keeps both internal nodes, then the three leaves tie at 1.0 and the two
+    # smallest keys win: a-leaf1, a-leaf2 (b-leaf is cut)
+    _, profile = _descend(index, beam=2)
+    assert profile["reached"] == ["a-leaf1", "a-leaf2"]
+
+
+def test_leaf_in_the_frontier_competes_with_its_own_score():
+    # ns -> [L (leaf, 0.5), I (internal, 0.9)]; I -> [J1 (0.95), J2 (0.7)].
+    # beam 2: depth 1 keeps I, L; depth 2 ranks J1 .95 > J2 .7 > L .5 -> J1, J2.
+    index = hand_index(
+        [
+            (ROOT, None, False, None), ("ns:x", ROOT, False, E0),
+            ("L", "ns:x", True, _unit_at(0.5)), ("I", "ns:x", False, _unit_at(0.9)),
+            ("J1", "I", True, _unit_at(0.95)), ("J2", "I", True, _unit_at(0.7)),
+        ],
+        [("l", "x", "t", "L", _unit_at(0.5)), ("j1", "x", "t", "J1", _unit_at(0.95)), ("j2", "x", "t", "J2", _unit_at(0.7))],
+    )
+    hits, profile = _descend(index, beam=2)
+    assert sorted(profile["reached"]) == ["J1", "J2"]
+    assert [h[0] for h in hits] == ["j1", "j2"]
+    # beam 3 reaches all three leaves
+    _, profile = _descend(index, beam=3)
+    assert sorted(profile["reached"]) == ["J1", "J2", "L"]
+
+
+def test_equal_memory_scores_are_ordered_by_id():
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m3", "x", "t", "leaf", E0), ("m1", "x", "t", "leaf", E0), ("m2", "x", "t", "leaf", E0)],
+    )
+    hits, _ = _descend(index, top_k=2)
+    assert hits == [("m1", 1.0), ("m2", 1.0)]
+
+
+def test_max_depth_too_small_reaches_no_leaf():
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m1", "x", "t", "leaf", E0)],
+    )
+    assert _descend(index, depth=1)[0] == []  # depth 1 stops at the namespace node
+    assert _descend(index, depth=2)[0] == [("m1", 1.0)]
+
+
+# -- deadline ---------------------------------------------------------------------
+def test_expired_deadline_times_out_with_no_hits():
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m1", "x", "t", "leaf", E0)],
+    )
+    hits, profile = _descend(index, deadline=time.time() - 1)
+    assert hits == [] and profile["timed_out"] is True
+    hits, profile = _descend(index, deadline=time.time() + 60)
+    assert hits == [("m1", 1.0)] and profile["timed_out"] is False
+
+
+def test_descend_batch_reports_a_timed_out_leg_as_not_run():
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m1", "x", "t", "leaf", E0)],
+    )
+    q = Query(id="q", text="t", weights={"vector": 1.0, "fts": 1.0}, vector=E0.tolist(),
+              started_at=time.time() - 10, max_ms=1)
+    out = descend_batch(Batch(states=[QueryState(query=q)]), index, None, TreeSettings())
+    leg = out.states[0].legs["vector"]
+    assert leg.ran is False and leg.hits == [] and leg.profile["timed_out"] is True
+
+
+def test_descend_batch_skips_keyword_queries_and_decided_legs():
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m1", "x", "t", "leaf", E0)],
+    )
+    keyword = QueryState(query=Query(id="k", text="t", weights={"vector": 0.0, "fts": 1.0}))
+    decided = QueryState(query=Query(id="d", text="t", weights={"vector": 1.0}),
+                         legs={"vector": LegRun(leg="vector", ran=False, profile={"timed_out": True})})
+    wanted = QueryState(query=Query(id="w", text="t", weights={"vector": 1.0}, vector=E0.tolist()))
+    out = descend_batch(Batch(states=[keyword, decided, wanted]), index, None, TreeSettings())
+    k, d, w = out.states
+    assert k.legs["vector"].ran is False and k.legs["vector"].hits == []
+    assert d.legs["vector"].profile == {"timed_out": True}
+    assert w.legs["vector"].ran is True and [(h.id, h.rank) for h in w.legs["vector"].hits] == [("m1", 1)]
+
+
+# -- a real store -------------------------------------------------------------------
+WORDS = [
+    ["deploy", "window", "release", "tuesday", "freeze"],
+    ["redis", "cache", "eviction", "memory", "ttl"],
+    ["invoice", "billing", "refund", "stripe", "customer"],
+    ["schema", "migration", "column", "index", "postgres"],
+    ["oncall", "pager", "incident", "alert", "escalation"],
+]
+SMALL = TreeSettings(max_leaf_items=8, branching=4, beam_width=2, seed=0)
+
+
+def _records():
+    rng = np.random.default_rng(21)
+    out = []
+    for i in range(240):
+        cluster = int(rng.integers(len(WORDS)))
+        words = list(rng.choice(WORDS[cluster], size=3)) + [f"tok{int(rng.integers(40))}"]
+        out.append(ingest.MemoryRecord(
+            id=f"m{i:03d}", namespace="alpha" if i % 3 else "beta",
+            content_type="code" if i % 2 else "text", content=" ".join(words),
+            topics=[f"user-t{i % 4}"], concepts=[f"c{i % 5}"],
+        ))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """A store of 240 clustered memories in two namespaces, small leaves; yields (con, index, records)."""
+    data = tmp_path_factory.mktemp("vector")
+    settings = Settings(data_dir=data, embedding_model="hash-64", _env_file=None, tree=SMALL)
+    records = _records()
+    with Store.open(settings.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64) as st:
+        ingest.ingest_records(st, records, HashEmbedder(64), settings)
+    store = Store.open(settings.store_path, read_only=True)
+    index = VectorIndex.load(store.con, store.generation, 64)
+    yield store.con, index, {r.id: r for r in records}
+    store.close()
+
+
+QUERIES = ["deploy window freeze", "redis ttl", "stripe refund customer", "postgres migration", "pager alert",
+           "tok7 cache", "release schema incident", "nothing matches here"]
+
+
+def _embed(text):
+    return HashEmbedder(64).embed([text])[0]
+
+
+def test_loaded_index_groups_rows_by_leaf_as_stored(real):
+    con, index, records = real
+    tree = load_tree(con, SMALL)
+    assert index.size == len(records) and index.keys[0] == ROOT
+    for leaf in tree.leaves():
+        t = index.key_index[leaf.key]
+        assert index.is_leaf[t]
+        rows = range(index.leaf_start[t], index.leaf_end[t])
+        assert sorted(index.ids[r] for r in rows) == leaf.members
+        assert all(index.row_leaf[r] == t for r in rows)
+    for t, kids in enumerate(index.children):
+        assert [index.keys[k] for k in kids] == sorted(index.keys[k] for k in kids)
+
+
+def test_memories_scored_is_bounded_by_beam_times_leaf_size(real):
+    con, index, records = real
+    tree = load_tree(con, SMALL)
+    for text in QUERIES:
+        for beam in (1, 2, 3):
+            hits, profile = _descend(index, _embed(text), beam=beam, depth=SMALL.max_depth, top_k=100)
+            assert profile["leaves_reached"] <= beam
+            assert profile["memories_scored"] <= beam * SMALL.max_leaf_items
+            reached = {m for k in profile["reached"] for m in tree.topics[k].members}
+            assert profile["memories_scored"] == len(reached)
+            assert {h[0] for h in hits} <= reached
+
+
+def test_wide_beam_equals_exact_search(real):
+    con, index, records = real
+    wide = len(index.keys)  # more than any level can hold
+    for text in QUERIES:
+        q = _embed(text)
+        for scope in (Scope(), Scope(namespace="alpha"), Scope(namespace="beta")):
+            hits, profile = _descend(index, q, beam=wide, depth=64, top_k=15, start=index.start_topics(scope))
+            ref = exact(index, q, scope, 15)
+            assert [h[0] for h in hits] == [r[0] for r in ref]
+            assert [h[1] for h in hits] == pytest.approx([r[1] for r in ref], abs=1e-6)
+            assert profile["memories_scored"] == sum(
+                1 for r in records.values() if scope.namespace in (None, r.namespace))
+
+
+def test_namespace_scope_starts_at_that_namespace(real):
+    con, index, records = real
+    # the query is the exact text of an alpha memory: unscoped, exact search puts it first
+    target = next(r for r in records.values() if r.namespace == "alpha")
+    q = _embed(target.content)
+    assert exact(index, q, Scope(), 1)[0][0] == target.id
+    start = index.start_topics(Scope(namespace="beta"))
+    assert [index.keys[t] for t in start] == ["ns:beta"]
+    for beam in (1, 4, len(index.keys)):
+        hits, _ = _descend(index, q, beam=beam, depth=64, top_k=50, start=start)
+        assert hits and all(records[m].namespace == "beta" for m, _ in hits)
+    assert index.start_topics(Scope(namespace="nowhere")) == []
+    assert _descend(index, q, start=[])[0] == []
+    assert exact(index, q, Scope(namespace="nowhere"), 5) == []
+
+
+def test_content_type_mask_is_applied_before_top_k(real):
+    con, index, records = real
+    mask = index.row_mask(con, Scope(content_types=("code",)))
+    assert mask.sum() == sum(1 for r in records.values() if r.content_type == "code")
+    # the query is the text of a *text* memory; scoped to code, the top-k is still full
+    target = next(r for r in records.values() if r.content_type == "text")
+    q = _embed(target.content)
+    wide = len(index.keys)
+    hits, _ = _descend(index, q, beam=wide, depth=64, top_k=10, mask=mask)
+    assert len(hits) == 10
+    assert all(records[m].content_type == "code" for m, _ in hits)
+    assert [h[0] for h in hits] == [r[0] for r in exact(index, q, Scope(), 10, mask=mask)]
+    # a narrow beam only descends into topics holding code rows, and fills from them
+    hits, profile = _descend(index, q, beam=1, depth=64, top_k=3, mask=mask)
+    assert hits and all(records[m].content_type == "code" for m, _ in hits)
+    in_leaf = sum(1 for m in load_tree(con, SMALL).topics[profile["reached"][0]].members
+                  if records[m].content_type == "code")
+    assert len(hits) == min(3, in_leaf) and profile["memories_scored"] == in_leaf
+
+
+def test_topic_and_concept_masks(real):
+    con, index, records = real
+    mask = index.row_mask(con, Scope(topics=("user-t1",), concepts=("c2", "c3")))
+    expected = {m for m, r in records.items() if "user-t1" in r.topics and {"c2", "c3"} & set(r.concepts)}
+    assert {index.ids[i] for i in np.flatnonzero(mask)} == expected
+    assert index.row_mask(con, Scope(namespace="alpha")) is None  # namespace alone is the start topic
+    hits, _ = _descend(index, _embed("redis cache"), beam=len(index.keys), depth=64, top_k=100, mask=mask)
+    assert {m for m, _ in hits} == expected
+
+
+def test_descend_batch_through_a_scoped_query(real):
+    con, index, records = real
+    options = QueryOptions(namespace="alpha", content_type=["text"])
+    q = Query(id="q", text="redis cache", options=options, weights={"vector": 1.0, "fts": 1.0},
+              vector=_embed("redis cache").tolist(), top_k=5)
+    out = descend_batch(Batch(states=[QueryState(query=q)]), index, con, SMALL)
+    leg = out.states[0].legs["vector"]
+    assert leg.ran and leg.hits
+    assert [h.rank for h in leg.hits] == list(range(1, len(leg.hits) + 1))
+    assert all(records[h.id].namespace == "alpha" and records[h.id].content_type == "text" for h in leg.hits)
+    assert leg.profile["memories_scored"] <= SMALL.beam_width * SMALL.max_leaf_items
