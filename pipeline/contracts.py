@@ -288,6 +288,8 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         weights = {"vector": 1.0, "fts": 0.0}
     else:
         weights = {"vector": settings.vector_weight, "fts": settings.fts_weight}
+    if not any(w > 0 for w in weights.values()):
+        raise InputError("weights", "at least one leg needs a weight above 0")
     budget = settings.budget
     return Query(
         text=text,

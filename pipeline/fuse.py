@@ -32,6 +32,8 @@ def merge_legs(parts: list[Batch]) -> Batch:
     """Join the chord's header results (one batch per leg) into one batch."""
     base = parts[0].model_copy(deep=True)
     for other in parts[1:]:
+        if len(other.states) != len(base.states):
+            raise ValueError("chord parts disagree on the number of queries")
         for state, theirs in zip(base.states, other.states):
             if state.query.id != theirs.query.id:
                 raise ValueError("chord parts disagree on query order")

@@ -199,10 +199,8 @@ class Tree:
             topic = self.topics[key]
             if not topic.children:
                 break
-            key = max(
-                topic.children,
-                key=lambda c: (float(self.topics[c].centroid @ vector), c),
-            )
+            # nearest child; ties go to the smaller key, as in the descent
+            key = min(topic.children, key=lambda c: (-float(self.topics[c].centroid @ vector), c))
         for k in self.path_to(key) + [ROOT]:
             t = self.topics[k]
             if t.centroid is not None:

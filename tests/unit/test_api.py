@@ -46,6 +46,7 @@ def test_unknown_namespace_gives_an_empty_result(embedded, tmp_path):
         ("ok", {"max_ms": -5}, "max_ms"),
         ("ok", {"recency_boost": -1}, "recency_boost"),
         ("ok", {"colour": "red"}, "colour"),
+        ("ok", {"weights": {"vector": 0, "fts": 0}}, "weights"),
         (42, {}, "query"),
     ],
 )
