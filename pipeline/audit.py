@@ -132,44 +132,58 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
 
 
-def write_record(path: Path, record: AuditRecord) -> bool:
-    """Insert ``record`` unless its query id is already there. True when inserted.
+def write_records(path: Path, records: list[AuditRecord]) -> int:
+    """Insert the rows whose query ids are not there yet, in one transaction.
 
-    Idempotent by query id, so a redelivered ``audit.write`` never adds a row.
+    Returns how many were inserted. Idempotent by query id, so a redelivered
+    ``audit.write`` never adds a row.
     """
+    if not records:
+        return 0
     con = _connect(path, read_only=False)
     try:
         migrate_package(con, "schema.audit")
-        row = record.model_dump(mode="json")
-        values = [json.dumps(row[c]) if c in _JSON_COLUMNS and row[c] is not None else row[c] for c in _COLUMNS]
         placeholders = ", ".join("?" for _ in _COLUMNS)
-        before = con.execute("SELECT count(*) FROM retrieval_log WHERE query_id = ?", [record.query_id]).fetchone()[0]
-        if before:
-            return False
-        con.execute(
-            f"INSERT INTO retrieval_log ({', '.join(_COLUMNS)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING",
-            values,
+        rows = []
+        for record in records:
+            row = record.model_dump(mode="json")
+            rows.append([json.dumps(row[c]) if c in _JSON_COLUMNS and row[c] is not None else row[c] for c in _COLUMNS])
+        con.execute("BEGIN TRANSACTION")
+        before = con.execute("SELECT count(*) FROM retrieval_log").fetchone()[0]
+        con.executemany(
+            f"INSERT INTO retrieval_log ({', '.join(_COLUMNS)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING", rows
         )
-        return True
+        after = con.execute("SELECT count(*) FROM retrieval_log").fetchone()[0]
+        con.execute("COMMIT")
+        return after - before
     except duckdb.Error as exc:
         raise AuditStoreUnavailable(f"cannot write audit store {path}: {exc}") from exc
     finally:
         con.close()
 
 
+def write_record(path: Path, record: AuditRecord) -> bool:
+    """``write_records`` for one row: True when it was inserted."""
+    return write_records(path, [record]) == 1
+
+
+def _open_read(path: Path) -> duckdb.DuckDBPyConnection:
+    """Read-only connection, waiting out the writer's short hold on the file
+    (another process: a lock error; this process: a configuration clash)."""
+    last: Exception | None = None
+    for attempt in range(50):
+        try:
+            return duckdb.connect(str(path), read_only=True)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            last = exc
+            time.sleep(0.02 * (attempt + 1))
+    raise AuditStoreUnavailable(f"audit store {path} stayed locked: {last}")
+
+
 def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
     if not path.exists():
         return []
-    last: Exception | None = None
-    for attempt in range(50):  # the writer holds the file for a few ms at a time
-        try:
-            con = duckdb.connect(str(path), read_only=True)
-            break
-        except duckdb.IOException as exc:
-            last = exc
-            time.sleep(0.02 * (attempt + 1))
-    else:
-        raise AuditStoreUnavailable(f"audit store {path} stayed locked: {last}")
+    con = _open_read(path)
     try:
         cur = con.execute(sql, params)
         names = [d[0] for d in cur.description]
@@ -199,7 +213,7 @@ def count(path: Path) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""
     if not path.exists():
         return 0, 0
-    con = duckdb.connect(str(path), read_only=True)
+    con = _open_read(path)
     try:
         return con.execute("SELECT count(*), count(DISTINCT query_id) FROM retrieval_log").fetchone()
     finally:

@@ -40,7 +40,7 @@ class FulltextSettings(BaseModel):
     stopwords: str = Field("english", description="'english' or 'none'")
     ignore: str = Field(r"(\.|[^a-z0-9_])+", description="regex of characters that split tokens")
     k1: float = Field(1.2, gt=0, le=10)
-    b: float = Field(0.75, ge=0, le=1)
+    b: float = Field(0.5, ge=0, le=1, description="BM25 length normalisation; memories are short, so lower than the usual 0.75")
 
     @field_validator("stemmer", "stopwords")
     @classmethod
@@ -112,6 +112,7 @@ class Settings(BaseSettings):
     store_query_text: bool = Field(True, description="keep query text in the audit log")
     audit_enabled: bool = Field(True, description="write one retrieval_log row per query")
     audit_max_retries: int = Field(8, ge=0, le=100, description="audit.write retries before dead-lettering")
+    audit_backoff_base_s: float = Field(1.0, gt=0, description="first retry delay, doubled per retry")
     audit_backoff_max_s: float = Field(60.0, gt=0, description="cap of the exponential retry backoff")
     visibility_timeout_s: int = Field(
         3600, ge=1, description="Redis redelivery delay of unacked tasks; must exceed the longest task and backoff"

@@ -43,7 +43,13 @@ def conf_for(settings: Settings) -> dict:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_s},
+        # Unacked tasks of a lost worker come back after the visibility timeout;
+        # sweep for them at least every 10 s (kombu's default is ~100 s).
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 2)),
+            "unacked_restore_throttle": 1,
+        },
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         result_expires=24 * 3600,
         broker_connection_retry_on_startup=True,

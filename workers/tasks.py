@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-import random
 from contextlib import contextmanager
 
-from pipeline.audit import AuditRecord, AuditRetriesExhausted, AuditWriteError, dead_letter, write_record
+from pipeline.audit import AuditRecord, AuditWriteError, write_records
 from pipeline.budget import budget_batch
 from pipeline.contracts import Batch
 from pipeline.embed import embed_batch
@@ -20,7 +18,6 @@ from pipeline.vector import descend_batch
 from . import audit, resources
 from .app import app
 
-log = logging.getLogger("dimple.audit")
 
 
 @contextmanager
@@ -82,18 +79,14 @@ def budget(batch: dict) -> dict:
 
 
 @app.task(name="audit.write", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
-def audit_write(self, record: dict) -> dict:
-    """Write one retrieval_log row; retried with backoff, then dead-lettered, never swallowed."""
+def audit_write(self, records: list[dict]) -> dict:
+    """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed."""
     settings = resources.settings()
-    row = AuditRecord.model_validate(record)
+    rows = [AuditRecord.model_validate(r) for r in records]
     try:
-        inserted = write_record(settings.audit_path, row)
+        inserted = write_records(settings.audit_path, rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
-            dead_letter(settings.dead_letter_dir, row, str(exc))
-            log.error("audit.write gave up on query %s after %d retries: %s (kept for 'dimple audit retry')",
-                      row.query_id, self.request.retries, exc)
-            raise AuditRetriesExhausted(f"query {row.query_id}: {exc}") from None
-        backoff = min(settings.audit_backoff_max_s, 2.0 ** self.request.retries)
-        raise self.retry(countdown=backoff * random.uniform(0.5, 1.0), max_retries=settings.audit_max_retries)
-    return {"query_id": row.query_id, "inserted": inserted}
+            raise audit.give_up(settings, rows, exc, self.request.retries) from None
+        raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None)
+    return {"rows": len(rows), "inserted": inserted}

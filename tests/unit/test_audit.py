@@ -1,0 +1,181 @@
+"""Audit trail in embedded mode: one row per query, identity hashes, the log
+line, idempotent writes, failures typed and dead-lettered, retry after repair."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+from pipeline import audit as pa
+from pipeline.embed import HashEmbedder
+from pipeline.identity import fnv1a64, text_identity, vector_identity
+from tests.conftest import write_jsonl
+from workers.cli import ingest_file, main
+
+
+# FNV-1a 64 test vectors from the FNV reference (draft-eastlake-fnv, test suite).
+@pytest.mark.parametrize(
+    "data,expected",
+    [(b"", 0xCBF29CE484222325), (b"a", 0xAF63DC4C8601EC8C), (b"foobar", 0x85944171F73967E8)],
+)
+def test_fnv1a64_reference_vectors(data, expected):
+    assert fnv1a64(data) == expected
+
+
+def _store(settings, tmp_path, n=40):
+    recs = [{"id": f"m{i}", "namespace": "ns", "content": f"note {i} on deploy window db-{i}"} for i in range(n)]
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", recs), settings, progress=False)
+
+
+def test_exactly_one_row_per_query(embedded, tmp_path):
+    from workers import audit
+    from workers.api import search_many
+
+    _store(embedded, tmp_path)
+    asks = [{"query": f"deploy window {i}", "mode": ("keyword", "semantic", "hybrid")[i % 3]} for i in range(1000)]
+    results = search_many(asks, batch_size=100)
+    assert audit.flush(60)
+    rows, distinct = pa.count(embedded.audit_path)
+    assert (rows, distinct) == (1000, 1000)
+    logged = {r.query_id for r in pa.tail(embedded.audit_path, 2000)}
+    assert logged == {r.query_id for r in results}
+
+
+def test_row_reconstructs_the_results(embedded, tmp_path):
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    res = search("deploy window db-7", max_units=3, recency_boost=0.5)
+    audit.flush()
+    row = pa.get(embedded.audit_path, res.query_id)
+    assert row.query_text == "deploy window db-7"
+    assert row.query_hash == text_identity("deploy window db-7") and row.hash_of == "text"
+    assert [s["id"] for s in row.sources] == [r.id for r in res.results]
+    assert row.truncated and row.truncation["by"] == "maxUnits"
+    assert set(row.query_profile["legs"]) == {"vector", "fts"}
+    for path, r in zip(pa.explain(row), res.results):
+        # RRF contributions from the row alone add up to the served RRF score
+        assert sum(path["rrf_contributions"].values()) == pytest.approx(r.rrf)
+        assert r.score == pytest.approx(r.rrf * (1 + 0.5 * path["recency_factor"]))
+
+
+def test_semantic_identity_is_the_full_vector(embedded, tmp_path):
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    res = search("deploy window", mode="semantic")
+    audit.flush()
+    row = pa.get(embedded.audit_path, res.query_id)
+    vec = HashEmbedder(64).embed(["deploy window"])[0]
+    assert row.hash_of == "vector" and row.query_hash == vector_identity(vec)
+    changed = vec.copy()
+    changed[-1] = np.nextafter(changed[-1], np.float32(2))  # last component only
+    assert vector_identity(changed) != row.query_hash
+
+
+def test_query_text_can_be_left_out(embedded, tmp_path):
+    from workers import audit, resources
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    resources.configure(embedded.replace(store_query_text=False))
+    res = search("secret plans")
+    audit.flush()
+    assert pa.get(embedded.audit_path, res.query_id).query_text is None
+
+
+def test_every_query_logs_one_line_empty_store_included(embedded, caplog):
+    from workers.api import search_many
+
+    caplog.set_level(logging.INFO, logger="dimple.search")
+    results = search_many(["first", "second"])  # no store exists yet
+    lines = [r.getMessage() for r in caplog.records if r.name == "dimple.search"]
+    assert len(lines) == 2
+    for line, res in zip(lines, results):
+        assert line.startswith("hybrid.search ") and f"query_id={res.query_id}" in line
+        assert "results=0" in line and "truncated=false" in line
+
+
+def test_write_is_idempotent_by_query_id(embedded, tmp_path):
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    res = search("deploy")
+    audit.flush()
+    row = pa.get(embedded.audit_path, res.query_id)
+    assert pa.write_record(embedded.audit_path, row) is False
+    assert pa.count(embedded.audit_path) == (1, 1)
+
+
+def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp_path, caplog, capsys, monkeypatch):
+    from workers import audit, resources
+    from workers.api import search_many
+
+    _store(embedded, tmp_path)
+    resources.configure(embedded.replace(audit_max_retries=2, audit_backoff_base_s=0.01))
+    embedded.audit_path.mkdir(parents=True)  # a folder where the file should be: nothing can be written
+    caplog.set_level(logging.ERROR, logger="dimple.audit")
+    results = search_many([f"deploy {i}" for i in range(20)])
+    assert all(r.results for r in results)  # queries answer regardless
+    assert audit.flush(60)
+    letters = pa.dead_letters(embedded.dead_letter_dir)
+    assert {row.query_id for _, _, row in letters} == {r.query_id for r in results}
+    assert all("cannot open audit store" in err for _, err, _ in letters)
+    assert sum("gave up on query" in r.getMessage() for r in caplog.records) == 20
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["audit", "failed"]) == 0
+        assert "20 audit row(s) waiting" in capsys.readouterr().out
+        assert main(["audit", "retry"]) == 1  # still broken: reported, nothing lost
+        assert len(pa.dead_letters(embedded.dead_letter_dir)) == 20
+        shutil.rmtree(embedded.audit_path)  # repair
+        assert main(["audit", "retry"]) == 0
+        assert "written 20" in capsys.readouterr().out
+        assert pa.count(embedded.audit_path) == (20, 20)
+        assert main(["audit", "retry"]) == 0 and pa.dead_letters(embedded.dead_letter_dir) == []
+        assert "written 0" in capsys.readouterr().out
+        assert pa.count(embedded.audit_path) == (20, 20)
+        assert main(["audit", "tail", "-n", "3", "--json"]) == 0
+        tail = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+        assert len(tail) == 3
+        assert main(["audit", "explain", results[0].query_id]) == 0
+        out = capsys.readouterr().out
+        assert "replay now: same list" in out and "rrf" in out
+        assert main(["audit", "show", "no-such-id"]) == 2
+    finally:
+        get_settings.cache_clear()
+
+
+def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
+    from pipeline.audit import AuditRetriesExhausted
+    from workers import resources
+    from workers.api import search
+    from workers.tasks import audit_write
+
+    _store(embedded, tmp_path)
+    res = search("deploy")
+    from workers import audit
+
+    audit.flush()
+    row = pa.get(embedded.audit_path, res.query_id).model_dump(mode="json")
+    row["query_id"] = "other-id"
+    row = [row]
+    resources.configure(embedded.replace(audit_max_retries=1, audit_backoff_base_s=0.01, data_dir=tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "audit.duckdb").mkdir()
+    result = audit_write.apply(args=[row], retries=1, throw=False)  # the last allowed attempt
+    assert result.state == "FAILURE"
+    assert isinstance(result.result, AuditRetriesExhausted)
+    assert [row.query_id for _, _, row in pa.dead_letters(tmp_path / "elsewhere" / "audit-dead-letters")] == ["other-id"]
