@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=["start", "stop"])
     p.add_argument("--run-dir", type=Path, default=Path("/tmp/dimple-stack"))
     p.add_argument("--port", type=int, default=0)
-    p.add_argument("--queues", default="embed,search", help="comma list; one worker per queue")
+    p.add_argument("--queues", default="embed,search,audit", help="comma list; one worker per queue")
     args = p.parse_args(argv)
     if args.action == "stop":
         _stop_from_pidfiles(args.run_dir)

@@ -41,6 +41,22 @@ class Mode(str, Enum):
         return f"unknown mode {value!r}; valid modes: {', '.join(m.value for m in cls)}"
 
 
+def clean_labels(values: list[str]) -> list[str]:
+    """Topic keys, concepts, content types, edge targets: non-blank, <= 512
+    characters, no NUL; returned sorted and de-duplicated."""
+    for v in values:
+        if not v.strip() or "\x00" in v or len(v) > 512:
+            raise ValueError("entries must be non-blank strings of at most 512 characters without NUL")
+    return sorted(set(values))
+
+
+def naive_utc(value: datetime | None) -> datetime | None:
+    """Aware times converted to UTC; the store keeps naive UTC (naive input is taken as UTC)."""
+    if value is not None and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -78,17 +94,12 @@ class QueryOptions(_Strict):
     @field_validator("topics", "content_type", "concepts")
     @classmethod
     def _values(cls, values: list[str]) -> list[str]:
-        for v in values:
-            if not v or len(v) > 512:
-                raise ValueError("entries must be non-empty strings of at most 512 characters")
-        return sorted(set(values))
+        return clean_labels(values)
 
     @field_validator("now")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
-        return value
+        return naive_utc(value)
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -49,3 +49,11 @@ class StoreError(DimpleError):
 
 class SchemaTooNewError(StoreError):
     """The store was written by a newer dimple than this one."""
+
+
+class QueryTimeoutError(DimpleError):
+    """No answer from the workers within the caller's timeout."""
+
+
+class BrokerUnavailableError(DimpleError):
+    """The configured broker cannot be reached."""

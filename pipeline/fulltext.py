@@ -19,13 +19,13 @@ from .settings import FulltextSettings
 
 
 def rebuild_index(con, settings: FulltextSettings) -> None:
-    """(Re)create the BM25 index over ``memories.content``.
+    """(Re)create the BM25 index over ``memories.fts_text`` (content, then context).
 
     PRAGMA arguments cannot be bound; every value comes from validated settings.
     """
     ignore = settings.ignore.replace("'", "''")
     con.execute(
-        "PRAGMA create_fts_index('memories', 'id', 'content', "
+        "PRAGMA create_fts_index('memories', 'id', 'fts_text', "
         f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
         f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
     )

@@ -13,7 +13,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import fulltext
+from .contracts import clean_labels, naive_utc
 from .embed import Embedder
 from .errors import IngestValidationError, InputError, LineError
 from .settings import LimitSettings, Settings
@@ -45,6 +46,9 @@ class MemoryRecord(BaseModel):
     supersedes: list[str] = _ID_LIST
     conflicts: list[str] = _ID_LIST
     supported_by: list[str] = _ID_LIST
+    context: str | None = Field(
+        None, description="text that situates the memory (e.g. the message it answers): full-text indexed only"
+    )
     metadata: dict[str, Any] | None = None
 
     @field_validator("namespace", "content", "content_type")
@@ -59,17 +63,12 @@ class MemoryRecord(BaseModel):
     @field_validator("topics", "concepts", "supersedes", "conflicts", "supported_by")
     @classmethod
     def _clean_list(cls, values: list[str]) -> list[str]:
-        for v in values:
-            if not v.strip() or "\x00" in v or len(v) > 512:
-                raise ValueError("entries must be non-blank strings of at most 512 characters without NUL")
-        return sorted(set(values))
+        return clean_labels(values)
 
     @field_validator("created_at")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
-        return value
+        return naive_utc(value)
 
 
 def derive_id(namespace: str, content: str) -> str:
@@ -134,10 +133,12 @@ def parse_lines(lines: Iterable[str], limits: LimitSettings) -> ParsedFile:
 
 def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> list[LineError]:
     errors = []
-    if len(record.content) > limits.max_content_chars:
-        errors.append(
-            LineError(number, "content", f"{len(record.content)} characters, over the limit of {limits.max_content_chars}")
-        )
+    for name in ("content", "context"):
+        value = getattr(record, name) or ""
+        if len(value) > limits.max_content_chars:
+            errors.append(
+                LineError(number, name, f"{len(value)} characters, over the limit of {limits.max_content_chars}")
+            )
     if record.metadata is not None:
         size = len(json.dumps(record.metadata, ensure_ascii=False))
         if size > limits.max_metadata_bytes:
@@ -223,8 +224,15 @@ def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool) -> lis
 
 
 def embedding_text(record: MemoryRecord) -> str:
-    """What the embedder sees for a memory (its content)."""
+    """What the embedder sees for a memory: its content. (Embedding the context
+    too made LoCoMo retrieval worse; see BENCHMARKS.md.)"""
     return record.content
+
+
+def fts_text(record: MemoryRecord) -> str:
+    """What BM25 indexes: content, then context (after "contextual retrieval",
+    Anthropic 2024: a memory is found through the words around it too)."""
+    return record.content if not record.context else f"{record.content}\n{record.context}"
 
 
 def ingest_records(
@@ -324,10 +332,13 @@ def _upsert_memories(con, records, hashes, vectors, changed, existing, now) -> N
         con.execute("DELETE FROM memories WHERE list_contains(?, id)", [[records[i].id for i in rows]])
         with embedding_rows(vectors[rows]) as emb_sql:
             con.execute(
-                "INSERT INTO memories SELECT m.id, m.ns, m.content, m.ctype, m.created, m.hash, e.embedding, "
-                "m.meta::JSON, m.ingested FROM (SELECT unnest(?) AS pos, unnest(?) AS id, unnest(?) AS ns, "
-                "unnest(?) AS content, unnest(?) AS ctype, unnest(?) AS created, unnest(?) AS hash, "
-                "unnest(?) AS meta, unnest(?) AS ingested) m JOIN (" + emb_sql + ") e USING (pos)",
+                "INSERT INTO memories (id, namespace, content, content_type, created_at, content_hash, embedding, "
+                "metadata, ingested_at, context, fts_text) "
+                "SELECT m.id, m.ns, m.content, m.ctype, m.created, m.hash, e.embedding, "
+                "m.meta::JSON, m.ingested, m.context, m.fts FROM (SELECT unnest(?) AS pos, unnest(?) AS id, "
+                "unnest(?) AS ns, unnest(?) AS content, unnest(?) AS ctype, unnest(?) AS created, unnest(?) AS hash, "
+                "unnest(?) AS meta, unnest(?) AS ingested, unnest(?) AS context, unnest(?) AS fts) m "
+                "JOIN (" + emb_sql + ") e USING (pos)",
                 [
                     list(range(len(rows))),
                     [records[i].id for i in rows],
@@ -338,14 +349,16 @@ def _upsert_memories(con, records, hashes, vectors, changed, existing, now) -> N
                     [hashes[i] for i in rows],
                     [_json(records[i].metadata) for i in rows],
                     [now] * len(rows),
+                    [records[i].context for i in rows],
+                    [fts_text(records[i]) for i in rows],
                 ],
             )
     for i in meta_only:
         r = records[i]
         con.execute(
-            "UPDATE memories SET content_type = ?, created_at = ?, metadata = ?::JSON, ingested_at = ? "
-            "WHERE id = ?",
-            [r.content_type, r.created_at or now, _json(r.metadata), now, r.id],
+            "UPDATE memories SET content_type = ?, created_at = ?, metadata = ?::JSON, ingested_at = ?, "
+            "context = ?, fts_text = ? WHERE id = ?",
+            [r.content_type, r.created_at or now, _json(r.metadata), now, r.context, fts_text(r), r.id],
         )
 
 

@@ -169,8 +169,13 @@ def load_locomo(path: Path) -> LocomoSet:
         sample_id = str(sample["sample_id"])
         turn_ids: set[str] = set()
         for number, turns, start in _sessions(sample["conversation"]):
+            previous: str | None = None
             for index, turn in enumerate(turns):
                 record = _turn_record(sample_id, number, index, turn, start)
+                # The turn this one answers, for full-text search ("contextual
+                # retrieval"); the first turn of a session has none.
+                record["context"] = previous
+                previous = record["content"]
                 if record["id"] in seen_ids:
                     raise ValueError(f"duplicate turn id {record['id']!r}")
                 seen_ids.add(record["id"])

@@ -111,6 +111,7 @@ class Settings(BaseSettings):
 
     store_query_text: bool = Field(True, description="keep query text in the audit log")
     audit_enabled: bool = Field(True, description="write one retrieval_log row per query")
+    audit_dir: Path | None = Field(None, description="where audit.duckdb and dead letters live (default: data_dir)")
     audit_max_retries: int = Field(8, ge=0, le=100, description="audit.write retries before dead-lettering")
     audit_backoff_base_s: float = Field(1.0, gt=0, description="first retry delay, doubled per retry")
     audit_backoff_max_s: float = Field(60.0, gt=0, description="cap of the exponential retry backoff")
@@ -119,10 +120,10 @@ class Settings(BaseSettings):
     )
     log_level: str = Field("INFO")
 
-    @field_validator("data_dir", mode="after")
+    @field_validator("data_dir", "audit_dir", mode="after")
     @classmethod
-    def _expand(cls, value: Path) -> Path:
-        return value.expanduser()
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
 
     @property
     def embedded(self) -> bool:
@@ -134,11 +135,11 @@ class Settings(BaseSettings):
 
     @property
     def audit_path(self) -> Path:
-        return self.data_dir / "audit.duckdb"
+        return (self.audit_dir or self.data_dir) / "audit.duckdb"
 
     @property
     def dead_letter_dir(self) -> Path:
-        return self.data_dir / "audit-dead-letters"
+        return (self.audit_dir or self.data_dir) / "audit-dead-letters"
 
     def replace(self, **changes: Any) -> "Settings":
         """A validated copy with ``changes`` applied (the environment is not re-read)."""

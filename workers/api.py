@@ -9,14 +9,21 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, EagerResult
+from kombu.exceptions import OperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pipeline.contracts import Batch, QueryOptions, Results, make_query
-from pipeline.errors import InputError
+from pipeline.errors import BrokerUnavailableError, InputError, QueryTimeoutError
 
 from . import resources
 from .app import app
 from .canvas import query_canvas
+
+
+# Celery reports a result backend it cannot reconnect to as a RuntimeError.
+_BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
 
 
 def _decode(value: Any) -> list[Results]:
@@ -24,12 +31,24 @@ def _decode(value: Any) -> list[Results]:
 
 
 class _DecodesResults:
-    """``get()`` returns ``Results`` (one query) or ``list[Results]`` (a batch)."""
+    """``get()`` returns ``Results`` (one query) or ``list[Results]`` (a batch).
+
+    A timeout raises ``QueryTimeoutError`` (a ``DimpleError``), naming the query.
+    """
 
     single = True
 
     def get(self, *args: Any, **kwargs: Any):  # type: ignore[override]
-        results = _decode(super().get(*args, **kwargs))  # type: ignore[misc]
+        try:
+            value = super().get(*args, **kwargs)  # type: ignore[misc]
+        except _BROKER_DOWN as exc:
+            raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
+        except CeleryTimeoutError:
+            raise QueryTimeoutError(
+                f"no answer for task {self.id} within {kwargs.get('timeout', args[0] if args else None)} s; "
+                "are workers running for the embed and search queues?"
+            ) from None
+        results = _decode(value)
         return results[0] if self.single else results
 
 
@@ -57,7 +76,10 @@ def _dispatch(batch: dict, single: bool):
         res = canvas.apply()
         out = EagerSearchResult(res.id, res.get(), res.state)
     else:
-        res = canvas.apply_async()
+        try:
+            res = canvas.apply_async()
+        except _BROKER_DOWN as exc:
+            raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
         out = SearchAsyncResult(res.id, app=app, parent=res.parent)
     out.single = single
     return out

@@ -19,15 +19,22 @@ _index: VectorIndex | None = None
 
 
 def configure(settings: Settings) -> None:
-    """Use ``settings`` from now on (drops an open store; keeps a compatible model)."""
+    """Use ``settings`` from now on.
+
+    The open store is kept unless the data dir changes; the model is kept
+    unless the model or device changes.
+    """
     global _settings, _embedder
     with _lock:
-        if _settings is not None and _embedder is not None and (
-            settings.embedding_model != _settings.embedding_model
+        previous = _settings
+        if previous is not None and (
+            settings.embedding_model != previous.embedding_model
+            or settings.embedding_device != previous.embedding_device
         ):
             _embedder = None
         _settings = settings
-        close_store()
+        if previous is None or previous.data_dir != settings.data_dir:
+            close_store()
 
 
 def settings() -> Settings:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.embed import make_embedder
 from pipeline.locomo import load_locomo
 from pipeline.metrics import evaluate
 from pipeline.scope import Scope
@@ -27,35 +26,12 @@ from pipeline.vector import VectorIndex, descend, exact
 
 
 def build(settings: Settings, data: Path, reuse: bool) -> dict:
-    from workers.cli import ingest_file
+    """Ingest LoCoMo into a fresh store, timing it against raw embedding."""
+    from ops.bench.ingest import measure
 
-    out = {}
     if reuse and settings.store_path.exists():
-        return out
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if settings.store_path.exists():
-        settings.store_path.unlink()
-    loco = load_locomo(data)
-    path = settings.data_dir / "locomo.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in loco.records), encoding="utf-8")
-    embedder = make_embedder(settings)
-    texts = [r["content"] for r in loco.records]
-    embedder.embed(texts[:64])  # warm-up
-    t0 = time.perf_counter()
-    embedder.embed(texts)
-    raw = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    report = ingest_file(path, settings, progress=False)
-    total = time.perf_counter() - t0
-    out["ingest"] = {
-        "memories": len(texts),
-        "raw_embed_s": round(raw, 2),
-        "ingest_s": round(total, 2),
-        "ingest_embed_s": round(report.seconds["embed"], 2),
-        "store_tree_index_s": round(total - report.seconds["embed"], 2),
-        "overhead_vs_raw_embed": round(total / raw - 1, 3),
-    }
-    return out
+        return {}
+    return {"ingest": measure(settings, load_locomo(data).records)}
 
 
 def quality(settings: Settings, data: Path, limit: int | None) -> dict:

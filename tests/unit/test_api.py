@@ -116,3 +116,21 @@ def test_search_async_returns_results_in_embedded_mode(embedded, tmp_path):
     got = handle.get(timeout=10)
     assert [r.id for r in got.results] == [r.id for r in search("redis host", namespace="ns-a").results]
     assert all(r.namespace == "ns-a" for r in got.results)
+
+
+def test_unreachable_broker_is_a_clear_error(embedded):
+    import socket
+
+    import workers
+    from pipeline.errors import BrokerUnavailableError
+    from workers.api import search
+
+    with socket.socket() as s:  # a loopback port with nobody listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workers.configure(embedded.replace(broker_url=f"redis://127.0.0.1:{port}/0"))
+    try:
+        with pytest.raises(BrokerUnavailableError, match="cannot reach the broker"):
+            search("anything")
+    finally:
+        workers.configure(embedded)

@@ -172,3 +172,67 @@ def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypa
         assert main(["config"]) == 0
     finally:
         get_settings.cache_clear()
+
+
+def test_config_masks_secrets(settings, monkeypatch, capsys):
+    monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://:hunter2@10.0.0.5:6379/0")
+    monkeypatch.setenv("DIMPLE_RESULT_BACKEND", "rediss://user:s3cret@cache.internal:6380/1")
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["config"]) == 0
+        out = capsys.readouterr().out
+    finally:
+        get_settings.cache_clear()
+    data = json.loads(out)
+    assert "hunter2" not in out and "s3cret" not in out
+    assert data["broker_url"] == "redis://:****@10.0.0.5:6379/0"
+    assert data["result_backend"] == "rediss://user:****@cache.internal:6380/1"
+
+
+def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_path, monkeypatch, capsys):
+    recs = [_mem(i, ns=("alpha" if i % 2 else "beta")) for i in range(120)]
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", recs), settings, progress=False)
+    # grow one namespace incrementally, then reindex from scratch
+    more = [_mem(i, ns="alpha", content=f"late addition {i} with words") for i in range(200, 260)]
+    ingest_file(write_jsonl(tmp_path / "more.jsonl", more), settings, progress=False)
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    from pipeline.settings import get_settings
+
+    def tree_rows():
+        with Store.open(settings.store_path, read_only=True) as store:
+            return sorted(store.con.execute("SELECT memory_id, topic_key FROM memory_topics WHERE kind='leaf'").fetchall())
+
+    get_settings.cache_clear()
+    try:
+        assert main(["reindex"]) == 0
+        first = tree_rows()
+        assert main(["reindex"]) == 0
+        assert tree_rows() == first  # deterministic
+    finally:
+        get_settings.cache_clear()
+    assert len(first) == 180 and len({m for m, _ in first}) == 180
+    with Store.open(settings.store_path, read_only=True) as store:
+        stats = store_stats(store)
+    assert stats["fts"]["fresh"] and stats["tree"]["largest_leaf"] <= settings.tree.max_leaf_items
+
+
+def test_context_is_searchable_by_keyword_but_not_content(settings, tmp_path, embedded):
+    from workers import resources
+    from workers.api import search
+
+    recs = [_mem(1, content="Yes, twice last week!", context="Did you visit the Louvre in Paris?"),
+            _mem(2, content="Paris was rainy")]
+    ingest_file(write_jsonl(tmp_path / "c.jsonl", recs), settings, progress=False)
+    res = search("Louvre", mode="keyword")
+    assert [r.id for r in res.results] == ["m1"]
+    assert res.results[0].content == "Yes, twice last week!"
+    resources.close_store()
+    # a changed context alone is re-indexed, not re-embedded
+    recs[0]["context"] = "Did you see the Colosseum?"
+    report = ingest_file(write_jsonl(tmp_path / "c2.jsonl", recs[:1]), settings, progress=False)
+    assert (report.updated, report.embedded) == (1, 0)
+    assert [r.id for r in search("Colosseum", mode="keyword").results] == ["m1"]
+    assert search("Louvre", mode="keyword").results == []

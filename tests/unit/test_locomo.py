@@ -70,7 +70,7 @@ def _fixture() -> list[dict]:
     ]
 
 
-def _record(ns: str, dia: str, session: int, content: str, at: str, image: bool = False) -> dict:
+def _record(ns: str, dia: str, session: int, content: str, at: str, image: bool = False, context=None) -> dict:
     metadata = {"session": session, "speaker": content.split(":")[0], "dia_id": dia}
     if image:
         metadata["image"] = True
@@ -86,6 +86,7 @@ def _record(ns: str, dia: str, session: int, content: str, at: str, image: bool 
         "conflicts": [],
         "supported_by": [],
         "metadata": metadata,
+        "context": context,  # the previous turn of the same session
     }
 
 
@@ -93,14 +94,15 @@ EXPECTED_RECORDS = [
     _record("conv-a", "D1:1", 1, "Ann: Hi Bob! I adopted a dog.", "2023-05-08T13:56:00Z"),
     _record(
         "conv-a", "D1:2", 1, "Bob: Look at mine! [shares an image: a photo of a brown dog on a beach]",
-        "2023-05-08T13:56:01Z", image=True,
+        "2023-05-08T13:56:01Z", image=True, context="Ann: Hi Bob! I adopted a dog.",
     ),
-    _record("conv-a", "D1:3", 1, "Ann: So cute. I start pottery class tomorrow.", "2023-05-08T13:56:02Z"),
+    _record("conv-a", "D1:3", 1, "Ann: So cute. I start pottery class tomorrow.", "2023-05-08T13:56:02Z",
+            context="Bob: Look at mine! [shares an image: a photo of a brown dog on a beach]"),
     _record("conv-a", "D2:1", 2, "Bob: How was pottery?", "2023-05-20T00:05:00Z"),
-    _record("conv-a", "D2:2", 2, "Ann: I made a bowl.", "2023-05-20T00:05:01Z"),
+    _record("conv-a", "D2:2", 2, "Ann: I made a bowl.", "2023-05-20T00:05:01Z", context="Bob: How was pottery?"),
     _record("conv-a", "D10:1", 10, "Bob: Happy new year!", "2024-01-01T12:00:00Z"),
     _record("conv-b", "D1:1", 1, "Cy: Morning!", "2023-06-15T09:00:00Z"),
-    _record("conv-b", "D1:2", 1, "Di: I'm moving to Oslo.", "2023-06-15T09:00:01Z"),
+    _record("conv-b", "D1:2", 1, "Di: I'm moving to Oslo.", "2023-06-15T09:00:01Z", context="Cy: Morning!"),
 ]
 
 EXPECTED_QUERIES = [

@@ -49,3 +49,25 @@ def test_other_embedding_dimension_is_refused(settings):
 def test_missing_store_read_only_is_a_store_error(settings):
     with pytest.raises(StoreError, match="no store"):
         Store.open(settings.store_path, read_only=True)
+
+
+def test_a_version_1_store_migrates_keeping_its_data(settings):
+    """A store written before schema 2 (context) opens read-write, migrates, keeps rows."""
+    from pipeline.store import _migrate, fts_extension_path
+
+    settings.data_dir.mkdir(parents=True)
+    con = duckdb.connect(str(settings.store_path))
+    con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
+    (version, name, sql), *_ = migrations()
+    con.execute(sql.replace("{dim}", "64"))
+    con.execute("INSERT INTO schema_version VALUES (1, ?, now())", [name])
+    for key, value in (("embedding_model", "hash-64"), ("embedding_dim", "64"), ("generation", "1"), ("fts_generation", "1")):
+        con.execute("INSERT INTO store_meta VALUES (?, ?)", [key, value])
+    con.execute("INSERT INTO memories VALUES ('m1', 'ns', 'old text', 'text', now(), 'h', [0.125]::FLOAT[] || list_transform(range(63), x -> 0.0::FLOAT), NULL, now())")
+    con.close()
+    with pytest.raises(StoreError, match="read-write once"):
+        Store.open(settings.store_path, read_only=True)
+    with Store.open(settings.store_path, read_only=False, embedding_dim=64) as store:
+        assert store.info.schema_version == latest_schema_version() >= 2
+        assert store.con.execute("SELECT content, fts_text, context FROM memories").fetchall() == [("old text", "old text", None)]
+        assert store.meta("fts_generation") == "-1"  # the index must be rebuilt: stats says stale
