@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     result_backend: SecretStr = Field(SecretStr(""), description="defaults to the broker URL")
     task_timeout_s: float = Field(120.0, gt=0, description="how long a caller waits for a query")
 
+    flower_user: str = Field("", description="Flower basic-auth user")
+    flower_password: SecretStr = Field(SecretStr(""), description="Flower basic-auth password")
+    flower_address: str = Field("127.0.0.1", description="interface Flower listens on")
+    flower_port: int = Field(5555, ge=1, le=65535)
+    worker_concurrency: int = Field(0, ge=0, description="processes per worker; 0 = one per core")
+
     store_query_text: bool = Field(True, description="keep query text in the audit log")
     audit_enabled: bool = Field(True, description="write one retrieval_log row per query")
     audit_dir: Path | None = Field(None, description="where audit.duckdb and dead letters live (default: data_dir)")
@@ -150,6 +156,7 @@ class Settings(BaseSettings):
         data = self.model_dump(mode="json")
         for key in ("broker_url", "result_backend"):
             data[key] = mask_url(getattr(self, key).get_secret_value())
+        data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
         return data
 
 

@@ -99,6 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_audit_retry)
     s.set_defaults(func=lambda args: (s.print_help(), EXIT_USER)[1])
 
+    s = sub.add_parser("worker", help="start a Celery worker (all queues unless named)")
+    s.add_argument("--queues", default=",".join(("embed", "search", "audit", "ingest")),
+                   help="comma list of embed, search, audit, ingest")
+    s.add_argument("--concurrency", type=int, help="processes (default: DIMPLE_WORKER_CONCURRENCY or one per core)")
+    s.add_argument("--name", default=None, help="node name (default: dimple-<queues>@%%h)")
+    s.set_defaults(func=cmd_worker)
+
+    s = sub.add_parser("flower", help="start Flower with basic auth (DIMPLE_FLOWER_USER / DIMPLE_FLOWER_PASSWORD)")
+    s.add_argument("--insecure", action="store_true", help="allow starting without authentication")
+    s.set_defaults(func=cmd_flower)
+
     s = sub.add_parser("demo", help="build the demo store, run its queries, show results and quality")
     s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
     s.set_defaults(func=cmd_demo)
@@ -359,6 +370,62 @@ def cmd_audit_retry(args) -> int:
     for e in errors:
         print(f"  {e}", file=sys.stderr)
     return 1 if errors else 0
+
+
+# -- worker / flower -------------------------------------------------------------------
+def _need_broker(settings) -> None:
+    if settings.embedded:
+        raise InputError("DIMPLE_BROKER_URL", "not set: workers and Flower need a broker (e.g. redis://127.0.0.1:6379/0)")
+
+
+def worker_argv(settings, queues: str, concurrency: int | None, name: str | None) -> list[str]:
+    from workers.app import QUEUES
+
+    wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = sorted(set(wanted) - set(QUEUES))
+    if unknown or not wanted:
+        raise InputError("--queues", f"unknown queue(s) {unknown}; valid: {', '.join(QUEUES)}")
+    argv = ["worker", "-Q", ",".join(wanted), "-E", "--loglevel", settings.log_level,
+            "-n", name or f"dimple-{'-'.join(wanted)}@%h"]
+    processes = concurrency if concurrency is not None else settings.worker_concurrency
+    if processes:
+        argv += ["-c", str(processes)]
+    return argv
+
+
+def cmd_worker(args) -> int:
+    settings = _settings()
+    _need_broker(settings)
+    from workers.app import app
+
+    app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name))
+    return 0
+
+
+def flower_argv(settings, insecure: bool) -> list[str]:
+    """Flower's arguments; refuses to run without basic auth unless told to."""
+    user, password = settings.flower_user, settings.flower_password.get_secret_value()
+    argv = ["flower", f"--address={settings.flower_address}", f"--port={settings.flower_port}"]
+    if user and password:
+        if ":" in user:
+            raise InputError("DIMPLE_FLOWER_USER", "must not contain ':'")
+        return argv + [f"--basic_auth={user}:{password}"]
+    if not insecure:
+        raise InputError(
+            "DIMPLE_FLOWER_USER/DIMPLE_FLOWER_PASSWORD",
+            "Flower needs credentials (its UI is open to anyone otherwise); set both, or pass --insecure",
+        )
+    return argv
+
+
+def cmd_flower(args) -> int:
+    settings = _settings()
+    _need_broker(settings)
+    argv = flower_argv(settings, args.insecure)
+    from workers.app import app
+
+    app.start(argv)
+    return 0
 
 
 # -- demo ----------------------------------------------------------------------------

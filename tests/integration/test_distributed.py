@@ -51,3 +51,25 @@ def test_search_many_through_workers_matches_embedded(demo_store, stack):
     distributed = search_many(asks, batch_size=16)
     assert [_key(r) for r in distributed] == [_key(r) for r in embedded]
     assert len(distributed) == len(asks)
+
+
+def test_a_pickled_message_is_refused(demo_store, stack):
+    """JSON only on the wire: a worker refuses pickle and never runs the task."""
+    import time
+
+    import workers
+    from workers.app import app
+
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    log = stack.run_dir / "w-search.log"
+    before = log.read_text(errors="replace") if log.exists() else ""
+    res = app.send_task("search.scope", args=[{"states": []}], serializer="pickle", queue="search")
+    deadline = time.time() + 20
+    text = ""
+    while time.time() < deadline:
+        text = log.read_text(errors="replace")[len(before):]
+        if "pickle" in text:
+            break
+        time.sleep(0.3)
+    assert "Refusing to deserialize" in text and "pickle" in text
+    assert res.state == "PENDING"  # never executed
