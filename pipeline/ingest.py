@@ -88,11 +88,14 @@ class ParsedFile:
     errors: list[LineError] = field(default_factory=list)
 
 
-def parse_lines(lines: Iterable[str], limits: LimitSettings) -> ParsedFile:
-    """Validate every line; collect all errors rather than stopping at the first."""
+def parse_lines(lines: Iterable[str], limits: LimitSettings, start: int = 1) -> ParsedFile:
+    """Validate every line; collect all errors rather than stopping at the first.
+
+    ``start`` is the file line number of the first line (for batches of a file).
+    """
     records, numbers, errors = [], [], []
     seen: dict[str, int] = {}
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=start):
         if not raw.strip():
             continue
         if len(raw.encode("utf-8", "surrogatepass")) > limits.max_line_bytes:
@@ -187,6 +190,7 @@ class IngestReport:
     embedded: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
+    generation: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +201,7 @@ class IngestReport:
             "skipped": [str(e) for e in self.skipped],
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "namespaces": self.namespaces,
+            "generation": self.generation,
         }
 
 
@@ -307,6 +312,31 @@ def ingest_records(
     report.namespaces = sorted(touched_ns)
     report.seconds["write"] = time.perf_counter() - t2
     report.seconds["total"] = time.perf_counter() - t0
+    return report
+
+
+def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool = False, progress: bool = False,
+                 embedder: Embedder | None = None) -> IngestReport:
+    """Validate against the published store, then write a new generation and publish it.
+
+    Raises ``IngestValidationError`` (nothing written) unless ``skip_invalid``.
+    """
+    from . import generations
+    from .embed import make_embedder
+
+    published = generations.current(settings.data_dir)
+    existing = Store.open(published, read_only=True) if published is not None else None
+    try:
+        skipped = validate(parsed, existing, skip_invalid)
+    finally:
+        if existing is not None:
+            existing.close()
+    embedder = embedder or make_embedder(settings)
+    with generations.writing(settings.data_dir) as path:
+        with Store.open(path, read_only=False, embedding_model=embedder.name, embedding_dim=embedder.dim) as store:
+            report = ingest_records(store, parsed.records, embedder, settings, progress=progress)
+            report.generation = store.generation
+    report.skipped = skipped
     return report
 
 

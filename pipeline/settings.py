@@ -137,7 +137,10 @@ class Settings(BaseSettings):
 
     @property
     def store_path(self) -> Path:
-        return self.data_dir / "store.duckdb"
+        """The published store generation (see ``pipeline.generations``)."""
+        from .generations import current_or_default
+
+        return current_or_default(self.data_dir)
 
     @property
     def audit_path(self) -> Path:

@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("file", type=Path)
     s.add_argument("--skip-invalid", action="store_true", help="write the valid lines, report the rest")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.add_argument("--via-broker", action="store_true",
+                   help="validate here, then send batches to the ingest queue (edges must point to earlier lines or the store)")
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
@@ -131,29 +133,59 @@ def _settings():
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):
     """Validate ``path`` in full, then write it in one transaction (the CLI's ingest)."""
     from pipeline import ingest
-    from pipeline.embed import make_embedder
-    from pipeline.store import Store
 
     parsed = ingest.read_file(path, settings.limits)
-    existing = None
-    if settings.store_path.exists():
-        existing = Store.open(settings.store_path, read_only=True)
+    return ingest.write_parsed(parsed, settings, skip_invalid=skip_invalid, progress=progress)
+
+
+def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeout: float = 3600.0):
+    """Validate the whole file here, then send it in batches, in order, to ``ingest.batch``.
+
+    Yields one result dict per batch (``first_line``, ``lines`` and the
+    worker's report) as each batch is acknowledged.
+    """
+    from pipeline import generations, ingest
+    from pipeline.store import Store
+    from pipeline.errors import BrokerUnavailableError
+    from workers.api import _BROKER_DOWN
+    from workers.tasks import ingest_batch
+
+    _need_broker(settings)
+    parsed = ingest.read_file(path, settings.limits)
+    published = generations.current(settings.data_dir)
+    existing = Store.open(published, read_only=True) if published is not None else None
     try:
-        skipped = ingest.validate(parsed, existing, skip_invalid)
+        ingest.validate(parsed, existing, skip_invalid)
     finally:
         if existing is not None:
             existing.close()
-    embedder = make_embedder(settings)
-    with Store.open(
-        settings.store_path, read_only=False, embedding_model=embedder.name, embedding_dim=embedder.dim
-    ) as store:
-        report = ingest.ingest_records(store, parsed.records, embedder, settings, progress=progress)
-    report.skipped = skipped
-    return report
+    lines = path.read_text(encoding="utf-8").splitlines()
+    size = settings.ingest_batch_size
+    for start in range(0, len(lines), size):
+        chunk = lines[start : start + size]
+        try:
+            result = ingest_batch.apply_async(args=[chunk, start + 1, skip_invalid]).get(timeout=timeout)
+        except _BROKER_DOWN as exc:
+            raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
+        yield {"first_line": start + 1, "lines": len(chunk), **result}
 
 
 def cmd_ingest(args) -> int:
     settings = _settings()
+    if args.via_broker:
+        failed = 0
+        for batch in ingest_via_broker(args.file, settings, skip_invalid=args.skip_invalid):
+            if args.json:
+                print(json.dumps(batch))
+            elif batch["ok"]:
+                print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: "
+                      f"{batch['inserted']} new, {batch['updated']} updated, generation {batch['generation']}")
+            else:
+                failed += 1
+                print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: rejected", file=sys.stderr)
+                for err in batch["errors"]:
+                    print(f"  {err}", file=sys.stderr)
+        return EXIT_USER if failed else 0
     report = ingest_file(args.file, settings, skip_invalid=args.skip_invalid, progress=not args.json)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -168,14 +200,15 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_reindex(args) -> int:
+    from pipeline import generations
     from pipeline.ingest import rebuild_tree
     from pipeline.store import Store
 
     settings = _settings()
-    if not settings.store_path.exists():
-        raise InputError("store", f"no store at {settings.store_path}")
+    if generations.current(settings.data_dir) is None:
+        raise InputError("store", f"no store in {settings.data_dir}")
     t0 = time.perf_counter()
-    with Store.open(settings.store_path, read_only=False) as store:
+    with generations.writing(settings.data_dir) as path, Store.open(path, read_only=False) as store:
         tree = rebuild_tree(store, settings)
     print(f"reindexed: {len(tree.leaves())} leaves, {len(tree.topics) - 1} topics in {time.perf_counter() - t0:.1f}s")
     return 0

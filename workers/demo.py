@@ -23,16 +23,17 @@ def demo_settings(settings: Settings) -> Settings:
 
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
+    from pipeline import generations
     from pipeline.demo import write_demo
 
     from . import resources
     from .cli import ingest_file
 
     files = write_demo(settings.data_dir / "files")
-    if rebuild and settings.store_path.exists():
+    if rebuild:
         resources.close_store()
-        settings.store_path.unlink()
-    if not settings.store_path.exists():
+        generations.drop_all(settings.data_dir)
+    if generations.current(settings.data_dir) is None:
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
         report = ingest_file(files["memories"], settings)
         print(

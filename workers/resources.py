@@ -8,6 +8,8 @@ import threading
 
 from pipeline.embed import Embedder, make_embedder
 from pipeline.settings import Settings, get_settings
+from pipeline import generations
+from pipeline.errors import StoreError
 from pipeline.store import Store
 from pipeline.vector import VectorIndex
 
@@ -61,15 +63,30 @@ class LazyEmbedder:
 
 
 def store() -> Store | None:
-    """The read-only store, or None when none exists yet (an empty store)."""
-    global _store
+    """The published store generation, read-only, or None when none exists yet.
+
+    Switches to a newer generation as soon as one is published, so an
+    acknowledged ingest is visible to the next task without a restart.
+    """
+    global _store, _index
     with _lock:
-        if _store is None:
-            path = settings().store_path
-            if not path.exists():
+        for _ in range(5):
+            path = generations.current(settings().data_dir)
+            if path is None:
                 return None
-            _store = Store.open(path, read_only=True)
-        return _store
+            if _store is not None and _store.path == path:
+                return _store
+            try:
+                fresh = Store.open(path, read_only=True)
+            except StoreError:
+                if path.exists():
+                    raise
+                continue  # deleted between reading CURRENT and opening: read CURRENT again
+            if _store is not None:
+                _store.close()
+            _store, _index = fresh, None
+            return _store
+        raise StoreError(f"the store in {settings().data_dir} kept changing while opening it")
 
 
 def index() -> VectorIndex | None:

@@ -10,7 +10,9 @@ from pipeline.contracts import Batch
 from pipeline.embed import embed_batch
 from pipeline.fulltext import fulltext_batch
 from pipeline.fuse import fuse_batch
+from pipeline.errors import IngestValidationError
 from pipeline.graph import augment_batch
+from pipeline.ingest import parse_lines, write_parsed
 from pipeline.scope import scope_batch
 from pipeline.store import created_at_of
 from pipeline.vector import descend_batch
@@ -90,3 +92,20 @@ def audit_write(self, records: list[dict]) -> dict:
             raise audit.give_up(settings, rows, exc, self.request.retries) from None
         raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None)
     return {"rows": len(rows), "inserted": inserted}
+
+
+@app.task(name="ingest.batch", acks_late=True, reject_on_worker_lost=True)
+def ingest_batch(lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
+    """Ingest JSONL lines as one transaction and publish a new store generation.
+
+    Bad lines come back as data (line numbers of the caller's file), not as an
+    exception, so the caller can print them. Re-running a batch is harmless:
+    ingest upserts by id.
+    """
+    settings = resources.settings()
+    parsed = parse_lines(lines, settings.limits, start=first_line)
+    try:
+        report = write_parsed(parsed, settings, skip_invalid=skip_invalid, embedder=resources.embedder())
+    except IngestValidationError as exc:
+        return {"ok": False, "errors": [str(e) for e in exc.errors]}
+    return {"ok": True, **report.as_dict()}

@@ -48,9 +48,10 @@ def measure(settings: Settings, records: list[dict]) -> dict:
     records into a fresh store; both timed in this process."""
     from workers.cli import ingest_file
 
+    from pipeline.generations import drop_all
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if settings.store_path.exists():
-        settings.store_path.unlink()
+    drop_all(settings.data_dir)
     path = settings.data_dir / "memories.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     embedder = make_embedder(settings)

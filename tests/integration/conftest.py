@@ -36,7 +36,7 @@ def demo_store(tmp_path_factory) -> DemoStore:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory, demo_store):
-    """redis-server plus one worker each for the embed, search and audit queues."""
+    """redis-server plus one worker each for the embed, search, audit and ingest queues."""
     redis_binary()  # a clear message when redis-server is missing
     from workers.app import app, reconfigure
 
@@ -47,8 +47,9 @@ def stack(tmp_path_factory, demo_store):
         run.start_worker("w-embed", "embed", env=env)
         run.start_worker("w-search", "search", concurrency=2, env=env)
         run.start_worker("w-audit", "audit", env=env)
+        run.start_worker("w-ingest", "ingest", env=env)
         reconfigure(demo_store.with_broker(run.broker_url))
-        run.wait_for_workers(app, ["w-embed", "w-search", "w-audit"], timeout=90)
+        run.wait_for_workers(app, ["w-embed", "w-search", "w-audit", "w-ingest"], timeout=120)
         yield run
     finally:
         reconfigure(demo_store.settings)
