@@ -81,3 +81,60 @@ def test_queries_never_fail_while_the_ingest_worker_writes(demo_store, stack, tm
     assert [r.id for r in res.results] == ["load-499"]
     everything = search("load test memory", mode="keyword", namespace="ingest-load", max_units=1000, top_k=1000)
     assert len(everything.results) == 500  # no acknowledged memory lost
+
+
+@pytest.mark.slow
+def test_load_60s_query_stream_while_ingesting_10k(demo_store, stack, tmp_path):
+    """Two query threads through the workers for at least 60 s while the ingest
+    worker adds 10,000 memories: zero failed queries, zero lost memories, and
+    the delay from each batch's acknowledgement to its visibility."""
+    import statistics
+
+    import workers
+    from workers.api import search
+    from workers.cli import ingest_via_broker
+
+    settings = demo_store.with_broker(stack.broker_url).replace(ingest_batch_size=500)
+    workers.configure(settings)
+    n = 10_000
+    records = [{"id": f"bulk-{i}", "namespace": "bulk", "content": f"bulk memory {i} about topic {i % 97} token BK{i:05d}"}
+               for i in range(n)]
+    path = _write(tmp_path / "bulk.jsonl", records)
+    failures: list[str] = []
+    answered = 0
+    stop = threading.Event()
+    started = time.perf_counter()
+
+    def stream() -> None:
+        nonlocal answered
+        while not stop.is_set() or time.perf_counter() - started < 60:
+            try:
+                search("deploy window", namespace="code", max_units=5)
+                answered += 1
+            except Exception as exc:  # noqa: BLE001
+                failures.append(repr(exc))
+
+    readers = [threading.Thread(target=stream) for _ in range(2)]
+    for t in readers:
+        t.start()
+    delays = []
+    try:
+        for batch in ingest_via_broker(path, settings):
+            assert batch["ok"], batch
+            last = batch["first_line"] + batch["lines"] - 2  # 0-based index of the batch's last record
+            acked = time.perf_counter()
+            while not search(f"BK{last:05d}", mode="keyword", namespace="bulk").results:
+                assert time.perf_counter() - acked < 10
+            delays.append(time.perf_counter() - acked)
+    finally:
+        stop.set()
+        for t in readers:
+            t.join(120)
+    elapsed = time.perf_counter() - started
+    print(f"\nload: {answered} queries in {elapsed:.0f} s, {len(failures)} failed; "
+          f"visibility delay after ack p50 {statistics.median(delays) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms")
+    assert failures == []
+    assert elapsed >= 60
+    everything = search("bulk memory", mode="keyword", namespace="bulk", max_units=n, top_k=n)
+    assert len(everything.results) == n
+    assert max(delays) <= 2.0
