@@ -24,9 +24,11 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
 
 @pytest.fixture
 def embedded(settings: Settings):
-    """Point the in-process (eager) pipeline at ``settings``; restore afterwards."""
+    """Point the in-process (eager) pipeline at ``settings``, whatever an
+    earlier test configured (a broker included); release the store afterwards."""
+    import workers
     from workers import resources
 
-    resources.configure(settings)
+    workers.configure(settings)
     yield settings
     resources.close_store()

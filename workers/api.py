@@ -7,6 +7,7 @@ Embedded (no broker configured) the canvas runs in-process; with
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
@@ -18,7 +19,7 @@ from pipeline.contracts import Batch, QueryOptions, Results, make_query
 from pipeline.errors import BrokerUnavailableError, InputError, QueryTimeoutError
 
 from . import resources
-from .app import app
+from .app import app, reset_connections
 from .canvas import query_canvas
 
 
@@ -42,6 +43,7 @@ class _DecodesResults:
         try:
             value = super().get(*args, **kwargs)  # type: ignore[misc]
         except _BROKER_DOWN as exc:
+            reset_connections()
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:
             raise QueryTimeoutError(
@@ -79,6 +81,7 @@ def _dispatch(batch: dict, single: bool):
         try:
             res = canvas.apply_async()
         except _BROKER_DOWN as exc:
+            reset_connections()
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
         out = SearchAsyncResult(res.id, app=app, parent=res.parent)
     out.single = single
@@ -112,22 +115,42 @@ def _split(item: Any) -> tuple[Any, Any]:
     raise InputError("queries", "each query is a string or a dict with 'query' and options")
 
 
-def search_many(queries: Iterable[Any], batch_size: int | None = None) -> list[Results]:
+def search_many(
+    queries: Iterable[Any], batch_size: int | None = None, *, return_exceptions: bool = False
+) -> list[Any]:
     """Run many queries, ``batch_size`` per canvas, every batch in flight at once.
 
     Each query is a string or a dict ``{"query": ..., **options}``. Results
-    come back in input order.
+    come back in input order. All batches share one deadline
+    (``DIMPLE_TASK_TIMEOUT_S`` from the call). With ``return_exceptions``, a
+    batch that fails or times out puts its error (a ``DimpleError``) in each
+    of its queries' places instead of raising, so every query is either
+    answered or reported failed.
     """
     settings = resources.settings()
     items = [_split(q) for q in queries]
     size = batch_size or settings.query_batch_size
+    deadline = time.monotonic() + settings.task_timeout_s
     handles = []
     for start in range(0, len(items), size):
-        handle = _dispatch(_batch(items[start : start + size]), single=False)
-        handles.append(handle)
-    out: list[Results] = []
-    for handle in handles:
-        out.extend(handle.get(timeout=settings.task_timeout_s))
+        chunk = items[start : start + size]
+        try:
+            handles.append((len(chunk), _dispatch(_batch(chunk), single=False)))
+        except BrokerUnavailableError as exc:
+            if not return_exceptions:
+                raise
+            handles.append((len(chunk), exc))
+    out: list[Any] = []
+    for count, handle in handles:
+        if isinstance(handle, Exception):
+            out.extend([handle] * count)
+            continue
+        try:
+            out.extend(handle.get(timeout=max(deadline - time.monotonic(), 0.001)))
+        except (QueryTimeoutError, BrokerUnavailableError) as exc:
+            if not return_exceptions:
+                raise
+            out.extend([exc] * count)
     return out
 
 

@@ -54,3 +54,12 @@ def stack(tmp_path_factory, demo_store):
     finally:
         reconfigure(demo_store.settings)
         run.stop_all()
+
+
+@pytest.fixture(autouse=True)
+def _back_to_embedded(demo_store):
+    """Each test may point the process at a broker; the next starts embedded."""
+    yield
+    import workers
+
+    workers.configure(demo_store.settings)
