@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .contracts import QueryState
 from .errors import DimpleError
-from .identity import fnv1a64, text_identity, vector_identity  # noqa: F401 (re-exported)
 from .store import migrate_package
 
 class AuditWriteError(DimpleError):

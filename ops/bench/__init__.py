@@ -1,0 +1,21 @@
+"""Benchmarks; each prints ratios against a baseline measured in the same run."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+
+def embedded_demo(work: Path):
+    """Quiet logs, the demo store under ``work`` (built if absent), the process
+    pointed at it embedded. Returns ``(settings, queries)``."""
+    import workers
+    from pipeline.settings import Settings
+    from workers.demo import build_demo_store, demo_settings, load_queries
+
+    logging.getLogger("dimple").setLevel(logging.WARNING)
+    logging.getLogger("celery").setLevel(logging.WARNING)
+    settings = demo_settings(Settings(_env_file=None).replace(data_dir=work))
+    workers.configure(settings)
+    queries, _ = load_queries(build_demo_store(settings))
+    return settings, queries

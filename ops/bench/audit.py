@@ -13,34 +13,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.settings import Settings
+from ops.bench import embedded_demo
 
 
 def main(argv=None) -> int:
     import workers
     from workers import audit
     from workers.api import search
-    from workers.demo import build_demo_store, demo_settings, load_queries
 
     p = argparse.ArgumentParser(prog="python -m ops.bench.audit")
     p.add_argument("--n", type=int, default=300, help="queries per side")
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-audit-bench"))
     args = p.parse_args(argv)
-    logging.getLogger("dimple").setLevel(logging.WARNING)
-    logging.getLogger("celery").setLevel(logging.WARNING)
-    base = demo_settings(Settings(_env_file=None).replace(data_dir=args.work))
-    workers.configure(base)
-    files = build_demo_store(base)
-    queries, _ = load_queries(files)
+    base, queries = embedded_demo(args.work)
     broken_dir = args.work / "broken"
-    broken_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(broken_dir, ignore_errors=True)  # dead letters of an earlier run
+    broken_dir.mkdir(parents=True)
     (broken_dir / "audit.duckdb").mkdir(exist_ok=True)
     sides = {
         "off": base.replace(audit_enabled=False),

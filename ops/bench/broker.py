@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.settings import Settings
+from ops.bench import embedded_demo
 
 
 def _latency(search, queries, n):
@@ -48,7 +47,6 @@ def main(argv=None) -> int:
     from ops.stack import Stack
     from workers.api import search, search_many
     from workers.app import app
-    from workers.demo import build_demo_store, demo_settings, load_queries
 
     p = argparse.ArgumentParser(prog="python -m ops.bench.broker")
     p.add_argument("--n", type=int, default=100, help="sequential single queries per side")
@@ -56,12 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-broker-bench"))
     args = p.parse_args(argv)
-    logging.getLogger("dimple").setLevel(logging.WARNING)
-    logging.getLogger("celery").setLevel(logging.WARNING)
-    embedded = demo_settings(Settings(_env_file=None).replace(data_dir=args.work))
-    workers.configure(embedded)
-    files = build_demo_store(embedded)
-    queries, _ = load_queries(files)
+    embedded, queries = embedded_demo(args.work)
     _latency(search, queries, 20)  # warm-up
 
     stack = Stack(args.work / "stack")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import duckdb
 import pytest
 
 from pipeline.errors import InputError

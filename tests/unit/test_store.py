@@ -53,7 +53,6 @@ def test_missing_store_read_only_is_a_store_error(settings):
 
 def test_a_version_1_store_migrates_keeping_its_data(settings):
     """A store written before schema 2 (context) opens read-write, migrates, keeps rows."""
-    from pipeline.store import _migrate, fts_extension_path
 
     settings.data_dir.mkdir(parents=True)
     con = duckdb.connect(str(settings.store_path))
