@@ -8,6 +8,7 @@ prints a few results with their graph context and the quality figures.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -58,6 +59,10 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     from .api import search_many
     from .cli import format_results
 
+    # The demo prints its own summary; one INFO line per query (225 of them)
+    # and the model loader's chatter would bury it.
+    for name in ("dimple.search", "sentence_transformers", "transformers"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     settings = demo_settings(settings)
     resources.configure(settings)
     files = build_demo_store(settings, rebuild=rebuild)
