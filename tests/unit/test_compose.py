@@ -1,0 +1,64 @@
+"""compose/docker-compose.yml: the stack an operator gets from Docker.
+
+No Docker engine here: the file is checked for what dimple relies on.
+(Validation against the Compose specification's JSON schema is still to come.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pipeline.settings import Settings
+from workers.app import QUEUES
+
+COMPOSE = Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml"
+
+
+def _doc():
+    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+
+
+def test_one_worker_per_queue_sharing_one_data_volume():
+    services = _doc()["services"]
+    queues = {}
+    for name, svc in services.items():
+        cmd = svc.get("command", [])
+        if cmd[:2] == ["dimple", "worker"]:
+            queues[cmd[cmd.index("--queues") + 1]] = name
+            assert "dimple-data:/data" in svc["volumes"]
+            assert svc["environment"]["DIMPLE_DATA_DIR"] == "/data"
+            assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert sorted(queues) == sorted(QUEUES)
+    # single writers stay single
+    for queue in ("audit", "ingest"):
+        cmd = services[queues[queue]]["command"]
+        assert cmd[cmd.index("--concurrency") + 1] == "1"
+
+
+def test_every_service_has_a_health_check():
+    for name, svc in _doc()["services"].items():
+        assert "healthcheck" in svc and svc["healthcheck"]["test"], name
+
+
+def test_redis_is_a_broker_without_persistence_or_eviction_and_with_a_password():
+    cmd = " ".join(_doc()["services"]["redis"]["command"])
+    assert "--maxmemory-policy noeviction" in cmd
+    assert '--save ' in cmd and "--appendonly no" in cmd
+    assert "--requirepass" in cmd
+
+
+def test_flower_has_auth_and_stays_on_loopback():
+    flower = _doc()["services"]["flower"]
+    env = flower["environment"]
+    assert env["DIMPLE_FLOWER_PASSWORD"].startswith("${DIMPLE_FLOWER_PASSWORD:?")  # required, no default
+    assert all(p.startswith("127.0.0.1:") for p in flower["ports"])
+
+
+def test_environment_names_are_real_settings():
+    fields = {f"DIMPLE_{name.upper()}" for name in Settings.model_fields}
+    for name, svc in _doc()["services"].items():
+        for key in svc.get("environment", {}):
+            if key.startswith("DIMPLE_"):
+                assert key.split("__")[0] in fields, (name, key)
