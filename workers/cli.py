@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_audit_failed)
     a = asub.add_parser("retry", help="write the dead letters now (once each)")
     a.set_defaults(func=cmd_audit_retry)
-    s.set_defaults(func=lambda args: (s.print_help(), EXIT_USER)[1])
+    s.set_defaults(func=lambda args, parser=s: (parser.print_help(), EXIT_USER)[1])
 
     s = sub.add_parser("worker", help="start a Celery worker (all queues unless named)")
     s.add_argument("--queues", default=",".join(("embed", "search", "audit", "ingest")),
