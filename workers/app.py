@@ -31,7 +31,7 @@ def conf_for(settings: Settings) -> dict:
         result_backend=backend or "cache+memory://",
         task_always_eager=not broker,
         task_eager_propagates=True,
-        # JSON on the wire, never pickle: a pickled message is refused.
+        # JSON on the wire only: a message in any other serialisation is refused.
         task_serializer="json",
         result_serializer="json",
         event_serializer="json",
