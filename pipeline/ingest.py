@@ -257,14 +257,11 @@ def ingest_records(
     t0 = time.perf_counter()
     con = store.con
     ids = [r.id for r in records]
-    existing = dict(
-        con.execute(
-            "SELECT id, content_hash FROM memories WHERE list_contains(?, id)", [ids]
-        ).fetchall()
-    ) if ids else {}
-    old_ns = dict(
-        con.execute("SELECT id, namespace FROM memories WHERE list_contains(?, id)", [ids]).fetchall()
-    ) if ids else {}
+    rows = con.execute(
+        "SELECT id, content_hash, namespace FROM memories WHERE list_contains(?, id)", [ids]
+    ).fetchall() if ids else []
+    existing = {mid: digest for mid, digest, _ in rows}
+    old_ns = {mid: ns for mid, _, ns in rows}
     hashes = [content_hash(r.content) for r in records]
     to_embed = [i for i, r in enumerate(records) if existing.get(r.id) != hashes[i] or old_ns.get(r.id) != r.namespace]
     report.seconds["prepare"] = time.perf_counter() - t0

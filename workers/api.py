@@ -34,7 +34,8 @@ def _decode(value: Any) -> list[Results]:
 class _DecodesResults:
     """``get()`` returns ``Results`` (one query) or ``list[Results]`` (a batch).
 
-    A timeout raises ``QueryTimeoutError`` (a ``DimpleError``), naming the query.
+    A timeout raises ``QueryTimeoutError`` and a lost broker ``BrokerUnavailableError``
+    (both ``DimpleError``s), naming the task.
     """
 
     single = True
