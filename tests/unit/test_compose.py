@@ -1,13 +1,19 @@
 """compose/docker-compose.yml: the stack an operator gets from Docker.
 
-No Docker engine here: the file is checked for what dimple relies on.
-(Validation against the Compose specification's JSON schema is still to come.)
+No Docker engine here: the file is validated against the Compose
+specification's JSON schema (the copy vendored by check-jsonschema) and
+checked for what dimple relies on.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import copy
+import importlib.resources
+import json
+
+import jsonschema
 import yaml
 
 from pipeline.settings import Settings
@@ -18,6 +24,30 @@ COMPOSE = Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml"
 
 def _doc():
     return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+
+
+def _compose_validator():
+    text = (importlib.resources.files("check_jsonschema") / "builtin_schemas" / "vendor"
+            / "compose-spec.json").read_text(encoding="utf-8")
+    schema = json.loads(text)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def test_compose_file_is_valid_against_the_compose_specification():
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in _compose_validator().iter_errors(_doc())]
+    assert errors == []
+
+
+def test_the_schema_check_rejects_what_compose_would_reject():
+    # the validator is live: a misspelt key and a wrongly typed field fail it
+    doc = copy.deepcopy(_doc())
+    doc["services"]["redis"]["restart_policy"] = "always"
+    doc["services"]["flower"]["ports"] = "5555"
+    paths = {"/".join(map(str, e.absolute_path)) for e in _compose_validator().iter_errors(doc)}
+    assert "services/redis" in paths and "services/flower/ports" in paths
 
 
 def test_one_worker_per_queue_sharing_one_data_volume():
