@@ -24,7 +24,9 @@ class TreeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     branching: int = Field(8, ge=2, le=64, description="children per internal topic when clustering")
-    beam_width: int = Field(8, ge=1, le=1024, description="topics kept per depth during descent")
+    # 16 x 64 = at most 1,024 memories scored per query: at LoCoMo's ~600 memories a
+    # namespace the descent then matches exact search (8 reached only ~320 of them).
+    beam_width: int = Field(16, ge=1, le=1024, description="topics kept per depth during descent")
     max_depth: int = Field(12, ge=1, le=64, description="deepest level descent visits")
     max_leaf_items: int = Field(64, ge=2, le=100_000, description="most memories one leaf holds")
     seed: int = Field(0, description="seed of the deterministic clustering")
@@ -101,7 +103,9 @@ class Settings(BaseSettings):
 
     rrf_k: int = Field(60, ge=1, le=100_000)
     leg_top_k: int = Field(100, ge=1, le=10_000, description="candidates each leg hands to fusion")
-    vector_weight: float = Field(1.0, ge=0, description="hybrid-mode weight of the vector leg")
+    # The packaged MiniLM is the weaker leg on conversational memory (LoCoMo nDCG@10
+    # 0.30 against BM25's 0.45); see BENCHMARKS.md for the sweep behind 0.4.
+    vector_weight: float = Field(0.4, ge=0, description="hybrid-mode weight of the vector leg")
     fts_weight: float = Field(1.0, ge=0, description="hybrid-mode weight of the full-text leg")
     preview_chars: int = Field(80, ge=8, le=10_000)
 
