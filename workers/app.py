@@ -42,7 +42,9 @@ def conf_for(settings: Settings) -> dict:
         # Redelivery on worker loss; tasks are idempotent (pure stages over a batch).
         task_acks_late=True,
         task_reject_on_worker_lost=True,
-        worker_prefetch_multiplier=1,
+        worker_prefetch_multiplier=settings.worker_prefetch_multiplier,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
         # Unacked tasks of a lost worker come back after the visibility timeout;
         # sweep for them at least every 10 s (kombu's default is ~100 s).
         broker_transport_options={
@@ -56,7 +58,6 @@ def conf_for(settings: Settings) -> dict:
         # Flower sees every stage with its arguments and runtime.
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_track_started=True,
         worker_hijack_root_logger=False,
     )
 

@@ -1,0 +1,29 @@
+"""Worker settings reach Celery; a soft time limit must come before the hard one."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from workers.app import conf_for
+
+
+def test_prefetch_and_time_limits_come_from_settings(settings):
+    conf = conf_for(settings.replace(worker_prefetch_multiplier=4, task_soft_time_limit_s=20,
+                                     task_time_limit_s=30))
+    assert conf["worker_prefetch_multiplier"] == 4
+    assert (conf["task_soft_time_limit"], conf["task_time_limit"]) == (20, 30)
+    assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"]
+    assert conf["accept_content"] == ["json"] and conf["task_serializer"] == "json"
+
+
+def test_defaults_are_one_message_ahead_and_limits_below_the_visibility_timeout(settings):
+    conf = conf_for(settings)
+    assert conf["worker_prefetch_multiplier"] == 1
+    assert conf["task_soft_time_limit"] < conf["task_time_limit"] < settings.visibility_timeout_s
+
+
+def test_a_soft_limit_at_or_over_the_hard_limit_is_refused(settings):
+    with pytest.raises(ValidationError) as info:
+        settings.replace(task_soft_time_limit_s=60, task_time_limit_s=60)
+    assert "task_soft_time_limit_s" in str(info.value)
