@@ -57,3 +57,7 @@ class QueryTimeoutError(DimpleError):
 
 class BrokerUnavailableError(DimpleError):
     """The configured broker cannot be reached."""
+
+
+class StageError(DimpleError):
+    """A pipeline stage failed on a worker; the message names the stage and the cause."""

@@ -16,7 +16,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pipeline.contracts import Batch, QueryOptions, Results, make_query
-from pipeline.errors import BrokerUnavailableError, InputError, QueryTimeoutError
+from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, QueryTimeoutError, StageError
 
 from . import resources
 from .app import app, reset_connections
@@ -39,6 +39,18 @@ class _DecodesResults:
     """
 
     single = True
+    # Celery re-reads every parent stage's state (one GET each) after each
+    # message the result consumer receives, to notice a failed stage early:
+    # six GETs per message, dozens per query. Once per 50 ms is enough.
+    _parent_check_s = 0.05
+    _parents_checked = float("-inf")
+
+    def _maybe_reraise_parent_error(self) -> None:
+        now = time.monotonic()
+        if now - self._parents_checked < self._parent_check_s:
+            return
+        self._parents_checked = now
+        super()._maybe_reraise_parent_error()  # type: ignore[misc]
 
     def get(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         try:
@@ -51,6 +63,10 @@ class _DecodesResults:
                 f"no answer for task {self.id} within {kwargs.get('timeout', args[0] if args else None)} s; "
                 "are workers running for the embed and search queues?"
             ) from None
+        except DimpleError:
+            raise
+        except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
+            raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
         results = _decode(value)
         return results[0] if self.single else results
 

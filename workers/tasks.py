@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from pydantic import ValidationError
+
 from pipeline.audit import AuditRecord, AuditWriteError, write_records
 from pipeline.budget import budget_batch
 from pipeline.contracts import Batch
 from pipeline.embed import embed_batch
 from pipeline.fulltext import fulltext_batch
 from pipeline.fuse import fuse_batch
-from pipeline.errors import IngestValidationError
+from pipeline.errors import IngestValidationError, StageError
 from pipeline.graph import augment_batch
 from pipeline.ingest import parse_lines, write_parsed
 from pipeline.scope import scope_batch
@@ -36,46 +38,57 @@ def _out(batch: Batch) -> dict:
     return batch.model_dump(mode="json")
 
 
+def _in(batch: dict, stage: str) -> Batch:
+    """The batch a stage received; a malformed one is a ``StageError`` naming
+    the stage and the field (it travels as JSON, unlike pydantic's own error)."""
+    try:
+        return Batch.model_validate(batch)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise StageError(f"search.{stage} got a malformed batch: {where}: {err['msg']}") from None
+
+
 @app.task(name="search.embed")
 def embed(batch: dict) -> dict:
-    return _out(embed_batch(Batch.model_validate(batch), resources.LazyEmbedder()))
+    return _out(embed_batch(_in(batch, "embed"), resources.LazyEmbedder()))
 
 
 @app.task(name="search.descend")
 def descend(batch: dict) -> dict:
     index = resources.index()
     with _cursor() as cur:
-        return _out(descend_batch(Batch.model_validate(batch), index, cur, resources.settings().tree))
+        return _out(descend_batch(_in(batch, "descend"), index, cur, resources.settings().tree))
 
 
 @app.task(name="search.fulltext")
 def fulltext(batch: dict) -> dict:
     with _cursor() as cur:
-        return _out(fulltext_batch(Batch.model_validate(batch), cur, resources.settings().fulltext))
+        return _out(fulltext_batch(_in(batch, "fulltext"), cur, resources.settings().fulltext))
 
 
 @app.task(name="search.fuse")
 def fuse(parts: list[dict]) -> dict:
     with _cursor() as cur:
         created = (lambda ids: created_at_of(cur, ids)) if cur is not None else (lambda ids: {})
-        batch = fuse_batch([Batch.model_validate(p) for p in parts], resources.settings().rrf_k, created)
+        batch = fuse_batch([_in(p, "fuse") for p in parts], resources.settings().rrf_k, created)
     return _out(batch)
 
 
 @app.task(name="search.augment")
 def augment(batch: dict) -> dict:
     with _cursor() as cur:
-        return _out(augment_batch(Batch.model_validate(batch), cur, resources.settings().preview_chars))
+        return _out(augment_batch(_in(batch, "augment"), cur, resources.settings().preview_chars))
 
 
 @app.task(name="search.scope")
 def scope(batch: dict) -> dict:
-    return _out(scope_batch(Batch.model_validate(batch)))
+    return _out(scope_batch(_in(batch, "scope")))
 
 
 @app.task(name="search.budget")
 def budget(batch: dict) -> dict:
-    out = budget_batch(Batch.model_validate(batch))
+    out = budget_batch(_in(batch, "budget"))
     audit.emit(out)
     return _out(out)
 

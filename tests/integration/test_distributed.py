@@ -73,3 +73,24 @@ def test_a_pickled_message_is_refused(demo_store, stack):
         time.sleep(0.3)
     assert "Refusing to deserialize" in text and "pickle" in text
     assert res.state == "PENDING"  # never executed
+
+
+
+def test_a_failing_stage_reaches_the_caller_as_an_error_not_a_hang(demo_store, stack):
+    """Both legs of the chord raise on the workers: the caller's get() fails
+    within seconds with a DimpleError naming the failure, not at its timeout."""
+    import time
+
+    import workers
+    from pipeline.errors import DimpleError
+    from workers import api
+
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    batch = api._batch([("deploy window", None)])
+    batch["states"][0]["query"]["top_k"] = "many"  # every stage's validation refuses it
+    handle = api._dispatch(batch, single=True)
+    t0 = time.monotonic()
+    with pytest.raises(DimpleError) as info:
+        handle.get(timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert "top_k" in str(info.value)
