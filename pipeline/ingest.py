@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import fulltext
-from .contracts import clean_labels, naive_utc
+from .contracts import clean_labels, clean_text, naive_utc
 from .embed import Embedder
 from .errors import IngestValidationError, InputError, LineError
 from .settings import LimitSettings, Settings
@@ -56,8 +56,21 @@ class MemoryRecord(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters")
+        return clean_text(value)
+
+    @field_validator("id", "context")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        return None if value is None else clean_text(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                clean_text(_json(value))  # keys and strings at any depth
+            except RecursionError:
+                raise ValueError("nested too deeply") from None
         return value
 
     @field_validator("topics", "concepts", "supersedes", "conflicts", "supported_by")
@@ -106,6 +119,9 @@ def parse_lines(lines: Iterable[str], limits: LimitSettings, start: int = 1) -> 
         except json.JSONDecodeError as exc:
             errors.append(LineError(number, "<json>", f"malformed JSON: {exc.msg} at column {exc.colno}"))
             continue
+        except RecursionError:
+            errors.append(LineError(number, "<json>", "nested too deeply"))
+            continue
         if not isinstance(data, dict):
             errors.append(LineError(number, "<json>", "a line must be a JSON object"))
             continue
@@ -143,7 +159,7 @@ def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> l
                 LineError(number, name, f"{len(value)} characters, over the limit of {limits.max_content_chars}")
             )
     if record.metadata is not None:
-        size = len(json.dumps(record.metadata, ensure_ascii=False))
+        size = len(_json(record.metadata).encode("utf-8"))
         if size > limits.max_metadata_bytes:
             errors.append(LineError(number, "metadata", f"{size} bytes, over the limit of {limits.max_metadata_bytes}"))
     for name in ("topics", "concepts", "supersedes", "conflicts", "supported_by"):

@@ -44,8 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is a user error like any other: one line, exit code 2 (no usage dump)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        where = self.prog.removeprefix("dimple").strip()
+        self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
+    p = _Parser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
     sub = p.add_subparsers(metavar="COMMAND")
 
     s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
