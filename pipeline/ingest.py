@@ -186,15 +186,28 @@ def check_edges(parsed: ParsedFile, store: Store | None) -> None:
                     )
 
 
-def read_file(path: Path, limits: LimitSettings) -> ParsedFile:
+def read_lines(path: Path) -> list[str]:
+    """The lines of a JSONL file, split only at line ends (``\n``, ``\r\n``, ``\r``).
+
+    Not ``str.splitlines``: that also splits at U+2028, U+0085 and other
+    characters JSON allows raw inside a string, which would cut a valid
+    record in two. Local validation and ``--via-broker`` batches use this one
+    reader, so both see the same lines with the same numbers.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise InputError("FILE", f"no such file: {path}")
     try:
+        if not path.is_file():
+            raise InputError("FILE", f"no such file: {path}")
         with path.open("r", encoding="utf-8") as fh:
-            return parse_lines(fh, limits)
+            return [line.removesuffix("\n") for line in fh]
     except UnicodeDecodeError as exc:
         raise InputError("FILE", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except OSError as exc:  # a name too long, no permission, ...
+        raise InputError("FILE", f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_file(path: Path, limits: LimitSettings) -> ParsedFile:
+    return parse_lines(read_lines(path), limits)
 
 
 @dataclass

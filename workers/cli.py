@@ -32,16 +32,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dimple: {exc}", file=sys.stderr)
         return EXIT_USER
     except DimpleError as exc:
-        print(f"dimple: error: {exc}", file=sys.stderr)
+        print(f"dimple: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER
     except ValidationError as exc:  # settings from the environment
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        print(f"dimple: error: setting {where}: {err['msg']}", file=sys.stderr)
+        print(f"dimple: error: setting {one_line(where)}: {one_line(err['msg'])}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("dimple: interrupted", file=sys.stderr)
         return 130
+
+
+def one_line(text: str) -> str:
+    """An error message as one printable line: line breaks, control and
+    bidirectional characters and invalid Unicode (from non-UTF-8 arguments)
+    are written as escapes, so a hostile value cannot break or disguise it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,7 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         where = self.prog.removeprefix("dimple").strip()
-        self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{message}\n")
+        self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{one_line(message)}\n")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -167,7 +174,7 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
     finally:
         if existing is not None:
             existing.close()
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = ingest.read_lines(path)  # the lines validated above, numbered alike
     size = settings.ingest_batch_size
     for start in range(0, len(lines), size):
         chunk = lines[start : start + size]

@@ -223,3 +223,51 @@ def test_metadata_with_escaped_nul_is_stored_as_json(settings, tmp_path):
     """NUL inside a JSON string of metadata stays escaped (\\u0000) and is fine."""
     parsed = ingest.parse_lines(['{"namespace":"a","content":"x","metadata":{"k":"\\u0000"}}'], settings.limits)
     assert not parsed.errors and parsed.records[0].metadata == {"k": "\x00"}
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["ingest", "x" * 300], "cannot read"),  # was: OSError 'File name too long' (a traceback)
+        (["ingest", "no\nsuch\x85file"], "no such file: no\\nsuch\\x85file"),  # was: three lines
+        (["ingest", "bad\udcffname"], "bad\\udcffname"),  # was: UnicodeEncodeError while printing the error
+        (["ingest", "\u202eevil"], "\\u202eevil"),  # a right-to-left override cannot disguise the line
+        (["search", "x", "--bogus", "a\nb"], "a\\nb"),
+    ],
+)
+def test_regression_cli_error_is_one_printable_line(embedded, monkeypatch, capsys, argv, needle):
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    finally:
+        get_settings.cache_clear()
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()  # splitlines: any line break at all counts
+    assert len(lines) == 1 and needle in lines[0], err
+    assert all(c.isprintable() for c in lines[0])
+
+
+def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_path):
+    """U+2028 is legal raw inside a JSON string. ``--via-broker`` used to split the
+    file with ``str.splitlines`` (which splits there), so the batch sent to the
+    worker held two broken lines where validation had seen one good record."""
+    from pipeline.ingest import read_lines
+    from workers.tasks import ingest_batch
+
+    path = tmp_path / "sep.jsonl"
+    path.write_text('{"id": "m-sep", "namespace": "a", "content": "first\u2028second\x85third"}\n'
+                    '{"id": "m-two", "namespace": "a", "content": "other"}\r\n', encoding="utf-8")
+    lines = read_lines(path)
+    assert len(lines) == 2 and not ingest.read_file(path, settings.limits).errors
+    import workers
+
+    workers.configure(settings)
+    out = ingest_batch(lines, 1, False)  # what the ingest worker runs for one batch
+    assert out["ok"] and out["inserted"] == 2, out
