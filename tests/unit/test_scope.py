@@ -289,3 +289,80 @@ def test_no_result_or_link_outside_the_scope(embedded, records, qs):
 @given(records=stores(max_size=25), qs=st.lists(queries, min_size=3, max_size=8))
 def test_no_result_or_link_outside_the_scope_many(embedded, records, qs):
     _check_store(records, qs)
+
+
+# -- many scoped queries per store, in search_many batches (issue 8) -------------------
+def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = False) -> int:
+    """``_check_store`` for a whole list of queries at once through ``search_many``.
+
+    With ``audit``, the retrieval_log row of every query must record the scope
+    it ran under (and serve only ids that came back). Returns the number of
+    results checked."""
+    from tests.figures import case, count
+    from workers import api, audit as worker_audit, resources
+
+    checked = 0
+    before = resources.settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings, membership = _ingest(Path(tmp), records)
+        if audit:
+            settings = settings.replace(audit_enabled=True)
+        tree_keys = sorted(set().union(*membership.values()))
+        resources.configure(settings)
+        try:
+            by_id = {r["id"]: r for r in records}
+            asks = []
+            for q in qs:
+                q = dict(q)
+                extra = q.pop("tree_topic")
+                if extra is not None:
+                    q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
+                asks.append(q)
+            outs = api.search_many(
+                [{"query": q["text"], "max_units": 100, **{k: v for k, v in q.items() if k != "text" and v not in (None, [])}}
+                 for q in asks]
+            )
+            for q, out in zip(asks, outs):
+                with case("scope.isolation"):
+                    got = [r.id for r in out.results]
+                    assert [r.rank for r in out.results] == list(range(1, len(got) + 1))
+                    assert len(set(got)) == len(got)
+                    for r in out.results:
+                        assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
+                        for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
+                            assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
+                    if q["mode"] != "keyword":  # nothing in scope is lost either
+                        assert set(got) == {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}, q
+                    checked += len(got)
+                    count("scope.isolation", "results and their links checked", len(got))
+            if audit:
+                from pipeline import audit as audit_rows
+
+                assert worker_audit.flush(30)
+                for q, out in zip(asks, outs):
+                    with case("scope.audit_rows"):
+                        row = audit_rows.get(settings.audit_path, out.query_id)
+                        assert row is not None, out.query_id
+                        o = row.options
+                        assert o["namespace"] == q["namespace"]
+                        assert o["topics"] == sorted(set(q["topics"]))
+                        assert o["content_type"] == sorted(set(q["content_type"]))
+                        assert o["concepts"] == sorted(set(q["concepts"]))
+                        assert [s["id"] for s in row.sources] == [r.id for r in out.results]
+        finally:
+            resources.configure(before)
+    return checked
+
+
+@hsettings(max_examples=4, **_PROPERTY)
+@given(records=stores(), qs=st.lists(queries, min_size=10, max_size=15))
+def test_audit_rows_record_the_scope(embedded, records, qs):
+    _check_store_batched(records, qs, audit=True)
+
+
+@pytest.mark.slow
+@hsettings(max_examples=100, **_PROPERTY)
+@given(records=stores(max_size=25), qs=st.lists(queries, min_size=100, max_size=100))
+def test_no_result_or_link_outside_the_scope_10k_queries(embedded, records, qs):
+    """100 random stores x 100 scoped queries = 10,000 queries (the figure is in the summary)."""
+    _check_store_batched(records, qs)
