@@ -308,13 +308,13 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
     """
     if not isinstance(text, str):
         raise InputError("query", "must be a string")
+    if len(text) > settings.limits.max_query_chars:
+        raise InputError("query", f"{len(text)} characters, over the limit of {settings.limits.max_query_chars}")
     problem = text_problem(text)
     if problem:
         raise InputError("query", problem)
     if not text.strip():
         raise InputError("query", "must not be empty")
-    if len(text) > settings.limits.max_query_chars:
-        raise InputError("query", f"{len(text)} characters, over the limit of {settings.limits.max_query_chars}")
     if options is None:
         options = QueryOptions()
     elif not isinstance(options, QueryOptions):

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import fulltext
-from .contracts import clean_labels, clean_text, naive_utc
+from .contracts import clean_labels, clean_text, naive_utc, text_problem
 from .embed import Embedder
 from .errors import IngestValidationError, InputError, LineError
 from .settings import LimitSettings, Settings
@@ -62,16 +62,6 @@ class MemoryRecord(BaseModel):
     @classmethod
     def _text(cls, value: str | None) -> str | None:
         return None if value is None else clean_text(value)
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            try:
-                clean_text(_json(value))  # keys and strings at any depth
-            except RecursionError:
-                raise ValueError("nested too deeply") from None
-        return value
 
     @field_validator("topics", "concepts", "supersedes", "conflicts", "supported_by")
     @classmethod
@@ -159,8 +149,15 @@ def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> l
                 LineError(number, name, f"{len(value)} characters, over the limit of {limits.max_content_chars}")
             )
     if record.metadata is not None:
-        size = len(_json(record.metadata).encode("utf-8"))
-        if size > limits.max_metadata_bytes:
+        try:
+            text = _json(record.metadata)
+        except RecursionError:
+            text, problem = "", "nested too deeply"
+        else:
+            problem = text_problem(text)  # keys and strings at any depth
+        if problem:
+            errors.append(LineError(number, "metadata", problem))
+        elif (size := len(text.encode("utf-8"))) > limits.max_metadata_bytes:
             errors.append(LineError(number, "metadata", f"{size} bytes, over the limit of {limits.max_metadata_bytes}"))
     for name in ("topics", "concepts", "supersedes", "conflicts", "supported_by"):
         if len(getattr(record, name)) > limits.max_filter_values:

@@ -166,7 +166,8 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
     from workers.tasks import ingest_batch
 
     _need_broker(settings)
-    parsed = ingest.read_file(path, settings.limits)
+    lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
+    parsed = ingest.parse_lines(lines, settings.limits)
     published = generations.current(settings.data_dir)
     existing = Store.open(published, read_only=True) if published is not None else None
     try:
@@ -174,7 +175,6 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
     finally:
         if existing is not None:
             existing.close()
-    lines = ingest.read_lines(path)  # the lines validated above, numbered alike
     size = settings.ingest_batch_size
     for start in range(0, len(lines), size):
         chunk = lines[start : start + size]
