@@ -292,7 +292,10 @@ class Results(_Strict):
 
 
 def validation_error(exc: "ValidationError", default: str) -> InputError:
-    """The first problem of a pydantic error as an ``InputError`` naming the field."""
+    """The first problem of a pydantic error as an ``InputError`` naming the field.
+
+    Raise it ``from exc``: a caller who wants every problem, not just the
+    first, finds pydantic's ``ValidationError`` on ``__cause__``."""
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or default
     msg = err["msg"].removeprefix("Value error, ")
@@ -321,7 +324,7 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         try:
             options = QueryOptions.model_validate(options)
         except ValidationError as exc:
-            raise validation_error(exc, "options") from None
+            raise validation_error(exc, "options") from exc  # every problem stays readable on __cause__
     limits = settings.limits
     for name in ("topics", "content_type", "concepts"):
         if len(getattr(options, name)) > limits.max_filter_values:

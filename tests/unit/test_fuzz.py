@@ -357,7 +357,7 @@ def test_fuzz_ingest(ingest_store, tmp_path, lines, skip_invalid):
 
 
 @pytest.mark.slow
-@hsettings(max_examples=500, **_PROPERTY)
+@hsettings(max_examples=200, **_PROPERTY)
 @given(lines=ingest_files, skip_invalid=st.booleans())
 def test_fuzz_ingest_many_cases(ingest_store, tmp_path, lines, skip_invalid):
     _ingest_case(ingest_store, tmp_path, lines, skip_invalid)
@@ -440,7 +440,7 @@ def test_fuzz_cli(cli_env, capsys, argv):
 
 
 @pytest.mark.slow
-@hsettings(max_examples=1_200, **_PROPERTY)
+@hsettings(max_examples=1_500, **_PROPERTY)
 @given(argv=argvs)
 def test_fuzz_cli_many_cases(cli_env, capsys, argv):
     _cli_case(argv, capsys)

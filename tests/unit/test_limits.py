@@ -271,3 +271,15 @@ def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_pat
     workers.configure(settings)
     out = ingest_batch(lines, 1, False)  # what the ingest worker runs for one batch
     assert out["ok"] and out["inserted"] == 2, out
+
+
+def test_option_errors_keep_pydantics_validation_error(settings):
+    """The InputError names the first bad field; pydantic's full report rides along."""
+    from pydantic import ValidationError
+
+    with pytest.raises(InputError) as info:
+        make_query("x", {"max_units": 0, "mode": "fuzzy", "colour": 1}, settings)
+    cause = info.value.__cause__
+    assert isinstance(cause, ValidationError)
+    assert {e["loc"][0] for e in cause.errors()} == {"max_units", "mode", "colour"}
+    assert info.value.field in {"max_units", "mode", "colour"}
