@@ -350,7 +350,7 @@ def _ingest_case(settings: Settings, tmp_path: Path, lines: list[str], skip_inva
             assert store.existing_ids(wanted) == wanted  # everything accepted is there
 
 
-@hsettings(max_examples=20, **_PROPERTY)
+@hsettings(max_examples=12, **_PROPERTY)
 @given(lines=ingest_files, skip_invalid=st.booleans())
 def test_fuzz_ingest(ingest_store, tmp_path, lines, skip_invalid):
     _ingest_case(ingest_store, tmp_path, lines, skip_invalid)

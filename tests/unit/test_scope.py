@@ -334,7 +334,7 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
                     if q["mode"] != "keyword":  # nothing in scope is lost either
                         assert set(got) == {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}, q
                     checked += len(got)
-                    count("scope.isolation", "results and their links checked", len(got))
+                    count("scope.isolation", "results checked (each with its graph links)", len(got))
             if audit:
                 from pipeline import audit as audit_rows
 
