@@ -361,7 +361,8 @@ def test_audit_rows_record_the_scope(embedded, records, qs):
 
 
 @pytest.mark.slow
-@hsettings(max_examples=50, **_PROPERTY)
+@hsettings(max_examples=50, deadline=None,
+           suppress_health_check=[*_PROPERTY["suppress_health_check"], HealthCheck.large_base_example])
 @given(records=stores(max_size=25), qs=st.lists(queries, min_size=200, max_size=200))
 def test_no_result_or_link_outside_the_scope_10k_queries(embedded, records, qs):
     """50 random stores x 200 scoped queries = 10,000 queries (the figure is in the summary)."""
