@@ -203,6 +203,34 @@ def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, se
     return settings, membership
 
 
+def _resolve(q: dict, tree_keys: list[str]) -> dict:
+    """The query with its ``tree_topic`` index turned into one of the store's tree keys."""
+    q = dict(q)
+    extra = q.pop("tree_topic")
+    if extra is not None:
+        q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
+    return q
+
+
+def _options(q: dict) -> dict:
+    return {k: v for k, v in q.items() if k != "text" and v not in (None, [])}
+
+
+def _check_answer(out, q: dict, by_id: dict[str, dict], membership: dict[str, set[str]]) -> int:
+    """Every result and link inside the scope, nothing inside lost (semantic, hybrid);
+    returns the number of results."""
+    got = [r.id for r in out.results]
+    assert [r.rank for r in out.results] == list(range(1, len(got) + 1))
+    assert len(set(got)) == len(got)
+    for r in out.results:
+        assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
+        for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
+            assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
+    if q["mode"] != "keyword":  # nothing in scope is lost either
+        assert set(got) == {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}, q
+    return len(got)
+
+
 def _check_store(records: list[dict], qs: list[dict]) -> int:
     """Ingest ``records`` into a fresh store and run ``qs``; returns how many results came back."""
     from workers import api, resources
@@ -216,23 +244,9 @@ def _check_store(records: list[dict], qs: list[dict]) -> int:
         try:
             by_id = {r["id"]: r for r in records}
             for q in qs:
-                q = dict(q)
-                extra = q.pop("tree_topic")
-                if extra is not None:
-                    q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
-                options = {k: v for k, v in q.items() if k != "text" and v not in (None, [])}
-                out = api.search(q["text"], max_units=100, **options)
-                assert [r.rank for r in out.results] == list(range(1, len(out.results) + 1))
-                got = [r.id for r in out.results]
-                assert len(set(got)) == len(got)
-                for r in out.results:
-                    assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
-                    for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
-                        assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
-                if q["mode"] != "keyword":  # nothing in scope is lost either
-                    inside = {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}
-                    assert set(got) == inside, q
-                seen += len(out.results)
+                q = _resolve(q, tree_keys)
+                out = api.search(q["text"], max_units=100, **_options(q))
+                seen += _check_answer(out, q, by_id, membership)
         finally:
             resources.configure(before)  # closes the store; points back where it was
     return seen
@@ -311,30 +325,13 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
         resources.configure(settings)
         try:
             by_id = {r["id"]: r for r in records}
-            asks = []
-            for q in qs:
-                q = dict(q)
-                extra = q.pop("tree_topic")
-                if extra is not None:
-                    q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
-                asks.append(q)
-            outs = api.search_many(
-                [{"query": q["text"], "max_units": 100, **{k: v for k, v in q.items() if k != "text" and v not in (None, [])}}
-                 for q in asks]
-            )
+            asks = [_resolve(q, tree_keys) for q in qs]
+            outs = api.search_many([{"query": q["text"], "max_units": 100, **_options(q)} for q in asks])
             for q, out in zip(asks, outs):
                 with case("scope.isolation"):
-                    got = [r.id for r in out.results]
-                    assert [r.rank for r in out.results] == list(range(1, len(got) + 1))
-                    assert len(set(got)) == len(got)
-                    for r in out.results:
-                        assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
-                        for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
-                            assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
-                    if q["mode"] != "keyword":  # nothing in scope is lost either
-                        assert set(got) == {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}, q
-                    checked += len(got)
-                    count("scope.isolation", "results checked (each with its graph links)", len(got))
+                    n = _check_answer(out, q, by_id, membership)
+                    checked += n
+                    count("scope.isolation", "results checked (each with its graph links)", n)
             if audit:
                 from pipeline import audit as audit_rows
 
