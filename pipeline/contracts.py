@@ -41,19 +41,47 @@ class Mode(str, Enum):
         return f"unknown mode {value!r}; valid modes: {', '.join(m.value for m in cls)}"
 
 
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored or searched, or None when it can.
+
+    Every text that enters dimple (query, namespace, labels, ids, content,
+    context, metadata) passes here: NUL characters and lone surrogates (which
+    ``json.loads`` and non-UTF-8 command-line arguments produce, and which
+    cannot be encoded as UTF-8 for DuckDB) are refused.
+    """
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"must be valid Unicode (lone surrogate at position {exc.start})"
+    return None
+
+
+def clean_text(value: str) -> str:
+    """``text_problem`` as a pydantic validator: raises ``ValueError``."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
 def clean_labels(values: list[str]) -> list[str]:
     """Topic keys, concepts, content types, edge targets: non-blank, <= 512
-    characters, no NUL; returned sorted and de-duplicated."""
+    characters, no NUL, valid Unicode; returned sorted and de-duplicated."""
     for v in values:
-        if not v.strip() or "\x00" in v or len(v) > 512:
-            raise ValueError("entries must be non-blank strings of at most 512 characters without NUL")
+        if not v.strip() or len(v) > 512 or text_problem(v):
+            raise ValueError("entries must be non-blank strings of at most 512 characters, valid Unicode without NUL")
     return sorted(set(values))
 
 
 def naive_utc(value: datetime | None) -> datetime | None:
     """Aware times converted to UTC; the store keeps naive UTC (naive input is taken as UTC)."""
     if value is not None and value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        try:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        except OverflowError:  # e.g. 0001-01-01T00:00+05:00 is before year 1 in UTC
+            raise ValueError("out of the supported date range once converted to UTC") from None
     return value
 
 
@@ -77,10 +105,11 @@ class QueryOptions(_Strict):
     weights: LegWeights | None = Field(None, description="override the mode's leg weights")
     recency_boost: float = Field(0.0, ge=0, le=1000)
     now: datetime | None = Field(None, description="'now' for recency, so replays are deterministic")
-    max_units: int | None = Field(None, ge=1, le=100_000)
+    # Upper bounds of the budgets and top_k are settings (``limits``), checked in ``make_query``.
+    max_units: int | None = Field(None, ge=1)
     max_chars: int | None = Field(None, ge=1)
-    max_ms: int | None = Field(None, ge=1, le=3_600_000)
-    top_k: int | None = Field(None, ge=1, le=10_000, description="candidates per leg")
+    max_ms: int | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=1, description="candidates per leg")
 
     @field_validator("content_type", mode="before")
     @classmethod
@@ -95,6 +124,11 @@ class QueryOptions(_Strict):
     @classmethod
     def _values(cls, values: list[str]) -> list[str]:
         return clean_labels(values)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        return None if value is None else clean_text(value)
 
     @field_validator("now")
     @classmethod
@@ -258,7 +292,10 @@ class Results(_Strict):
 
 
 def validation_error(exc: "ValidationError", default: str) -> InputError:
-    """The first problem of a pydantic error as an ``InputError`` naming the field."""
+    """The first problem of a pydantic error as an ``InputError`` naming the field.
+
+    Raise it ``from exc``: a caller who wants every problem, not just the
+    first, finds pydantic's ``ValidationError`` on ``__cause__``."""
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"]) or default
     msg = err["msg"].removeprefix("Value error, ")
@@ -274,23 +311,29 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
     """
     if not isinstance(text, str):
         raise InputError("query", "must be a string")
-    if "\x00" in text:
-        raise InputError("query", "must not contain NUL characters")
-    if not text.strip():
-        raise InputError("query", "must not be empty")
     if len(text) > settings.limits.max_query_chars:
         raise InputError("query", f"{len(text)} characters, over the limit of {settings.limits.max_query_chars}")
+    problem = text_problem(text)
+    if problem:
+        raise InputError("query", problem)
+    if not text.strip():
+        raise InputError("query", "must not be empty")
     if options is None:
         options = QueryOptions()
     elif not isinstance(options, QueryOptions):
         try:
             options = QueryOptions.model_validate(options)
         except ValidationError as exc:
-            raise validation_error(exc, "options") from None
-    limit = settings.limits.max_filter_values
+            raise validation_error(exc, "options") from exc  # every problem stays readable on __cause__
+    limits = settings.limits
     for name in ("topics", "content_type", "concepts"):
-        if len(getattr(options, name)) > limit:
-            raise InputError(name, f"more than {limit} values")
+        if len(getattr(options, name)) > limits.max_filter_values:
+            raise InputError(name, f"more than {limits.max_filter_values} values")
+    for name, limit in (("max_units", limits.max_result_units), ("max_chars", limits.max_result_chars),
+                        ("max_ms", limits.max_query_ms), ("top_k", limits.max_top_k)):
+        value = getattr(options, name)
+        if value is not None and value > limit:
+            raise InputError(name, f"{value} is over the limit of {limit}")
     if options.weights is not None:
         weights = {"vector": options.weights.vector, "fts": options.weights.fts}
     elif options.mode is Mode.keyword:

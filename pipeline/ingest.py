@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import fulltext
-from .contracts import clean_labels, naive_utc
+from .contracts import clean_labels, clean_text, naive_utc, text_problem
 from .embed import Embedder
 from .errors import IngestValidationError, InputError, LineError
 from .settings import LimitSettings, Settings
@@ -56,9 +56,12 @@ class MemoryRecord(BaseModel):
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters")
-        return value
+        return clean_text(value)
+
+    @field_validator("id", "context")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        return None if value is None else clean_text(value)
 
     @field_validator("topics", "concepts", "supersedes", "conflicts", "supported_by")
     @classmethod
@@ -106,6 +109,9 @@ def parse_lines(lines: Iterable[str], limits: LimitSettings, start: int = 1) -> 
         except json.JSONDecodeError as exc:
             errors.append(LineError(number, "<json>", f"malformed JSON: {exc.msg} at column {exc.colno}"))
             continue
+        except RecursionError:
+            errors.append(LineError(number, "<json>", "nested too deeply"))
+            continue
         if not isinstance(data, dict):
             errors.append(LineError(number, "<json>", "a line must be a JSON object"))
             continue
@@ -143,8 +149,15 @@ def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> l
                 LineError(number, name, f"{len(value)} characters, over the limit of {limits.max_content_chars}")
             )
     if record.metadata is not None:
-        size = len(json.dumps(record.metadata, ensure_ascii=False))
-        if size > limits.max_metadata_bytes:
+        try:
+            text = _json(record.metadata)
+        except RecursionError:
+            text, problem = "", "nested too deeply"
+        else:
+            problem = text_problem(text)  # keys and strings at any depth
+        if problem:
+            errors.append(LineError(number, "metadata", problem))
+        elif (size := len(text.encode("utf-8"))) > limits.max_metadata_bytes:
             errors.append(LineError(number, "metadata", f"{size} bytes, over the limit of {limits.max_metadata_bytes}"))
     for name in ("topics", "concepts", "supersedes", "conflicts", "supported_by"):
         if len(getattr(record, name)) > limits.max_filter_values:
@@ -170,15 +183,28 @@ def check_edges(parsed: ParsedFile, store: Store | None) -> None:
                     )
 
 
-def read_file(path: Path, limits: LimitSettings) -> ParsedFile:
+def read_lines(path: Path) -> list[str]:
+    """The lines of a JSONL file, split only at line ends (``\n``, ``\r\n``, ``\r``).
+
+    Not ``str.splitlines``: that also splits at U+2028, U+0085 and other
+    characters JSON allows raw inside a string, which would cut a valid
+    record in two. Local validation and ``--via-broker`` batches use this one
+    reader, so both see the same lines with the same numbers.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise InputError("FILE", f"no such file: {path}")
     try:
+        if not path.is_file():
+            raise InputError("FILE", f"no such file: {path}")
         with path.open("r", encoding="utf-8") as fh:
-            return parse_lines(fh, limits)
+            return [line.removesuffix("\n") for line in fh]
     except UnicodeDecodeError as exc:
         raise InputError("FILE", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except OSError as exc:  # a name too long, no permission, ...
+        raise InputError("FILE", f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def read_file(path: Path, limits: LimitSettings) -> ParsedFile:
+    return parse_lines(read_lines(path), limits)
 
 
 @dataclass

@@ -32,3 +32,13 @@ def embedded(settings: Settings):
     workers.configure(settings)
     yield settings
     resources.close_store()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The hardening figures (cases tried, failures) of this run; see SECURITY.md."""
+    from tests import figures
+
+    if figures.TALLIES:
+        terminalreporter.section("hardening figures")
+        for line in figures.lines():
+            terminalreporter.write_line(line)

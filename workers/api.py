@@ -145,8 +145,13 @@ def search_many(
     answered or reported failed.
     """
     settings = resources.settings()
+    if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
+        raise InputError("queries", "must be a list of queries")
     items = [_split(q) for q in queries]
-    size = batch_size or settings.query_batch_size
+    size = settings.query_batch_size if batch_size is None else batch_size
+    limit = settings.limits.max_batch_queries
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
+        raise InputError("batch_size", f"must be a whole number from 1 to {limit}")
     deadline = time.monotonic() + settings.task_timeout_s
     handles = []
     for start in range(0, len(items), size):

@@ -32,20 +32,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dimple: {exc}", file=sys.stderr)
         return EXIT_USER
     except DimpleError as exc:
-        print(f"dimple: error: {exc}", file=sys.stderr)
+        print(f"dimple: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER
     except ValidationError as exc:  # settings from the environment
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        print(f"dimple: error: setting {where}: {err['msg']}", file=sys.stderr)
+        print(f"dimple: error: setting {one_line(where)}: {one_line(err['msg'])}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("dimple: interrupted", file=sys.stderr)
         return 130
 
 
+def one_line(text: str) -> str:
+    """An error message as one printable line: line breaks, control and
+    bidirectional characters and invalid Unicode (from non-UTF-8 arguments)
+    are written as escapes, so a hostile value cannot break or disguise it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is a user error like any other: one line, exit code 2 (no usage dump)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        where = self.prog.removeprefix("dimple").strip()
+        self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{one_line(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
+    p = _Parser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
     sub = p.add_subparsers(metavar="COMMAND")
 
     s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
@@ -151,7 +166,8 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
     from workers.tasks import ingest_batch
 
     _need_broker(settings)
-    parsed = ingest.read_file(path, settings.limits)
+    lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
+    parsed = ingest.parse_lines(lines, settings.limits)
     published = generations.current(settings.data_dir)
     existing = Store.open(published, read_only=True) if published is not None else None
     try:
@@ -159,7 +175,6 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
     finally:
         if existing is not None:
             existing.close()
-    lines = path.read_text(encoding="utf-8").splitlines()
     size = settings.ingest_batch_size
     for start in range(0, len(lines), size):
         chunk = lines[start : start + size]

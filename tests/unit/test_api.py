@@ -117,7 +117,9 @@ def test_search_async_returns_results_in_embedded_mode(embedded, tmp_path):
     assert all(r.namespace == "ns-a" for r in got.results)
 
 
-def test_unreachable_broker_is_a_clear_error(embedded):
+def test_unreachable_broker_is_a_clear_error(embedded, caplog):
+    """...naming the broker without its password, in the error and in every log line."""
+    import logging
     import socket
 
     import workers
@@ -127,9 +129,11 @@ def test_unreachable_broker_is_a_clear_error(embedded):
     with socket.socket() as s:  # a loopback port with nobody listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    workers.configure(embedded.replace(broker_url=f"redis://127.0.0.1:{port}/0"))
+    workers.configure(embedded.replace(broker_url=f"redis://:Tr0ub4dor-and-3@127.0.0.1:{port}/0"))
+    caplog.set_level(logging.DEBUG)
     try:
-        with pytest.raises(BrokerUnavailableError, match="cannot reach the broker"):
+        with pytest.raises(BrokerUnavailableError, match="cannot reach the broker") as info:
             search("anything")
     finally:
         workers.configure(embedded)
+    assert "Tr0ub4dor-and-3" not in str(info.value) and "Tr0ub4dor-and-3" not in caplog.text

@@ -203,6 +203,34 @@ def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, se
     return settings, membership
 
 
+def _resolve(q: dict, tree_keys: list[str]) -> dict:
+    """The query with its ``tree_topic`` index turned into one of the store's tree keys."""
+    q = dict(q)
+    extra = q.pop("tree_topic")
+    if extra is not None:
+        q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
+    return q
+
+
+def _options(q: dict) -> dict:
+    return {k: v for k, v in q.items() if k != "text" and v not in (None, [])}
+
+
+def _check_answer(out, q: dict, by_id: dict[str, dict], membership: dict[str, set[str]]) -> int:
+    """Every result and link inside the scope, nothing inside lost (semantic, hybrid);
+    returns the number of results."""
+    got = [r.id for r in out.results]
+    assert [r.rank for r in out.results] == list(range(1, len(got) + 1))
+    assert len(set(got)) == len(got)
+    for r in out.results:
+        assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
+        for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
+            assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
+    if q["mode"] != "keyword":  # nothing in scope is lost either
+        assert set(got) == {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}, q
+    return len(got)
+
+
 def _check_store(records: list[dict], qs: list[dict]) -> int:
     """Ingest ``records`` into a fresh store and run ``qs``; returns how many results came back."""
     from workers import api, resources
@@ -216,23 +244,9 @@ def _check_store(records: list[dict], qs: list[dict]) -> int:
         try:
             by_id = {r["id"]: r for r in records}
             for q in qs:
-                q = dict(q)
-                extra = q.pop("tree_topic")
-                if extra is not None:
-                    q["topics"] = sorted(set(q["topics"]) | {tree_keys[extra % len(tree_keys)]})
-                options = {k: v for k, v in q.items() if k != "text" and v not in (None, [])}
-                out = api.search(q["text"], max_units=100, **options)
-                assert [r.rank for r in out.results] == list(range(1, len(out.results) + 1))
-                got = [r.id for r in out.results]
-                assert len(set(got)) == len(got)
-                for r in out.results:
-                    assert _expected_in_scope(by_id[r.id], membership[r.id], q), (r.id, q)
-                    for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
-                        assert _expected_in_scope(by_id[link.id], membership[link.id], q), (r.id, link.id, q)
-                if q["mode"] != "keyword":  # nothing in scope is lost either
-                    inside = {m for m in by_id if _expected_in_scope(by_id[m], membership[m], q)}
-                    assert set(got) == inside, q
-                seen += len(out.results)
+                q = _resolve(q, tree_keys)
+                out = api.search(q["text"], max_units=100, **_options(q))
+                seen += _check_answer(out, q, by_id, membership)
         finally:
             resources.configure(before)  # closes the store; points back where it was
     return seen
@@ -289,3 +303,64 @@ def test_no_result_or_link_outside_the_scope(embedded, records, qs):
 @given(records=stores(max_size=25), qs=st.lists(queries, min_size=3, max_size=8))
 def test_no_result_or_link_outside_the_scope_many(embedded, records, qs):
     _check_store(records, qs)
+
+
+# -- many scoped queries per store, in search_many batches (issue 8) -------------------
+def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = False) -> int:
+    """``_check_store`` for a whole list of queries at once through ``search_many``.
+
+    With ``audit``, the retrieval_log row of every query must record the scope
+    it ran under (and serve only ids that came back). Returns the number of
+    results checked."""
+    from tests.figures import case, count
+    from workers import api, audit as worker_audit, resources
+
+    checked = 0
+    before = resources.settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings, membership = _ingest(Path(tmp), records)
+        if audit:
+            settings = settings.replace(audit_enabled=True)
+        tree_keys = sorted(set().union(*membership.values()))
+        resources.configure(settings)
+        try:
+            by_id = {r["id"]: r for r in records}
+            asks = [_resolve(q, tree_keys) for q in qs]
+            outs = api.search_many([{"query": q["text"], "max_units": 100, **_options(q)} for q in asks])
+            for q, out in zip(asks, outs):
+                with case("scope.isolation"):
+                    n = _check_answer(out, q, by_id, membership)
+                    checked += n
+                    count("scope.isolation", "results checked (each with its graph links)", n)
+            if audit:
+                from pipeline import audit as audit_rows
+
+                assert worker_audit.flush(30)
+                for q, out in zip(asks, outs):
+                    with case("scope.audit_rows"):
+                        row = audit_rows.get(settings.audit_path, out.query_id)
+                        assert row is not None, out.query_id
+                        o = row.options
+                        assert o["namespace"] == q["namespace"]
+                        assert o["topics"] == sorted(set(q["topics"]))
+                        assert o["content_type"] == sorted(set(q["content_type"]))
+                        assert o["concepts"] == sorted(set(q["concepts"]))
+                        assert [s["id"] for s in row.sources] == [r.id for r in out.results]
+        finally:
+            resources.configure(before)
+    return checked
+
+
+@hsettings(max_examples=4, **_PROPERTY)
+@given(records=stores(), qs=st.lists(queries, min_size=10, max_size=15))
+def test_audit_rows_record_the_scope(embedded, records, qs):
+    _check_store_batched(records, qs, audit=True)
+
+
+@pytest.mark.slow
+@hsettings(max_examples=50, deadline=None,
+           suppress_health_check=[*_PROPERTY["suppress_health_check"], HealthCheck.large_base_example])
+@given(records=stores(max_size=25), qs=st.lists(queries, min_size=200, max_size=200))
+def test_no_result_or_link_outside_the_scope_10k_queries(embedded, records, qs):
+    """50 random stores x 200 scoped queries = 10,000 queries (the figure is in the summary)."""
+    _check_store_batched(records, qs)

@@ -1,0 +1,130 @@
+"""Safe defaults (issue 8): JSON-only messages, Flower behind auth, no secrets
+in ``dimple config`` or logs, data folders readable by their owner only.
+(An unreachable broker's error and log lines without its password:
+tests/unit/test_api.py::test_unreachable_broker_is_a_clear_error.)
+
+The refusal by a real worker is tested with Redis in
+tests/integration/test_distributed.py::test_a_pickled_message_is_refused; here
+the same configuration is checked without a broker, through kombu's own
+decoder (what the worker calls on every message).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from kombu.exceptions import ContentDisallowed
+from kombu.serialization import dumps, loads, prepare_accept_content
+
+from pipeline.errors import InputError
+from pipeline.settings import Settings
+from workers.app import conf_for
+from workers.cli import flower_argv, main, worker_argv
+
+SECRET = "Tr0ub4dor-and-3"
+
+
+# -- JSON only -------------------------------------------------------------------------
+@pytest.mark.parametrize("broker", ["", "redis://127.0.0.1:6379/0"])
+def test_only_json_is_accepted_embedded_or_on_a_broker(broker):
+    conf = conf_for(Settings(_env_file=None, broker_url=broker))
+    assert conf["task_serializer"] == conf["result_serializer"] == conf["event_serializer"] == "json"
+    assert conf["accept_content"] == ["json"] and conf["result_accept_content"] == ["json"]
+
+
+def test_a_non_json_message_is_refused_by_the_configured_decoder():
+    """kombu's decoder, with the accept list dimple's workers and result
+    consumers use, refuses a pickle-serialised body and reads a JSON one."""
+    conf = conf_for(Settings(_env_file=None, broker_url="redis://127.0.0.1:6379/0"))
+    for accept in (prepare_accept_content(conf["accept_content"]), prepare_accept_content(conf["result_accept_content"])):
+        ctype, enc, body = dumps({"states": []}, serializer="pickle")
+        assert ctype == "application/x-python-serialize"
+        with pytest.raises(ContentDisallowed):
+            loads(body, ctype, enc, accept=accept)
+        ctype, enc, body = dumps({"states": []}, serializer="json")
+        assert loads(body, ctype, enc, accept=accept) == {"states": []}
+
+
+# -- Flower ---------------------------------------------------------------------------------
+def test_flower_refuses_to_start_without_credentials():
+    s = Settings(_env_file=None, broker_url="redis://127.0.0.1:6379/0")
+    with pytest.raises(InputError) as info:
+        flower_argv(s, insecure=False)
+    assert "FLOWER" in info.value.field
+    for only_one in ({"flower_user": "ops"}, {"flower_password": "pw"}):
+        with pytest.raises(InputError):
+            flower_argv(s.replace(**only_one), insecure=False)
+    argv = flower_argv(s.replace(flower_user="ops", flower_password=SECRET), insecure=False)
+    assert f"--basic_auth=ops:{SECRET}" in argv
+    assert "--address=127.0.0.1" in argv  # loopback by default
+    assert not any(a.startswith("--basic_auth") for a in flower_argv(s, insecure=True))  # only when asked
+
+
+# -- secrets ---------------------------------------------------------------------------------
+def test_config_output_has_no_secret(monkeypatch, capsys):
+    monkeypatch.setenv("DIMPLE_BROKER_URL", f"rediss://default:{SECRET}@redis.internal:6380/0")
+    monkeypatch.setenv("DIMPLE_RESULT_BACKEND", f"redis://:{SECRET}@redis.internal:6379/1")
+    monkeypatch.setenv("DIMPLE_FLOWER_USER", "ops")
+    monkeypatch.setenv("DIMPLE_FLOWER_PASSWORD", SECRET)
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["config"]) == 0
+    finally:
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    assert SECRET not in out and SECRET not in err
+    assert '"flower_password": "****"' in out and "redis.internal" in out
+
+
+def test_worker_arguments_carry_no_secret():
+    s = Settings(_env_file=None, broker_url=f"redis://:{SECRET}@h:6379/0", flower_password=SECRET)
+    assert SECRET not in " ".join(worker_argv(s, "search", None, None))
+
+
+def test_query_log_line_has_no_query_text_or_secret(embedded, caplog, tmp_path):
+    """The hybrid.search INFO line carries a hash of the query, not the query."""
+    from workers.api import search
+
+    caplog.set_level(logging.INFO, logger="dimple.search")
+    search(f"my password is {SECRET}")
+    lines = [r.getMessage() for r in caplog.records if r.name == "dimple.search"]
+    assert lines and all(SECRET not in line for line in lines)
+
+
+# -- data folders ------------------------------------------------------------------------------
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
+    """Created 0o700 even under a permissive umask (0o000): memories, audit rows
+    (query texts) and dead letters are readable by their owner only."""
+    import workers
+    from pipeline import audit as audit_rows
+    from workers import audit, resources
+    from workers.api import search
+    from tests.conftest import write_jsonl
+    from workers.cli import ingest_file
+
+    settings = Settings(data_dir=tmp_path / "nested" / "data", audit_dir=tmp_path / "audit",
+                        embedding_model="hash-64", _env_file=None)
+    old = os.umask(0)
+    try:
+        ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"namespace": "a", "content": "deploy window"}]), settings,
+                    progress=False)
+        workers.configure(settings)
+        res = search("deploy window")
+        assert audit.flush(30)
+        letter = audit_rows.dead_letter(settings.dead_letter_dir, audit_rows.get(settings.audit_path, res.query_id), "test")
+    finally:
+        os.umask(old)
+        resources.close_store()
+    for folder in (settings.data_dir, settings.data_dir / "generations", settings.audit_dir, settings.dead_letter_dir):
+        assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
+    assert letter.exists()
