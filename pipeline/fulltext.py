@@ -1,9 +1,36 @@
-"""The full-text leg: DuckDB FTS (BM25) over memory content.
+"""The full-text leg: BM25 over a term-ordered postings table, cost bounded by
+the postings of the query's terms, not by the number of memories.
+
+The DuckDB FTS extension builds the index (tokenizer, Porter stemmer,
+stopwords; ``fts_main_memories``: ``dict``, ``terms``, ``docs``, ``stats``),
+but its ``match_bm25(id, q)`` is a macro evaluated for every row of the table
+it is called on: a full scan (3.2 s per query at 1M memories). So
+``rebuild_index`` derives, from the extension's own tables, one row per
+(term, memory) ordered by term id (``fts_postings``, with term frequency,
+document length and the scope codes the filters need), and ``search`` scores
+only the rows of the query's terms: DuckDB's zone maps skip every row group
+outside them.
+
+Scores are the extension's, formula for formula (``match_bm25`` in DuckDB
+1.5.5): the query is tokenized with the index's own ``tokenize`` macro and
+stemmed with its stemmer, each distinct term counted once (a repeated query
+term does not weigh more; stopwords and unknown terms are absent from
+``dict`` and score nothing), and a memory scores the sum over matched terms of
+
+    log10((N - df + 0.5) / (df + 0.5) + 1) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))
+
+with ``log`` being DuckDB's base-10 logarithm, ``len`` the memory's token
+count after stopword removal, ``avgdl`` its mean, ``N`` the number of indexed
+memories; the extension's defaults are k1 = 1.2, b = 0.75 and
+``conjunctive := 0`` (any term matches), ours come from settings (b = 0.5).
+``tests/unit/test_fulltext.py`` checks rankings and scores against
+``match_bm25`` itself over hundreds of random queries.
 
 The tokenizer keeps digits and ``_`` (``ignore`` in settings), so identifiers
 such as ``ERR_CONN_RESET``, ``db-17`` or ``JIRA-4412`` become tokens a query
-can hit. The FTS index does not follow inserts, so ingest rebuilds it inside
-its transaction: a memory is searchable as soon as its ingest returns.
+can hit. The FTS index does not follow inserts, so ingest rebuilds it (and the
+postings) inside its transaction: a memory is searchable as soon as its
+ingest returns.
 """
 
 from __future__ import annotations
@@ -17,9 +44,41 @@ from .contracts import Batch, Hit, LegRun
 from .scope import Scope, scope_of
 from .settings import FulltextSettings
 
+# docid: the rank of the memory id, so ordering by docid is ordering by id
+# (the tie-break of a ranking) without reading ids. ns/ct: dense codes of
+# namespace and content type, copied into every posting so those scope
+# filters apply to the postings read, before any other table is touched.
+_DERIVE = [
+    """CREATE OR REPLACE TABLE fts_labels AS
+       SELECT 'namespace' AS kind, namespace AS label, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS code
+       FROM (SELECT DISTINCT namespace FROM memories)
+       UNION ALL
+       SELECT 'content_type', content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER
+       FROM (SELECT DISTINCT content_type FROM memories)""",
+    """CREATE OR REPLACE TABLE fts_docs (
+           docid INTEGER PRIMARY KEY, fts_docid BIGINT NOT NULL, id VARCHAR NOT NULL,
+           len INTEGER NOT NULL, ns INTEGER NOT NULL, ct INTEGER NOT NULL)""",
+    """INSERT INTO fts_docs
+       SELECT (row_number() OVER (ORDER BY m.id) - 1)::INTEGER, d.docid, m.id, d.len::INTEGER, n.code, c.code
+       FROM fts_main_memories.docs d
+       JOIN memories m ON m.id = d.name
+       JOIN fts_labels n ON n.kind = 'namespace' AND n.label = m.namespace
+       JOIN fts_labels c ON c.kind = 'content_type' AND c.label = m.content_type
+       ORDER BY m.id""",
+    """CREATE OR REPLACE TABLE fts_postings AS
+       SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf,
+              any_value(f.len) AS len, any_value(f.ns) AS ns, any_value(f.ct) AS ct
+       FROM fts_main_memories.terms t JOIN fts_docs f ON f.fts_docid = t.docid
+       GROUP BY t.termid, f.docid
+       ORDER BY termid, docid""",
+]
+
+_DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_postings")
+
 
 def rebuild_index(con, settings: FulltextSettings) -> None:
-    """(Re)create the BM25 index over ``memories.fts_text`` (content, then context).
+    """(Re)create the BM25 index over ``memories.fts_text`` (content, then context)
+    and the postings derived from it.
 
     PRAGMA arguments cannot be bound; every value comes from validated settings.
     """
@@ -29,22 +88,40 @@ def rebuild_index(con, settings: FulltextSettings) -> None:
         f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
         f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
     )
+    for sql in _DERIVE:
+        con.execute(sql)
 
 
-# Scope filters are bound parameters; a NULL/empty list disables a filter.
+# Only the postings of the query's terms are read (qt is tiny; the join pushes
+# its term ids into the scan of fts_postings, whose zone maps skip the rest).
+# Scope filters are bound parameters applied before the top-k; a NULL/empty
+# list disables a filter.
 _SEARCH = """
-SELECT id, score FROM (
-    SELECT m.id, fts_main_memories.match_bm25(m.id, $q, k := $k1, b := $b) AS score
-    FROM memories m
-    WHERE ($ns IS NULL OR m.namespace = $ns)
-      AND (len($types) = 0 OR list_contains($types, m.content_type))
-      AND (len($topics) = 0 OR m.id IN (
-            SELECT memory_id FROM memory_topics WHERE list_contains($topics, topic_key)))
-      AND (len($concepts) = 0 OR m.id IN (
-            SELECT memory_id FROM memory_concepts WHERE list_contains($concepts, concept)))
-) WHERE score IS NOT NULL
-ORDER BY score DESC, id
-LIMIT $limit
+WITH qt AS (
+    SELECT dict.termid::INTEGER AS termid, dict.df
+    FROM fts_main_memories.dict AS dict
+    WHERE dict.term IN (SELECT stem(unnest(fts_main_memories.tokenize($q)), $stemmer))
+),
+st AS (SELECT num_docs, avgdl FROM fts_main_memories.stats),
+scored AS (
+    SELECT p.docid,
+           sum(log((((st.num_docs - qt.df) + 0.5) / (qt.df + 0.5)) + 1)
+               * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / st.avgdl))))))) AS score
+    FROM fts_postings p JOIN qt ON p.termid = qt.termid, st
+    WHERE ($ns IS NULL OR p.ns = (SELECT code FROM fts_labels WHERE kind = 'namespace' AND label = $ns))
+      AND (len($types) = 0 OR p.ct IN (
+            SELECT code FROM fts_labels WHERE kind = 'content_type' AND list_contains($types, label)))
+      AND (len($topics) = 0 OR p.docid IN (
+            SELECT f.docid FROM memory_topics mt JOIN fts_docs f ON f.id = mt.memory_id
+            WHERE list_contains($topics, mt.topic_key)))
+      AND (len($concepts) = 0 OR p.docid IN (
+            SELECT f.docid FROM memory_concepts mc JOIN fts_docs f ON f.id = mc.memory_id
+            WHERE list_contains($concepts, mc.concept)))
+    GROUP BY p.docid
+),
+top AS (SELECT docid, score FROM scored ORDER BY score DESC, docid LIMIT $limit)
+SELECT f.id, top.score FROM top JOIN fts_docs f ON f.docid = top.docid
+ORDER BY top.score DESC, top.docid
 """
 
 
@@ -57,6 +134,7 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
         return []
     params = {
         "q": text,
+        "stemmer": settings.stemmer,
         "k1": settings.k1,
         "b": settings.b,
         "ns": scope.namespace,
@@ -69,11 +147,15 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
 
 
 def index_exists(con) -> bool:
-    return bool(
-        con.execute(
-            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_memories'"
-        ).fetchone()[0]
-    )
+    """The FTS index and the postings derived from it are both present."""
+    schemas = con.execute(
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_memories'"
+    ).fetchone()[0]
+    tables = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND list_contains(?, table_name)",
+        [list(_DERIVED_TABLES)],
+    ).fetchone()[0]
+    return bool(schemas) and tables == len(_DERIVED_TABLES)
 
 
 def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSettings, deadline: float | None):
