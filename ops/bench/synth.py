@@ -203,3 +203,32 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     con.execute("CHECKPOINT")
     store.close()
     return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ops.bench.synth --n 1000000 --out /tmp/dimple-synth-1m``: one
+    synthetic store (its embeddings also as ``embeddings.npy`` for baselines)."""
+    import argparse
+    import json
+
+    from pipeline.settings import Settings
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--namespaces", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "store.duckdb"
+    if path.exists():
+        print(f"{path} exists")
+        return 0
+    settings = Settings(data_dir=args.out, _env_file=None)
+    seconds = build_store(path, args.n, settings, namespaces=args.namespaces, seed=args.seed)
+    (args.out / "build.json").write_text(json.dumps({"n": args.n, "seconds": seconds}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
