@@ -8,8 +8,9 @@ it is called on: a full scan (3.2 s per query at 1M memories). So
 ``rebuild_index`` derives, from the extension's own tables, one row per
 (term, memory) ordered by term id (``fts_postings``, with term frequency,
 document length and the scope codes the filters need), and ``search`` scores
-only the rows of the query's terms: DuckDB's zone maps skip every row group
-outside them.
+only the rows of the query's terms (found through ``fts_terms``, the
+extension's ``dict`` with a primary key): DuckDB's zone maps skip every row
+group outside them.
 
 Scores are the extension's, formula for formula (``match_bm25`` in DuckDB
 1.5.5): the query is tokenized with the index's own ``tokenize`` macro and
@@ -65,15 +66,19 @@ _DERIVE = [
        JOIN fts_labels n ON n.kind = 'namespace' AND n.label = m.namespace
        JOIN fts_labels c ON c.kind = 'content_type' AND c.label = m.content_type
        ORDER BY m.id""",
+    """CREATE OR REPLACE TABLE fts_terms (term VARCHAR PRIMARY KEY, termid INTEGER NOT NULL, df INTEGER NOT NULL)""",
+    """INSERT INTO fts_terms SELECT term, termid, df FROM fts_main_memories.dict ORDER BY term""",
     """CREATE OR REPLACE TABLE fts_postings AS
-       SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf,
+       SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf, any_value(d.df)::INTEGER AS df,
               any_value(f.len) AS len, any_value(f.ns) AS ns, any_value(f.ct) AS ct
-       FROM fts_main_memories.terms t JOIN fts_docs f ON f.fts_docid = t.docid
+       FROM fts_main_memories.terms t
+       JOIN fts_docs f ON f.fts_docid = t.docid
+       JOIN fts_main_memories.dict d ON d.termid = t.termid
        GROUP BY t.termid, f.docid
        ORDER BY termid, docid""",
 ]
 
-_DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_postings")
+_DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_terms", "fts_postings")
 
 
 def rebuild_index(con, settings: FulltextSettings) -> None:
@@ -88,62 +93,89 @@ def rebuild_index(con, settings: FulltextSettings) -> None:
         f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
         f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
     )
+    derive_postings(con)
+
+
+def derive_postings(con) -> None:
+    """(Re)derive ``fts_labels``, ``fts_docs``, ``fts_terms`` and ``fts_postings``
+    from the extension's current index tables (runs in the caller's transaction)."""
     for sql in _DERIVE:
         con.execute(sql)
 
 
-# Only the postings of the query's terms are read (qt is tiny; the join pushes
-# its term ids into the scan of fts_postings, whose zone maps skip the rest).
-# Scope filters are bound parameters applied before the top-k; a NULL/empty
-# list disables a filter.
-_SEARCH = """
-WITH qt AS (
-    SELECT dict.termid::INTEGER AS termid, dict.df
-    FROM fts_main_memories.dict AS dict
-    WHERE dict.term IN (SELECT stem(unnest(fts_main_memories.tokenize($q)), $stemmer))
-),
-st AS (SELECT num_docs, avgdl FROM fts_main_memories.stats),
-scored AS (
+# A query is three short statements, each with a small plan: its terms (the
+# index's own tokenizer and stemmer), their ids (point lookups in fts_terms'
+# primary key), then BM25 over the postings of exactly those term ids: a
+# constant IN list on the term-ordered table, so zone maps skip every row
+# group outside them. Scope filters apply to those postings before the
+# top-k; each is a fixed SQL fragment with bound parameters, included only
+# when the query sets it (a disabled "$x IS NULL OR ..." filter would still
+# build its subquery's join on every query). Term and filter placeholders
+# are generated names; no user text is ever part of the SQL.
+_TOKENS = "SELECT DISTINCT stem(unnest(fts_main_memories.tokenize($q)), $stemmer) AS t"
+
+_TERM_IDS = "SELECT termid FROM fts_terms WHERE term IN ({terms})"
+
+_SCORE = """
+WITH top AS (
     SELECT p.docid,
-           sum(log((((st.num_docs - qt.df) + 0.5) / (qt.df + 0.5)) + 1)
+           sum(log((((st.num_docs - p.df) + 0.5) / (p.df + 0.5)) + 1)
                * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / st.avgdl))))))) AS score
-    FROM fts_postings p JOIN qt ON p.termid = qt.termid, st
-    WHERE ($ns IS NULL OR p.ns = (SELECT code FROM fts_labels WHERE kind = 'namespace' AND label = $ns))
-      AND (len($types) = 0 OR p.ct IN (
-            SELECT code FROM fts_labels WHERE kind = 'content_type' AND list_contains($types, label)))
-      AND (len($topics) = 0 OR p.docid IN (
-            SELECT f.docid FROM memory_topics mt JOIN fts_docs f ON f.id = mt.memory_id
-            WHERE list_contains($topics, mt.topic_key)))
-      AND (len($concepts) = 0 OR p.docid IN (
-            SELECT f.docid FROM memory_concepts mc JOIN fts_docs f ON f.id = mc.memory_id
-            WHERE list_contains($concepts, mc.concept)))
+    FROM fts_postings p, fts_main_memories.stats st
+    WHERE p.termid IN ({terms}) AND {filters}
     GROUP BY p.docid
-),
-top AS (SELECT docid, score FROM scored ORDER BY score DESC, docid LIMIT $limit)
+    ORDER BY score DESC, p.docid
+    LIMIT $limit
+)
 SELECT f.id, top.score FROM top JOIN fts_docs f ON f.docid = top.docid
 ORDER BY top.score DESC, top.docid
 """
+
+_FILTERS = {
+    "ns": "p.ns = (SELECT code FROM fts_labels WHERE kind = 'namespace' AND label = $ns)",
+    "types": "p.ct IN (SELECT code FROM fts_labels WHERE kind = 'content_type' AND list_contains($types, label))",
+    "topics": "p.docid IN (SELECT f.docid FROM memory_topics mt JOIN fts_docs f ON f.id = mt.memory_id "
+              "WHERE list_contains($topics, mt.topic_key))",
+    "concepts": "p.docid IN (SELECT f.docid FROM memory_concepts mc JOIN fts_docs f ON f.id = mc.memory_id "
+                "WHERE list_contains($concepts, mc.concept))",
+}
+
+
+def _placeholders(prefix: str, values: list) -> tuple[str, dict]:
+    names = [f"{prefix}{i}" for i in range(len(values))]
+    return ", ".join(f"${n}" for n in names), dict(zip(names, values))
 
 
 def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
     """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
 
-    Ties are broken by id so a ranking is reproducible.
+    Ties are broken by id so a ranking is reproducible. Each distinct query
+    term counts once, as in ``match_bm25``.
     """
     if not text.strip():
         return []
-    params = {
-        "q": text,
-        "stemmer": settings.stemmer,
-        "k1": settings.k1,
-        "b": settings.b,
+    terms = [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
+    if not terms:
+        return []
+    slots, params = _placeholders("t", terms)
+    termids = [r[0] for r in con.execute(_TERM_IDS.replace("{terms}", slots), params).fetchall()]
+    if not termids:
+        return []
+    slots, params = _placeholders("t", sorted(termids))
+    params.update({"k1": settings.k1, "b": settings.b, "limit": limit})
+    scope_values = {
         "ns": scope.namespace,
         "types": list(scope.content_types),
         "topics": list(scope.topics),
         "concepts": list(scope.concepts),
-        "limit": limit,
     }
-    return [(r[0], float(r[1])) for r in con.execute(_SEARCH, params).fetchall()]
+    filters = ["TRUE"]
+    for name, value in scope_values.items():
+        if value is not None and value != []:
+            filters.append(_FILTERS[name])
+            params[name] = value
+    sql = _SCORE.replace("{terms}", slots).replace("{filters}", " AND ".join(filters))
+    return [(r[0], float(r[1])) for r in con.execute(sql, params).fetchall()]
 
 
 def index_exists(con) -> bool:
