@@ -5,12 +5,10 @@ The DuckDB FTS extension builds the index (tokenizer, Porter stemmer,
 stopwords; ``fts_main_memories``: ``dict``, ``terms``, ``docs``, ``stats``),
 but its ``match_bm25(id, q)`` is a macro evaluated for every row of the table
 it is called on: a full scan (3.2 s per query at 1M memories). So
-``rebuild_index`` derives, from the extension's own tables, one row per
-(term, memory) ordered by term id (``fts_postings``, with term frequency,
-document length and the scope codes the filters need), and ``search`` scores
-only the rows of the query's terms (found through ``fts_terms``, the
-extension's ``dict`` with a primary key): DuckDB's zone maps skip every row
-group outside them.
+``rebuild_index`` derives, from the extension's own tables, one posting list
+per term (``fts_postings``: memory, term frequency, memory length and the
+scope codes the filters need), and ``search`` reads only the lists of the
+query's terms, by primary key.
 
 Scores are the extension's, formula for formula (``match_bm25`` in DuckDB
 1.5.5): the query is tokenized with the index's own ``tokenize`` macro and
@@ -46,9 +44,10 @@ from .scope import Scope, scope_of
 from .settings import FulltextSettings
 
 # docid: the rank of the memory id, so ordering by docid is ordering by id
-# (the tie-break of a ranking) without reading ids. ns/ct: dense codes of
-# namespace and content type, copied into every posting so those scope
-# filters apply to the postings read, before any other table is touched.
+# (the tie-break of a ranking) without reading ids. fts_postings: one row per
+# term, its postings as parallel lists ordered by docid: tf, the memory's
+# length, and the dense codes of its namespace and content type (ns/ct), so
+# those scope filters apply to the postings read, before any other table.
 _DERIVE = [
     """CREATE OR REPLACE TABLE fts_labels AS
        SELECT 'namespace' AS kind, namespace AS label, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS code
@@ -68,14 +67,21 @@ _DERIVE = [
        ORDER BY m.id""",
     """CREATE OR REPLACE TABLE fts_terms (term VARCHAR PRIMARY KEY, termid INTEGER NOT NULL, df INTEGER NOT NULL)""",
     """INSERT INTO fts_terms SELECT term, termid, df FROM fts_main_memories.dict ORDER BY term""",
-    """CREATE OR REPLACE TABLE fts_postings AS
-       SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf, any_value(d.df)::INTEGER AS df,
-              any_value(f.len) AS len, any_value(f.ns) AS ns, any_value(f.ct) AS ct
-       FROM fts_main_memories.terms t
-       JOIN fts_docs f ON f.fts_docid = t.docid
-       JOIN fts_main_memories.dict d ON d.termid = t.termid
-       GROUP BY t.termid, f.docid
-       ORDER BY termid, docid""",
+    """CREATE OR REPLACE TABLE fts_postings (
+           termid INTEGER PRIMARY KEY, df INTEGER NOT NULL,
+           docids INTEGER[], tfs INTEGER[], lens INTEGER[], nss INTEGER[], cts INTEGER[])""",
+    """INSERT INTO fts_postings
+       SELECT termid, any_value(df), list(docid ORDER BY docid), list(tf ORDER BY docid),
+              list(len ORDER BY docid), list(ns ORDER BY docid), list(ct ORDER BY docid)
+       FROM (
+           SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf, any_value(d.df)::INTEGER AS df,
+                  any_value(f.len) AS len, any_value(f.ns) AS ns, any_value(f.ct) AS ct
+           FROM fts_main_memories.terms t
+           JOIN fts_docs f ON f.fts_docid = t.docid
+           JOIN fts_main_memories.dict d ON d.termid = t.termid
+           GROUP BY t.termid, f.docid)
+       GROUP BY termid
+       ORDER BY termid""",
 ]
 
 _DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_terms", "fts_postings")
@@ -105,10 +111,11 @@ def derive_postings(con) -> None:
 
 # A query is three short statements, each with a small plan: its terms (the
 # index's own tokenizer and stemmer), their ids (point lookups in fts_terms'
-# primary key), then BM25 over the postings of exactly those term ids: a
-# constant IN list on the term-ordered table, so zone maps skip every row
-# group outside them. Scope filters apply to those postings before the
-# top-k; each is a fixed SQL fragment with bound parameters, included only
+# primary key), then BM25 over the posting lists of exactly those term ids
+# (point lookups in fts_postings' primary key, then unnest): the rows read
+# are the query terms' postings, with no floor of a row group per term (a
+# term-ordered flat table read through zone maps cost ~123k rows per term).
+# Scope filters apply to those postings before the top-k; each is a fixed SQL fragment with bound parameters, included only
 # when the query sets it (a disabled "$x IS NULL OR ..." filter would still
 # build its subquery's join on every query). Term and filter placeholders
 # are generated names; no user text is ever part of the SQL.
@@ -117,12 +124,16 @@ _TOKENS = "SELECT DISTINCT stem(unnest(fts_main_memories.tokenize($q)), $stemmer
 _TERM_IDS = "SELECT termid FROM fts_terms WHERE term IN ({terms})"
 
 _SCORE = """
-WITH top AS (
+WITH p AS (
+    SELECT df, unnest(docids) AS docid, unnest(tfs) AS tf, unnest(lens) AS len, unnest(nss) AS ns, unnest(cts) AS ct
+    FROM fts_postings WHERE termid IN ({terms})
+),
+top AS (
     SELECT p.docid,
            sum(log((((st.num_docs - p.df) + 0.5) / (p.df + 0.5)) + 1)
                * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / st.avgdl))))))) AS score
-    FROM fts_postings p, fts_main_memories.stats st
-    WHERE p.termid IN ({terms}) AND {filters}
+    FROM p, fts_main_memories.stats st
+    WHERE {filters}
     GROUP BY p.docid
     ORDER BY score DESC, p.docid
     LIMIT $limit
