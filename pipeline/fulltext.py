@@ -45,8 +45,8 @@ from .settings import FulltextSettings
 
 # docid: the rank of the memory id, so ordering by docid is ordering by id
 # (the tie-break of a ranking) without reading ids. fts_postings: one row per
-# term, its postings as parallel lists ordered by docid: tf, the memory's
-# length, and the dense codes of its namespace and content type (ns/ct), so
+# term, its postings a list of (docid, tf, the memory's length, the dense
+# codes of its namespace and content type: ns/ct), so
 # those scope filters apply to the postings read, before any other table.
 _DERIVE = [
     """CREATE OR REPLACE TABLE fts_labels AS
@@ -65,23 +65,22 @@ _DERIVE = [
        JOIN fts_labels n ON n.kind = 'namespace' AND n.label = m.namespace
        JOIN fts_labels c ON c.kind = 'content_type' AND c.label = m.content_type
        ORDER BY m.id""",
-    """CREATE OR REPLACE TABLE fts_terms (term VARCHAR PRIMARY KEY, termid INTEGER NOT NULL, df INTEGER NOT NULL)""",
-    """INSERT INTO fts_terms SELECT term, termid, df FROM fts_main_memories.dict ORDER BY term""",
+    """CREATE OR REPLACE TABLE fts_terms (term VARCHAR PRIMARY KEY, termid INTEGER NOT NULL)""",
+    """INSERT INTO fts_terms SELECT term, termid FROM fts_main_memories.dict""",
     """CREATE OR REPLACE TABLE fts_postings (
            termid INTEGER PRIMARY KEY, df INTEGER NOT NULL,
-           docids INTEGER[], tfs INTEGER[], lens INTEGER[], nss INTEGER[], cts INTEGER[])""",
+           postings STRUCT(docid INTEGER, tf INTEGER, len INTEGER, ns INTEGER, ct INTEGER)[] NOT NULL)""",
+    # one list of structs (not parallel lists, whose alignment an unordered
+    # aggregate would not promise) in no particular order: scoring groups by
+    # docid; an ORDER BY inside the aggregate needs several GB at 1M memories
     """INSERT INTO fts_postings
-       SELECT termid, any_value(df), list(docid ORDER BY docid), list(tf ORDER BY docid),
-              list(len ORDER BY docid), list(ns ORDER BY docid), list(ct ORDER BY docid)
+       SELECT termid, count(*)::INTEGER, list({'docid': docid, 'tf': tf, 'len': len, 'ns': ns, 'ct': ct})
        FROM (
-           SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf, any_value(d.df)::INTEGER AS df,
+           SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf,
                   any_value(f.len) AS len, any_value(f.ns) AS ns, any_value(f.ct) AS ct
-           FROM fts_main_memories.terms t
-           JOIN fts_docs f ON f.fts_docid = t.docid
-           JOIN fts_main_memories.dict d ON d.termid = t.termid
+           FROM fts_main_memories.terms t JOIN fts_docs f ON f.fts_docid = t.docid
            GROUP BY t.termid, f.docid)
-       GROUP BY termid
-       ORDER BY termid""",
+       GROUP BY termid""",
 ]
 
 _DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_terms", "fts_postings")
@@ -125,7 +124,7 @@ _TERM_IDS = "SELECT termid FROM fts_terms WHERE term IN ({terms})"
 
 _SCORE = """
 WITH p AS (
-    SELECT df, unnest(docids) AS docid, unnest(tfs) AS tf, unnest(lens) AS len, unnest(nss) AS ns, unnest(cts) AS ct
+    SELECT df, unnest(postings, recursive := true)
     FROM fts_postings WHERE termid IN ({terms})
 ),
 top AS (
