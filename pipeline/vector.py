@@ -70,19 +70,32 @@ class VectorIndex:
         # of physical rows, scattered straight into their leaf-ordered place:
         # no sort of the vectors, no per-row Python objects, and peak memory
         # is the matrix plus one chunk (1M x 384: 1.5 GB + 150 MB).
+        # Namespace, type and leaf come back as small integer codes computed in
+        # SQL, never as per-row Python strings (3M transient strings at 1M
+        # memories, whose arenas Python keeps after the load).
         rows = con.execute(
-            "SELECT m.rowid AS r, m.id, m.namespace, m.content_type, mt.topic_key, "
+            "WITH ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c "
+            "            FROM (SELECT DISTINCT namespace FROM memories)), "
+            "ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c "
+            "       FROM (SELECT DISTINCT content_type FROM memories)), "
+            "tk AS (SELECT topic_key, (row_number() OVER (ORDER BY topic_key) - 1)::INTEGER AS c FROM topics) "
+            "SELECT m.rowid AS r, m.id, ns.c AS ns, ct.c AS ct, tk.c AS leaf, "
             "(row_number() OVER (ORDER BY m.id) - 1) AS id_rank "
             "FROM memories m JOIN memory_topics mt ON mt.memory_id = m.id AND mt.kind = 'leaf' "
+            "JOIN ns USING (namespace) JOIN ct USING (content_type) JOIN tk ON tk.topic_key = mt.topic_key "
             "ORDER BY mt.topic_key, m.id"
         ).fetchnumpy()
         ids = rows["id"].tolist()
+        del rows["id"]
         n = len(ids)
         emb = _embeddings_in_order(con, rows["r"], dim)
-        namespaces, ns_code = _codes(rows["namespace"])
-        content_types, ct_code = _codes(rows["content_type"])
-        leaf_keys, leaf_code = _codes(rows["topic_key"])
-        row_leaf = np.asarray([key_index[k] for k in leaf_keys], dtype=np.int64)[leaf_code] if n else np.zeros(0, np.int64)
+        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
+        content_types = [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()]
+        ns_code = np.asarray(rows["ns"], dtype=np.int32)
+        ct_code = np.asarray(rows["ct"], dtype=np.int32)
+        sorted_keys = [r[0] for r in con.execute("SELECT topic_key FROM topics ORDER BY topic_key").fetchall()]
+        to_index = np.asarray([key_index[k] for k in sorted_keys], dtype=np.int64)
+        row_leaf = to_index[np.asarray(rows["leaf"], dtype=np.int64)] if n else np.zeros(0, np.int64)
         leaf_start = np.zeros(T, dtype=np.int64)
         leaf_end = np.zeros(T, dtype=np.int64)
         if n:
@@ -174,14 +187,6 @@ def _embeddings_in_order(con, rowids: np.ndarray, dim: int) -> np.ndarray:
         else:
             out[pos[keep]] = block[keep]
     return out
-
-
-def _codes(values) -> tuple[list[str], np.ndarray]:
-    """Sorted distinct values and each row's index into them."""
-    if not len(values):
-        return [], np.zeros(0, dtype=np.int32)
-    uniq, inverse = np.unique(np.asarray(values, dtype=object), return_inverse=True)
-    return [str(u) for u in uniq], inverse.astype(np.int32)
 
 
 def descend(

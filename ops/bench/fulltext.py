@@ -41,7 +41,7 @@ def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, log=
     store = Store.open(store_dir / "store.duckdb", read_only=True)
     con = store.con
     n = con.execute("SELECT count(*) FROM memories").fetchone()[0]
-    postings = con.execute("SELECT count(*) FROM fts_postings").fetchone()[0]
+    postings = con.execute("SELECT sum(df) FROM fts_postings").fetchone()[0]
     queries = synth.queries(n_queries)
     k = 10
     log(f"{store_dir}: {n} memories, {postings} postings")

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vector", type=Path, nargs="*", default=[])
     parser.add_argument("--fulltext", type=Path, nargs="*", default=[])
-    parser.add_argument("--beam", default="8", help="descent beam width to plot")
+    parser.add_argument("--beams", default="8,32", help="descent beam widths to plot")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -36,14 +36,15 @@ def main(argv: list[str] | None = None) -> int:
         ns = [r["n"] for r in runs]
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot(ns, [r["exact"]["p50_ms"] for r in runs], "o-", label="exact numpy")
-        ax.plot(ns, [r["descent"][args.beam]["p50_ms"] for r in runs], "o-", label=f"tree descent, beam {args.beam}")
-        faiss = []
-        for r in runs:  # the nprobe matched to that beam's vectors scored
-            probes = {k: v for k, v in r["faiss"].items() if isinstance(v, dict)}
-            target = r["descent"][args.beam]["scored_mean"]
-            best = min(probes.values(), key=lambda v: abs(v["scored_mean"] - target))
-            faiss.append(best["p50_ms"])
-        ax.plot(ns, faiss, "o-", label="FAISS IVF-Flat, same vectors scored")
+        for beam in args.beams.split(","):
+            ax.plot(ns, [r["descent"][beam]["p50_ms"] for r in runs], "o-", label=f"tree descent, beam {beam}")
+            faiss = []
+            for r in runs:  # the nprobe matched to that beam's vectors scored
+                probes = {k: v for k, v in r["faiss"].items() if isinstance(v, dict)}
+                target = r["descent"][beam]["scored_mean"]
+                best = min(probes.values(), key=lambda v: abs(v["scored_mean"] - target))
+                faiss.append(best["p50_ms"])
+            ax.plot(ns, faiss, "s--", label=f"FAISS IVF-Flat, vectors scored of beam {beam}")
         ax.set(xscale="log", yscale="log", xlabel="memories", ylabel="p50 ms per query",
                title="Vector leg: latency vs store size (1 thread)")
         ax.grid(True, which="both", alpha=0.3)

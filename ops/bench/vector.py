@@ -5,7 +5,8 @@ IVF-Flat at the same number of vectors scored, on one store, in one run.
 
 ``--store`` is a folder holding ``store.duckdb`` (``python -m ops.bench.synth``
 writes one; ``--locomo FILE`` builds one from LoCoMo turns embedded by the real
-model). Queries are stored memories plus noise (paraphrase-like). All sides
+model, and its questions as the queries, unscoped). Synthetic queries are
+stored memories plus noise (paraphrase-like). All sides
 score the same queries, single-threaded BLAS and FAISS so latencies compare
 work, not thread counts. Recall@10 is against exact search over the whole
 store. "Vectors scored" counts memories (leaf or list members) compared with
@@ -66,7 +67,12 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
     n = index.size
     log(f"{store_dir}: {n} vectors, index loaded in {load_s:.1f}s, {index.nbytes() / 2**20:.0f} MiB of arrays, "
         f"RSS +{rss_mb() - rss0:.0f} MiB")
-    queries = synth.query_vectors(index.emb, n_queries, noise=noise)
+    real = store_dir / "queries.npy"
+    if real.exists():  # real questions embedded by the model (--locomo)
+        queries = np.load(real)[:n_queries]
+        log(f"  {len(queries)} real queries from {real}")
+    else:
+        queries = synth.query_vectors(index.emb, n_queries, noise=noise)
     k = 10
 
     exact_ids, exact_lat = [], []
@@ -75,7 +81,7 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
         top = exact_top(index.emb, q, k)
         exact_lat.append(time.perf_counter() - t)
         exact_ids.append(set(top.tolist()))
-    out = {"n": n, "queries": n_queries, "load_s": round(load_s, 2), "index_mib": round(index.nbytes() / 2**20, 1),
+    out = {"n": n, "queries": len(queries), "real_queries": real.exists(), "load_s": round(load_s, 2), "index_mib": round(index.nbytes() / 2**20, 1),
            "exact": {"p50_ms": pct(exact_lat, 50), "p95_ms": pct(exact_lat, 95), "scored": n}, "descent": {}, "faiss": {}}
     log(f"  exact numpy: p50 {out['exact']['p50_ms']} ms, p95 {out['exact']['p95_ms']} ms, {n} scored")
 
@@ -153,7 +159,9 @@ def build_locomo_store(path: Path, data: Path, log=print) -> None:
     texts = [r["content"] for r in records]
     t = time.perf_counter()
     emb = embedder.embed(texts)
-    log(f"embedded {len(texts)} LoCoMo turns in {time.perf_counter() - t:.0f}s")
+    questions = embedder.embed([q["text"] for q in load_locomo(data).queries])
+    np.save(path / "queries.npy", np.asarray(questions, dtype=np.float32))
+    log(f"embedded {len(texts)} LoCoMo turns and {len(questions)} questions in {time.perf_counter() - t:.0f}s")
     synth.build_store(path / "store.duckdb", len(texts), settings, namespaces=10, dim=emb.shape[1],
                       emb=np.asarray(emb, dtype=np.float32), docs=texts, log=log)
 
