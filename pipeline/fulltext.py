@@ -42,6 +42,7 @@ import duckdb
 from .contracts import Batch, Hit, LegRun
 from .scope import Scope, scope_of
 from .settings import FulltextSettings
+from .store import placeholders
 
 # docid: the rank of the memory id, so ordering by docid is ordering by id
 # (the tie-break of a ranking) without reading ids. fts_postings: one row per
@@ -151,11 +152,6 @@ _FILTERS = {
 }
 
 
-def _placeholders(prefix: str, values: list) -> tuple[str, dict]:
-    names = [f"{prefix}{i}" for i in range(len(values))]
-    return ", ".join(f"${n}" for n in names), dict(zip(names, values))
-
-
 def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
     """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
 
@@ -167,11 +163,11 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
     terms = [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
     if not terms:
         return []
-    slots, params = _placeholders("t", terms)
+    slots, params = placeholders("t", terms)
     termids = [r[0] for r in con.execute(_TERM_IDS.replace("{terms}", slots), params).fetchall()]
     if not termids:
         return []
-    slots, params = _placeholders("t", sorted(termids))
+    slots, params = placeholders("t", sorted(termids))
     params.update({"k1": settings.k1, "b": settings.b, "limit": limit})
     scope_values = {
         "ns": scope.namespace,
