@@ -12,14 +12,23 @@ import time
 from collections import defaultdict
 
 from .contracts import Batch, GraphLink, Result
+from .store import ids_filter
 
-_ROWS = "SELECT id, namespace, content_type, created_at, content FROM memories WHERE list_contains(?, id)"
-_TOPICS = "SELECT memory_id, topic_key FROM memory_topics WHERE list_contains(?, memory_id) ORDER BY 1, 2"
-_CONCEPTS = "SELECT memory_id, concept FROM memory_concepts WHERE list_contains(?, memory_id) ORDER BY 1, 2"
-_EDGES = (
-    "SELECT DISTINCT src, dst, kind FROM edges "
-    "WHERE list_contains(?, dst) OR (kind = 'conflicts' AND list_contains(?, src)) ORDER BY 1, 2, 3"
-)
+# {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
+# pipeline.store.ids_filter (index lookups for one query's candidates).
+_ROWS = "SELECT id, namespace, content_type, created_at, content FROM memories WHERE {id}"
+_TOPICS = "SELECT memory_id, topic_key FROM memory_topics WHERE {memory_id} ORDER BY 1, 2"
+_CONCEPTS = "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id} ORDER BY 1, 2"
+_EDGES = "SELECT DISTINCT src, dst, kind FROM edges WHERE {dst} OR (kind = 'conflicts' AND {src}) ORDER BY 1, 2, 3"
+
+
+def _by_ids(con, sql: str, ids: list[str]) -> list[tuple]:
+    params: dict = {}
+    for column in ("id", "memory_id", "src", "dst"):
+        if "{" + column + "}" in sql:
+            where, params = ids_filter(column, ids)
+            sql = sql.replace("{" + column + "}", where)
+    return con.execute(sql, params).fetchall()
 
 
 def preview(text: str, width: int) -> str:
@@ -37,7 +46,7 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
             state.results = []
             state.timings["augment"] = round((time.perf_counter() - t0) * 1000, 3)
         return batch
-    edges = con.execute(_EDGES, [wanted, wanted]).fetchall()
+    edges = _by_ids(con, _EDGES, wanted)
     links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for src, dst, kind in edges:
         if kind == "supersedes":
@@ -49,12 +58,12 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
             links[src]["conflicts"].add(dst)
     linked = {m for per in links.values() for group in per.values() for m in group}
     everything = sorted(set(wanted) | linked)
-    rows = {r[0]: r for r in con.execute(_ROWS, [everything]).fetchall()}
+    rows = {r[0]: r for r in _by_ids(con, _ROWS, everything)}
     topics: dict[str, list[str]] = defaultdict(list)
-    for mid, key in con.execute(_TOPICS, [everything]).fetchall():
+    for mid, key in _by_ids(con, _TOPICS, everything):
         topics[mid].append(key)
     concepts: dict[str, list[str]] = defaultdict(list)
-    for mid, concept in con.execute(_CONCEPTS, [everything]).fetchall():
+    for mid, concept in _by_ids(con, _CONCEPTS, everything):
         concepts[mid].append(concept)
 
     def link(mid: str) -> GraphLink:

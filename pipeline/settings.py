@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     vector_weight: float = Field(0.4, ge=0, description="hybrid-mode weight of the vector leg")
     fts_weight: float = Field(1.0, ge=0, description="hybrid-mode weight of the full-text leg")
     preview_chars: int = Field(80, ge=8, le=10_000)
+    query_memory_limit: str = Field(
+        "512MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)$",
+        description="DuckDB buffer pool of a query process's read-only store (its vectors live in numpy)",
+    )
 
     broker_url: SecretStr = Field(SecretStr(""), description="empty = embedded (in-process)")
     result_backend: SecretStr = Field(SecretStr(""), description="defaults to the broker URL")

@@ -66,21 +66,36 @@ class VectorIndex:
                 kids[parent[i]].append(i)
         children = [np.asarray(sorted(c, key=lambda j: keys[j]), dtype=np.int64) for c in kids]
 
+        # Leaf order first (small columns only), then the embeddings in chunks
+        # of physical rows, scattered straight into their leaf-ordered place:
+        # no sort of the vectors, no per-row Python objects, and peak memory
+        # is the matrix plus one chunk (1M x 384: 1.5 GB + 150 MB).
+        # Namespace, type and leaf come back as small integer codes computed in
+        # SQL, never as per-row Python strings (3M transient strings at 1M
+        # memories, whose arenas Python keeps after the load).
         rows = con.execute(
-            "SELECT m.id, m.namespace, m.content_type, mt.topic_key, m.embedding "
+            "WITH ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c "
+            "            FROM (SELECT DISTINCT namespace FROM memories)), "
+            "ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c "
+            "       FROM (SELECT DISTINCT content_type FROM memories)), "
+            "tk AS (SELECT topic_key, (row_number() OVER (ORDER BY topic_key) - 1)::INTEGER AS c FROM topics) "
+            "SELECT m.rowid AS r, m.id, ns.c AS ns, ct.c AS ct, tk.c AS leaf, "
+            "(row_number() OVER (ORDER BY m.id) - 1) AS id_rank "
             "FROM memories m JOIN memory_topics mt ON mt.memory_id = m.id AND mt.kind = 'leaf' "
+            "JOIN ns USING (namespace) JOIN ct USING (content_type) JOIN tk ON tk.topic_key = mt.topic_key "
             "ORDER BY mt.topic_key, m.id"
         ).fetchnumpy()
-        ids = [str(x) for x in rows["id"]]
+        ids = rows["id"].tolist()
+        del rows["id"]
         n = len(ids)
-        emb = np.stack(rows["embedding"]).astype(np.float32) if n else np.zeros((0, dim), np.float32)
-        namespaces = sorted(set(rows["namespace"].tolist())) if n else []
-        ns_lookup = {v: i for i, v in enumerate(namespaces)}
-        content_types = sorted(set(rows["content_type"].tolist())) if n else []
-        ct_lookup = {v: i for i, v in enumerate(content_types)}
-        ns_code = np.asarray([ns_lookup[v] for v in rows["namespace"]], dtype=np.int32) if n else np.zeros(0, np.int32)
-        ct_code = np.asarray([ct_lookup[v] for v in rows["content_type"]], dtype=np.int32) if n else np.zeros(0, np.int32)
-        row_leaf = np.asarray([key_index[k] for k in rows["topic_key"]], dtype=np.int64) if n else np.zeros(0, np.int64)
+        emb = _embeddings_in_order(con, rows["r"], dim)
+        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
+        content_types = [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()]
+        ns_code = np.asarray(rows["ns"], dtype=np.int32)
+        ct_code = np.asarray(rows["ct"], dtype=np.int32)
+        sorted_keys = [r[0] for r in con.execute("SELECT topic_key FROM topics ORDER BY topic_key").fetchall()]
+        to_index = np.asarray([key_index[k] for k in sorted_keys], dtype=np.int64)
+        row_leaf = to_index[np.asarray(rows["leaf"], dtype=np.int64)] if n else np.zeros(0, np.int64)
         leaf_start = np.zeros(T, dtype=np.int64)
         leaf_end = np.zeros(T, dtype=np.int64)
         if n:
@@ -89,8 +104,7 @@ class VectorIndex:
             ends = np.concatenate([change, [n]])
             leaf_start[row_leaf[starts]] = starts
             leaf_end[row_leaf[starts]] = ends
-        id_rank = np.empty(n, dtype=np.int64)
-        id_rank[np.argsort(np.asarray(ids, dtype=object), kind="stable")] = np.arange(n)
+        id_rank = np.asarray(rows["id_rank"], dtype=np.int64)
         return cls(
             generation=generation, ids=ids, emb=emb, id_rank=id_rank,
             namespaces=namespaces, ns_code=ns_code, content_types=content_types, ct_code=ct_code,
@@ -98,6 +112,12 @@ class VectorIndex:
             children=children, leaf_start=leaf_start, leaf_end=leaf_end,
             key_index=key_index, row_of={m: i for i, m in enumerate(ids)},
         )
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (Python ids and the id lookup not counted)."""
+        arrays = [self.emb, self.id_rank, self.ns_code, self.ct_code, self.row_leaf, self.centroids,
+                  self.parent, self.is_leaf, self.leaf_start, self.leaf_end]
+        return sum(a.nbytes for a in arrays) + sum(c.nbytes for c in self.children)
 
     # -- scope --------------------------------------------------------------
     def row_mask(self, con, scope: Scope) -> np.ndarray | None:
@@ -136,6 +156,37 @@ class VectorIndex:
             return [0]
         key = namespace_key(scope.namespace)
         return [self.key_index[key]] if key in self.key_index else []
+
+
+_CHUNK_ROWS = 65_536
+
+
+def _embeddings_in_order(con, rowids: np.ndarray, dim: int) -> np.ndarray:
+    """Embeddings of the memories at ``rowids``, in that order, read by ranges of rowid."""
+    n = len(rowids)
+    out = np.empty((n, dim), dtype=np.float32)
+    if not n:
+        return out
+    rowids = np.asarray(rowids, dtype=np.int64)
+    position = np.full(int(rowids.max()) + 1, -1, dtype=np.int64)
+    position[rowids] = np.arange(n)
+    for start in range(0, len(position), _CHUNK_ROWS):
+        stop = start + _CHUNK_ROWS
+        got = con.execute(
+            "SELECT rowid AS r FROM memories WHERE rowid >= ? AND rowid < ? ORDER BY rowid", [start, stop]
+        ).fetchnumpy()["r"]
+        flat = con.execute(
+            "SELECT unnest(embedding) AS v FROM (SELECT rowid AS r, embedding FROM memories "
+            "WHERE rowid >= ? AND rowid < ? ORDER BY rowid)", [start, stop]
+        ).fetchnumpy()["v"]
+        pos = position[np.asarray(got, dtype=np.int64)]
+        block = np.asarray(flat, dtype=np.float32).reshape(len(got), dim)
+        keep = pos >= 0  # rows without a leaf (none in a consistent store) are left out
+        if keep.all():
+            out[pos] = block
+        else:
+            out[pos[keep]] = block[keep]
+    return out
 
 
 def descend(

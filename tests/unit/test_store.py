@@ -70,3 +70,20 @@ def test_a_version_1_store_migrates_keeping_its_data(settings):
         assert store.info.schema_version == latest_schema_version() >= 2
         assert store.con.execute("SELECT content, fts_text, context FROM memories").fetchall() == [("old text", "old text", None)]
         assert store.meta("fts_generation") == "-1"  # the index must be rebuilt: stats says stale
+
+
+def test_lookups_by_id_agree_for_one_query_and_for_a_batch(tmp_path):
+    """Up to IN_LIST_MAX ids are an IN list (index lookups), more one shared
+    scan; both give the same rows, unknown ids ignored."""
+    from pipeline.store import IN_LIST_MAX, created_at_of, ids_filter
+
+    con = duckdb.connect(str(tmp_path / "x.duckdb"))
+    con.execute("CREATE TABLE memories (id VARCHAR PRIMARY KEY, created_at TIMESTAMP)")
+    con.execute("INSERT INTO memories SELECT 'm' || i, TIMESTAMP '2026-01-01' + to_days(i::INTEGER) FROM range(1000) t(i)")
+    few = ["m3", "m999", "nope"]
+    many = [f"m{i}" for i in range(0, 1000, 2)] + ["nope"]
+    assert len(few) <= IN_LIST_MAX < len(many)
+    assert "IN (" in ids_filter("id", few)[0] and "list_contains" in ids_filter("id", many)[0]
+    got_few, got_many = created_at_of(con, few), created_at_of(con, many)
+    assert sorted(got_few) == ["m3", "m999"] and len(got_many) == 500
+    assert got_few["m3"] == got_many["m2"].replace(day=got_many["m2"].day + 1)

@@ -240,6 +240,28 @@ def test_loaded_index_groups_rows_by_leaf_as_stored(real):
         assert [index.keys[k] for k in kids] == sorted(index.keys[k] for k in kids)
 
 
+def test_loaded_rows_carry_their_own_embedding_codes_and_rank(tmp_path):
+    """After updates and deletes (rowids with gaps, rows out of id order) every
+    loaded row still holds its memory's embedding, namespace, type and id rank."""
+    settings = Settings(data_dir=tmp_path, embedding_model="hash-64", _env_file=None, tree=SMALL)
+    records = _records()
+    with Store.open(settings.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64) as st:
+        ingest.ingest_records(st, records[:150], HashEmbedder(64), settings)
+        changed = [r.model_copy(update={"content": r.content + " changed"}) for r in records[:150:7]]
+        ingest.ingest_records(st, changed + records[150:], HashEmbedder(64), settings)
+        st.con.execute("CHECKPOINT")
+    with Store.open(settings.store_path, read_only=True) as st:
+        index = VectorIndex.load(st.con, st.generation, 64)
+        stored = {m: (np.asarray(e, np.float32), ns, ct) for m, e, ns, ct in
+                  st.con.execute("SELECT id, embedding, namespace, content_type FROM memories").fetchall()}
+    assert index.size == len(stored) == len(records)
+    for row, mid in enumerate(index.ids):
+        emb, ns, ct = stored[mid]
+        assert np.array_equal(index.emb[row], emb), mid
+        assert index.namespaces[index.ns_code[row]] == ns and index.content_types[index.ct_code[row]] == ct
+    assert [index.ids[r] for r in np.argsort(index.id_rank)] == sorted(stored)
+
+
 def test_memories_scored_is_bounded_by_beam_times_leaf_size(real):
     con, index, records = real
     tree = load_tree(con, SMALL)

@@ -1,0 +1,75 @@
+"""Latency against store size for each leg, from the JSON of ``ops.bench.vector``
+and ``ops.bench.fulltext`` runs.
+
+    python -m ops.bench.plot --vector /tmp/b/vec10k.json /tmp/b/vec100k.json /tmp/b/vec1m.json \\
+        --fulltext /tmp/b/fts10k.json /tmp/b/fts100k.json /tmp/b/fts1m.json --out docs/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _load(paths: list[Path]) -> list[dict]:
+    return sorted((json.loads(p.read_text()) for p in paths), key=lambda r: r["n"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vector", type=Path, nargs="*", default=[])
+    parser.add_argument("--fulltext", type=Path, nargs="*", default=[])
+    parser.add_argument("--beams", default="8,32", help="descent beam widths to plot")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    if args.vector:
+        runs = _load(args.vector)
+        ns = [r["n"] for r in runs]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(ns, [r["exact"]["p50_ms"] for r in runs], "o-", label="exact numpy")
+        for beam in args.beams.split(","):
+            ax.plot(ns, [r["descent"][beam]["p50_ms"] for r in runs], "o-", label=f"tree descent, beam {beam}")
+            faiss = []
+            for r in runs:  # the nprobe matched to that beam's vectors scored
+                probes = {k: v for k, v in r["faiss"].items() if isinstance(v, dict)}
+                target = r["descent"][beam]["scored_mean"]
+                best = min(probes.values(), key=lambda v: abs(v["scored_mean"] - target))
+                faiss.append(best["p50_ms"])
+            ax.plot(ns, faiss, "s--", label=f"FAISS IVF-Flat, vectors scored of beam {beam}")
+        ax.set(xscale="log", yscale="log", xlabel="memories", ylabel="p50 ms per query",
+               title="Vector leg: latency vs store size (1 thread)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.out / "vector_latency.png", dpi=110)
+        print(args.out / "vector_latency.png")
+
+    if args.fulltext:
+        runs = _load(args.fulltext)
+        ns = [r["n"] for r in runs]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(ns, [r["ours"]["p50_ms"] for r in runs], "o-", label="postings BM25 (dimple)")
+        ax.plot(ns, [r["match_bm25"]["p50_ms"] for r in runs], "o-", label="match_bm25 (FTS extension)")
+        if all("bm25s" in r for r in runs):
+            ax.plot(ns, [r["bm25s"]["p50_ms"] for r in runs], "o-", label="bm25s")
+        ax.set(xscale="log", yscale="log", xlabel="memories", ylabel="p50 ms per query",
+               title="Full-text leg: latency vs store size")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.out / "fulltext_latency.png", dpi=110)
+        print(args.out / "fulltext_latency.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
