@@ -17,6 +17,16 @@ def _load(paths: list[Path]) -> list[dict]:
     return sorted((json.loads(p.read_text()) for p in paths), key=lambda r: r["n"])
 
 
+def _finish(fig, ax, title: str, path: Path) -> None:
+    """Log-log axes, grid, legend; write the PNG and say where."""
+    ax.set(xscale="log", yscale="log", xlabel="memories", ylabel="p50 ms per query", title=title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
@@ -45,13 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 best = min(probes.values(), key=lambda v: abs(v["scored_mean"] - target))
                 faiss.append(best["p50_ms"])
             ax.plot(ns, faiss, "s--", label=f"FAISS IVF-Flat, vectors scored of beam {beam}")
-        ax.set(xscale="log", yscale="log", xlabel="memories", ylabel="p50 ms per query",
-               title="Vector leg: latency vs store size (1 thread)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.out / "vector_latency.png", dpi=110)
-        print(args.out / "vector_latency.png")
+        _finish(fig, ax, "Vector leg: latency vs store size (1 thread)", args.out / "vector_latency.png")
 
     if args.fulltext:
         runs = _load(args.fulltext)
@@ -61,13 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.plot(ns, [r["match_bm25"]["p50_ms"] for r in runs], "o-", label="match_bm25 (FTS extension)")
         if all("bm25s" in r for r in runs):
             ax.plot(ns, [r["bm25s"]["p50_ms"] for r in runs], "o-", label="bm25s")
-        ax.set(xscale="log", yscale="log", xlabel="memories", ylabel="p50 ms per query",
-               title="Full-text leg: latency vs store size")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.out / "fulltext_latency.png", dpi=110)
-        print(args.out / "fulltext_latency.png")
+        _finish(fig, ax, "Full-text leg: latency vs store size", args.out / "fulltext_latency.png")
     return 0
 
 
