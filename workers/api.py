@@ -8,7 +8,7 @@ Embedded (no broker configured) the canvas runs in-process; with
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, EagerResult
@@ -117,7 +117,11 @@ def _split(item: Any) -> tuple[Any, Any]:
 
 
 def search_many(
-    queries: Iterable[Any], batch_size: int | None = None, *, return_exceptions: bool = False
+    queries: Iterable[Any],
+    batch_size: int | None = None,
+    *,
+    return_exceptions: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Run many queries, ``batch_size`` per canvas, every batch in flight at once.
 
@@ -126,32 +130,46 @@ def search_many(
     (``DIMPLE_TASK_TIMEOUT_S`` from the call). With ``return_exceptions``, a
     batch that fails or times out puts its error (a ``DimpleError``) in each
     of its queries' places instead of raising, so every query is either
-    answered or reported failed.
+    answered or reported failed. ``progress``, when given, is called with the
+    number of queries of each batch as its results are collected.
+
+    Embedded, batches run one after the other (each is done when dispatched),
+    so each ``total_ms`` is its own batch's time, not the whole call's.
     """
     settings = resources.settings()
     items = [_split(q) for q in queries]
     size = batch_size or settings.query_batch_size
     deadline = time.monotonic() + settings.task_timeout_s
-    handles = []
-    for start in range(0, len(items), size):
-        chunk = items[start : start + size]
+    chunks = [items[start : start + size] for start in range(0, len(items), size)]
+    out: list[Any] = []
+
+    def collect(count: int, handle: Any) -> None:
+        if isinstance(handle, Exception):
+            out.extend([handle] * count)
+        else:
+            try:
+                out.extend(handle.get(timeout=max(deadline - time.monotonic(), 0.001)))
+            except (QueryTimeoutError, BrokerUnavailableError) as exc:
+                if not return_exceptions:
+                    raise
+                out.extend([exc] * count)
+        if progress is not None:
+            progress(count)
+
+    def dispatch(chunk: list) -> Any:
         try:
-            handles.append((len(chunk), _dispatch(_batch(chunk), single=False)))
+            return _dispatch(_batch(chunk), single=False)
         except BrokerUnavailableError as exc:
             if not return_exceptions:
                 raise
-            handles.append((len(chunk), exc))
-    out: list[Any] = []
-    for count, handle in handles:
-        if isinstance(handle, Exception):
-            out.extend([handle] * count)
-            continue
-        try:
-            out.extend(handle.get(timeout=max(deadline - time.monotonic(), 0.001)))
-        except (QueryTimeoutError, BrokerUnavailableError) as exc:
-            if not return_exceptions:
-                raise
-            out.extend([exc] * count)
+            return exc
+
+    if app.conf.task_always_eager:
+        for chunk in chunks:
+            collect(len(chunk), dispatch(chunk))
+    else:
+        for count, handle in [(len(chunk), dispatch(chunk)) for chunk in chunks]:
+            collect(count, handle)
     return out
 
 
