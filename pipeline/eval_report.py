@@ -140,6 +140,7 @@ def _latency_plot(path: Path, detail: dict[str, list[Any]], plt) -> None:
                 stages.setdefault("total", []).append(r.total_ms)
         if stages:
             ax.boxplot(list(stages.values()), showfliers=False)
+            ax.set_yscale("symlog", linthresh=1)
             ax.set_xticks(range(1, len(stages) + 1), list(stages), rotation=30)
         ax.set_ylabel("ms")
         ax.set_title(name[:40])
