@@ -247,3 +247,47 @@ def test_missing_source_or_out_is_exit_2(cli_env, tmp_path, capsys):
     assert "is not a run folder" in _err_line(capsys)
     assert main(["eval", "sweep", "--demo", "--out", str(tmp_path), "--weights", "1:x"]) == 2
     assert "--weights" in _err_line(capsys)
+
+
+# -- dataset sources: stores of their own -------------------------------------------------------
+def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
+    folder = tmp_path / "tiny-beir"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"Title {i}", "text": f"{TOPICS[i]} paper number {i}"} for i in range(len(TOPICS))]
+    write_jsonl(folder / "corpus.jsonl", docs)
+    write_jsonl(folder / "queries.jsonl", [{"_id": f"b{i}", "text": f"{TOPICS[i]} paper"} for i in range(4)])
+    _write(folder / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore"] + [f"b{i}\td{i}\t1" for i in range(3)])
+    out = tmp_path / "out"
+    store = tmp_path / "beir-store"
+    assert main(["eval", "--beir", str(folder), "--store", str(store), "--out", str(out), "--name", "b",
+                 "--mode", "keyword", "--no-progress"]) == 0
+    report = json.loads((out / "b" / "report.json").read_text())
+    assert report["queries"] == 3 and report["skipped"]["queries_without_judgments"]["ids"] == ["b3"]
+    assert report["metrics"]["mrr@10"] == 1.0  # each title is its query
+    assert report["config"]["data_dir"] == str(store)
+    from pipeline.store import Store
+    from pipeline import generations
+
+    with Store.open(generations.current(store), read_only=True) as st:
+        assert st.count() == len(TOPICS)
+    (folder / "qrels" / "test.tsv").unlink()
+    capsys.readouterr()
+    assert main(["eval", "--beir", str(folder), "--out", str(out)]) == 2
+    assert "missing qrels/test.tsv" in _err_line(capsys)
+
+
+def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
+    from tests.unit.test_locomo import _fixture
+
+    path = tmp_path / "loco.json"
+    path.write_text(json.dumps(_fixture()), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["eval", "--locomo", str(path), "--store", str(tmp_path / "ls"), "--out", str(out), "--name", "l",
+                 "--no-progress"]) == 0
+    from pipeline.locomo import load_locomo
+
+    loco = load_locomo(path)
+    report = json.loads((out / "l" / "report.json").read_text())
+    assert set(report["per_query"]) == set(loco.qrels)
+    assert {k.removeprefix("locomo_"): v["count"] for k, v in report["skipped"].items()} == \
+        {k: v for k, v in loco.skipped.items() if v}
