@@ -110,13 +110,15 @@ def read_queries(path: Path, settings: Settings) -> list[QuerySpec]:
         if not isinstance(qid, (str, int)) or isinstance(qid, bool) or not str(qid).strip():
             raise EvalInputError(f"{where}: id", "required (a non-empty string)")
         qid = str(qid)
+        if any(c.isspace() for c in qid):
+            raise EvalInputError(f"{where}: id", f"{qid!r} contains whitespace (TREC files split on it)")
         if qid in seen:
             raise EvalInputError(f"{where}: id", f"duplicate of line {seen[qid]}")
         seen[qid] = number
         text = row.get("query", row.get("text"))
-        options = dict(row.get("options") or {})
-        if not isinstance(row.get("options", {}), dict):
+        if not isinstance(row.get("options") or {}, dict):
             raise EvalInputError(f"{where}: options", "must be a JSON object")
+        options = dict(row.get("options") or {})
         options.update({k: v for k, v in row.items() if k in _OPTION_FIELDS})
         try:
             make_query(text if text is not None else "", options, settings)
@@ -173,7 +175,8 @@ def reconcile(name: str, queries: list[QuerySpec], qrels: dict[str, dict[str, in
         raise EvalInputError("qrels", f"{len(unknown)} judged query id(s) not in the query set, first {unknown[0]!r}")
     if strict and unjudged:
         raise EvalInputError("queries", f"{len(unjudged)} query(ies) without judgments, first {unjudged[0]!r}")
-    kept = [q for q in queries if q.id in qrels and q.id not in set(no_relevant)]
+    left_out = set(no_relevant)
+    kept = [q for q in queries if q.id in qrels and q.id not in left_out]
     if not queries:
         raise EvalInputError("queries", "the query set is empty")
     if not kept:
@@ -434,7 +437,10 @@ def compare(
     names = [r["name"] for r in reports]
     if len(set(names)) != len(names):
         raise InputError("RUN", f"run names must differ: {names}")
-    common = sorted(set.intersection(*(set(r) for r in runs)) & set(qrels))
+    # Scored queries of every report (a query answered with no results has no
+    # line in run.trec but is scored 0), as the reports scored them.
+    common = sorted(set.intersection(*(set(r["per_query"]) for r in reports)) & set(qrels))
+    runs = [{q: run.get(q, []) for q in common} for run in runs]
     if not common:
         raise InputError("RUN", "the runs share no judged query")
     metrics = list(METRICS)

@@ -192,6 +192,8 @@ def _err_line(capsys) -> str:
     (['{"id": "q1", "query": "x", "namespce": "code"}'], "queries.jsonl line 1: namespce: unknown field"),
     (['{"id": "q1", "query": "x", "max_units": 0}'], "queries.jsonl line 1: max_units:"),
     (['{"id": "q1", "query": "x"}', '{"id": "q1", "query": "y"}'], "queries.jsonl line 2: id: duplicate of line 1"),
+    (['{"id": "q 1", "query": "x"}'], "queries.jsonl line 1: id: 'q 1' contains whitespace"),
+    (['{"id": "q1", "query": "x", "options": [1]}'], "queries.jsonl line 1: options: must be a JSON object"),
     ([], "queries: the query set is empty"),
 ])
 def test_bad_query_files_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, expected):
