@@ -244,17 +244,19 @@ def run_queries(
     *,
     defaults: dict[str, Any] | None = None,
     batch_size: int = 64,
+    in_flight: int | None = 4,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[QueryRun], float]:
     """Run every query through ``search_many`` in batches; returns one
     ``QueryRun`` per query (in order) and the wall-clock seconds.
 
-    A batch that fails (timeout, broker lost) marks its queries failed
-    instead of ending the run.
+    At most ``in_flight`` batches are on the workers at once, each with its
+    own timeout, so a set of any size fits. A batch that fails (timeout,
+    broker lost) marks its queries failed instead of ending the run.
     """
     asks = [q.ask(defaults or {}) for q in queries]
     t0 = time.perf_counter()
-    answers = search_many(asks, batch_size, return_exceptions=True, progress=progress)
+    answers = search_many(asks, batch_size, return_exceptions=True, progress=progress, in_flight=in_flight)
     secs = time.perf_counter() - t0
     out = []
     for q, res in zip(queries, answers):
@@ -542,6 +544,7 @@ def replay(
     *,
     k: int = 10,
     batch_size: int = 64,
+    in_flight: int | None = 4,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Re-run logged queries with their recorded options against the current
@@ -553,7 +556,7 @@ def replay(
     if not usable:
         raise EvalInputError("audit log", f"no replayable rows ({len(records)} row(s), {len(skipped)} without query text)")
     specs = [QuerySpec(r.query_id, r.query_text or "", replay_options(r)) for r in usable]
-    runs, secs = run_queries(search_many, specs, batch_size=batch_size, progress=progress)
+    runs, secs = run_queries(search_many, specs, batch_size=batch_size, in_flight=in_flight, progress=progress)
     rows = []
     for record, now in zip(usable, runs):
         before = [s["id"] for s in record.sources]

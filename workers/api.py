@@ -8,6 +8,7 @@ Embedded (no broker configured) the canvas runs in-process; with
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any, Callable, Iterable
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
@@ -122,6 +123,7 @@ def search_many(
     *,
     return_exceptions: bool = False,
     progress: Callable[[int], None] | None = None,
+    in_flight: int | None = None,
 ) -> list[Any]:
     """Run many queries, ``batch_size`` per canvas, every batch in flight at once.
 
@@ -133,6 +135,11 @@ def search_many(
     answered or reported failed. ``progress``, when given, is called with the
     number of queries of each batch as its results are collected.
 
+    ``in_flight`` bounds how many batches are on the workers at once (the next
+    is sent as the oldest is collected) and gives each batch its own
+    ``DIMPLE_TASK_TIMEOUT_S`` from when it is sent: the shape for query sets
+    too large to finish within one timeout (``dimple eval``).
+
     Embedded, batches run one after the other (each is done when dispatched),
     so each ``total_ms`` is its own batch's time, not the whole call's.
     """
@@ -143,12 +150,12 @@ def search_many(
     chunks = [items[start : start + size] for start in range(0, len(items), size)]
     out: list[Any] = []
 
-    def collect(count: int, handle: Any) -> None:
+    def collect(count: int, handle: Any, due: float = deadline) -> None:
         if isinstance(handle, Exception):
             out.extend([handle] * count)
         else:
             try:
-                out.extend(handle.get(timeout=max(deadline - time.monotonic(), 0.001)))
+                out.extend(handle.get(timeout=max(due - time.monotonic(), 0.001)))
             except (QueryTimeoutError, BrokerUnavailableError) as exc:
                 if not return_exceptions:
                     raise
@@ -167,6 +174,14 @@ def search_many(
     if app.conf.task_always_eager:
         for chunk in chunks:
             collect(len(chunk), dispatch(chunk))
+    elif in_flight:
+        pending: deque = deque()
+        for chunk in chunks:
+            if len(pending) >= in_flight:
+                collect(*pending.popleft())
+            pending.append((len(chunk), dispatch(chunk), time.monotonic() + settings.task_timeout_s))
+        while pending:
+            collect(*pending.popleft())
     else:
         for count, handle in [(len(chunk), dispatch(chunk)) for chunk in chunks]:
             collect(count, handle)

@@ -52,6 +52,7 @@ def register(sub) -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--name", help="output folder name (default: replay-<time>)")
     r.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
+    r.add_argument("--in-flight", type=int, default=4, help="batches on the workers at once (default 4)")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -87,8 +88,17 @@ def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--max-units", type=int, default=ev.DEFAULT_MAX_UNITS,
                    help=f"results per query unless a query says (default {ev.DEFAULT_MAX_UNITS}; Recall@50 needs 50)")
     p.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
+    p.add_argument("--in-flight", type=int, default=4,
+                   help="batches on the workers at once, each with its own DIMPLE_TASK_TIMEOUT_S (default 4)")
     p.add_argument("--audit", action="store_true", help="embedded: write retrieval_log rows for the run's queries (off by default)")
     p.add_argument("--no-progress", action="store_true")
+
+
+def _positive(args) -> None:
+    for name in ("batch_size", "in_flight", "max_units"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise InputError("--" + name.replace("_", "-"), "must be at least 1")
 
 
 def _stamp() -> str:
@@ -190,7 +200,8 @@ def _config(settings, defaults: dict[str, Any], batch_size: int, extra: dict | N
 
 
 def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any], batch_size: int | None,
-            progress: bool, extra_config: dict | None = None) -> tuple[dict[str, Any], list[ev.QueryRun]]:
+            progress: bool, extra_config: dict | None = None,
+            in_flight: int = 4) -> tuple[dict[str, Any], list[ev.QueryRun]]:
     """Point this process at ``settings``, run the set, score it: (report, per-query runs)."""
     import workers
 
@@ -199,8 +210,10 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
     workers.configure(settings)
     size = batch_size or settings.query_batch_size
     with _progress(len(qset.queries), name, not progress) as bar:
-        runs, secs = ev.run_queries(search_many, qset.queries, defaults=defaults, batch_size=size, progress=bar.update)
-    report = ev.evaluate_run(qset, runs, secs, config=_config(settings, defaults, size, extra_config), name=name)
+        runs, secs = ev.run_queries(search_many, qset.queries, defaults=defaults, batch_size=size,
+                                    in_flight=in_flight, progress=bar.update)
+    extra = {"in_flight": in_flight, **(extra_config or {})}
+    report = ev.evaluate_run(qset, runs, secs, config=_config(settings, defaults, size, extra), name=name)
     return report, runs
 
 
@@ -237,8 +250,9 @@ def cmd_eval(args) -> int:
     if not run_settings.embedded:
         print(f"through the broker: the workers must serve the store in {run_settings.data_dir}", file=sys.stderr)
     name = args.name or f"{qset.name}-{args.mode or 'asked'}-{_stamp()}"
+    _positive(args)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, in_flight=args.in_flight)
     from pipeline.eval_report import safe_name, write_run
 
     folder = out / safe_name(name)
@@ -318,6 +332,7 @@ def cmd_replay(args) -> int:
 
     settings = _settings()
     _quiet()
+    _positive(args)
     start = parse_since(args.since)
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
@@ -331,7 +346,7 @@ def cmd_replay(args) -> int:
     workers.configure(run_settings)
     with _progress(len(records), "replay", args.no_progress) as bar:
         report = ev.replay(search_many, records, k=args.k, batch_size=args.batch_size or settings.query_batch_size,
-                           progress=bar.update)
+                           in_flight=args.in_flight, progress=bar.update)
     folder = args.out / safe_name(args.name or f"replay-{_stamp()}")
     write_replay(folder, report)
     print(f"replayed {report['replayed']} of {report['rows']} logged queries: {report['changed']} changed, "
@@ -387,6 +402,7 @@ def cmd_sweep(args) -> int:
     out = _need_out(args)
     settings = _settings()
     _quiet()
+    _positive(args)
     grid = ev.sweep_grid(_axes(args))
     qset, base = load_source(args, settings)
     _say_skipped(qset)
@@ -407,7 +423,8 @@ def cmd_sweep(args) -> int:
                 cfg_settings = cfg_settings.replace(data_dir=copies[leaf].data_dir)
             cname = ev.config_name(config)
             report, detail = execute(qset, cfg_settings, name=cname, defaults=defaults, batch_size=args.batch_size,
-                                     progress=not args.no_progress, extra_config={"sweep": config})
+                                     progress=not args.no_progress, extra_config={"sweep": config},
+                                     in_flight=args.in_flight)
             write_run(root / safe_name(cname), report, ev.as_run(detail), qset.qrels, detail)
             reports.append(report)
             runs.append(ev.as_run(detail))
