@@ -249,6 +249,9 @@ def test_missing_source_or_out_is_exit_2(cli_env, tmp_path, capsys):
     assert "is not a run folder" in _err_line(capsys)
     assert main(["eval", "sweep", "--demo", "--out", str(tmp_path), "--weights", "1:x"]) == 2
     assert "--weights" in _err_line(capsys)
+    queries, qrels = _queries_and_qrels(tmp_path)
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path), "--in-flight", "0"]) == 2
+    assert "--in-flight: must be at least 1" in _err_line(capsys)
 
 
 # -- dataset sources: stores of their own -------------------------------------------------------
