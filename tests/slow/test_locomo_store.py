@@ -1,43 +1,21 @@
 """LoCoMo end to end with the real model (slow tier; needs ../shared/data).
 
-Ingest 5,882 turns, check the store's shape, and check that beam descent keeps
-the seed's bound while finding what exact cosine search finds.
+Ingest 5,882 turns (the ``locomo_store`` fixture of conftest.py, built once per
+session), check the store's shape, and check that beam descent keeps the seed's
+bound while finding what exact cosine search finds.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from pipeline.locomo import load_locomo
 from pipeline.scope import Scope
-from pipeline.settings import Settings
 from pipeline.stats import store_stats
 from pipeline.store import Store
 from pipeline.vector import VectorIndex, descend, exact
 
 pytestmark = pytest.mark.slow
-
-LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
-
-
-@pytest.fixture(scope="module")
-def locomo_store(tmp_path_factory):
-    if not LOCOMO.is_file():
-        pytest.skip("LoCoMo data not present (../shared/data/locomo)")
-    import json
-
-    from workers.cli import ingest_file
-
-    loco = load_locomo(LOCOMO)
-    work = tmp_path_factory.mktemp("locomo")
-    path = work / "locomo.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in loco.records), encoding="utf-8")
-    settings = Settings(data_dir=work, _env_file=None)
-    ingest_file(path, settings, progress=False)
-    return settings, loco
 
 
 def test_locomo_ingest_then_stats(locomo_store):
