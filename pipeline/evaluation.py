@@ -244,7 +244,7 @@ def run_queries(
     *,
     defaults: dict[str, Any] | None = None,
     batch_size: int = 64,
-    in_flight: int | None = 4,
+    in_flight: int | None = 8,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[QueryRun], float]:
     """Run every query through ``search_many`` in batches; returns one
@@ -544,7 +544,7 @@ def replay(
     *,
     k: int = 10,
     batch_size: int = 64,
-    in_flight: int | None = 4,
+    in_flight: int | None = 8,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Re-run logged queries with their recorded options against the current

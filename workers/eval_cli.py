@@ -52,7 +52,7 @@ def register(sub) -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--name", help="output folder name (default: replay-<time>)")
     r.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
-    r.add_argument("--in-flight", type=int, default=4, help="batches on the workers at once (default 4)")
+    r.add_argument("--in-flight", type=int, default=8, help="batches on the workers at once (default 8)")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -88,8 +88,8 @@ def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--max-units", type=int, default=ev.DEFAULT_MAX_UNITS,
                    help=f"results per query unless a query says (default {ev.DEFAULT_MAX_UNITS}; Recall@50 needs 50)")
     p.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
-    p.add_argument("--in-flight", type=int, default=4,
-                   help="batches on the workers at once, each with its own DIMPLE_TASK_TIMEOUT_S (default 4)")
+    p.add_argument("--in-flight", type=int, default=8,
+                   help="batches on the workers at once, each with its own DIMPLE_TASK_TIMEOUT_S (default 8)")
     p.add_argument("--audit", action="store_true", help="embedded: write retrieval_log rows for the run's queries (off by default)")
     p.add_argument("--no-progress", action="store_true")
 
@@ -201,7 +201,7 @@ def _config(settings, defaults: dict[str, Any], batch_size: int, extra: dict | N
 
 def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any], batch_size: int | None,
             progress: bool, extra_config: dict | None = None,
-            in_flight: int = 4) -> tuple[dict[str, Any], list[ev.QueryRun]]:
+            in_flight: int = 8) -> tuple[dict[str, Any], list[ev.QueryRun]]:
     """Point this process at ``settings``, run the set, score it: (report, per-query runs)."""
     import workers
 
