@@ -208,6 +208,20 @@ def get(path: Path, query_id: str) -> AuditRecord | None:
     return rows[0] if rows else None
 
 
+def since(path: Path, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
+    """Rows logged at or after ``start`` (naive UTC; all rows when None), oldest first."""
+    sql = f"SELECT {', '.join(_COLUMNS)} FROM retrieval_log"
+    params: list[Any] = []
+    if start is not None:
+        sql += " WHERE logged_at >= ?"
+        params.append(start)
+    sql += " ORDER BY logged_at, query_id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return _rows(path, sql, params)
+
+
 def count(path: Path) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""
     if not path.exists():
@@ -276,3 +290,44 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
             "score": src["score"],
         })
     return out
+
+
+# -- replay -----------------------------------------------------------------------------
+def replay_options(record: AuditRecord) -> dict[str, Any]:
+    """The search options that re-run a logged query as it was asked (scope,
+    budgets, top-k, recency ``now``, requested mode)."""
+    options = {k: v for k, v in record.options.items() if v not in (None, [], {})}
+    options["mode"] = record.requested_mode
+    return options
+
+
+def diff_served(before: list[str], after: list[str], k: int | None = None) -> dict[str, Any]:
+    """How a served list changed: one line per added, moved or dropped id, plus
+    overlap@k (shared ids over the longer top-k; 1.0 when both are empty), the
+    moves' mean absolute rank shift, and whether the lists are identical.
+
+    The one definition of "what changed" used by ``dimple audit explain``,
+    ``dimple eval replay`` and ``dimple eval compare``.
+    """
+    if k is not None:
+        before, after = before[:k], after[:k]
+    was = {mid: i for i, mid in enumerate(before, start=1)}
+    now = {mid: i for i, mid in enumerate(after, start=1)}
+    changes, shifts = [], []
+    for mid, rank in now.items():
+        if mid not in was:
+            changes.append(f"+ {mid} now at rank {rank}")
+        elif was[mid] != rank:
+            changes.append(f"~ {mid} moved {was[mid]} -> {rank}")
+            shifts.append(abs(was[mid] - rank))
+    changes += [f"- {mid} (was rank {rank}) no longer served" for mid, rank in was.items() if mid not in now]
+    longest = max(len(before), len(after))
+    return {
+        "same": before == after,
+        "changes": changes,
+        "overlap": len(was.keys() & now.keys()) / longest if longest else 1.0,
+        "added": sum(1 for m in now if m not in was),
+        "dropped": sum(1 for m in was if m not in now),
+        "moved": len(shifts),
+        "mean_abs_shift": sum(shifts) / len(shifts) if shifts else 0.0,
+    }

@@ -8,7 +8,8 @@ Embedded (no broker configured) the canvas runs in-process; with
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from collections import deque
+from typing import Any, Callable, Iterable
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, EagerResult
@@ -133,7 +134,12 @@ def _split(item: Any) -> tuple[Any, Any]:
 
 
 def search_many(
-    queries: Iterable[Any], batch_size: int | None = None, *, return_exceptions: bool = False
+    queries: Iterable[Any],
+    batch_size: int | None = None,
+    *,
+    return_exceptions: bool = False,
+    progress: Callable[[int], None] | None = None,
+    in_flight: int | None = None,
 ) -> list[Any]:
     """Run many queries, ``batch_size`` per canvas, every batch in flight at once.
 
@@ -142,7 +148,16 @@ def search_many(
     (``DIMPLE_TASK_TIMEOUT_S`` from the call). With ``return_exceptions``, a
     batch that fails or times out puts its error (a ``DimpleError``) in each
     of its queries' places instead of raising, so every query is either
-    answered or reported failed.
+    answered or reported failed. ``progress``, when given, is called with the
+    number of queries of each batch as its results are collected.
+
+    ``in_flight`` bounds how many batches are on the workers at once (the next
+    is sent as the oldest is collected) and gives each batch its own
+    ``DIMPLE_TASK_TIMEOUT_S`` from when it is sent: the shape for query sets
+    too large to finish within one timeout (``dimple eval``).
+
+    Embedded, batches run one after the other (each is done when dispatched),
+    so each ``total_ms`` is its own batch's time, not the whole call's.
     """
     settings = resources.settings()
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
@@ -153,26 +168,44 @@ def search_many(
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
         raise InputError("batch_size", f"must be a whole number from 1 to {limit}")
     deadline = time.monotonic() + settings.task_timeout_s
-    handles = []
-    for start in range(0, len(items), size):
-        chunk = items[start : start + size]
+    chunks = [items[start : start + size] for start in range(0, len(items), size)]
+    out: list[Any] = []
+
+    def collect(count: int, handle: Any, due: float = deadline) -> None:
+        if isinstance(handle, Exception):
+            out.extend([handle] * count)
+        else:
+            try:
+                out.extend(handle.get(timeout=max(due - time.monotonic(), 0.001)))
+            except (QueryTimeoutError, BrokerUnavailableError) as exc:
+                if not return_exceptions:
+                    raise
+                out.extend([exc] * count)
+        if progress is not None:
+            progress(count)
+
+    def dispatch(chunk: list) -> Any:
         try:
-            handles.append((len(chunk), _dispatch(_batch(chunk), single=False)))
+            return _dispatch(_batch(chunk), single=False)
         except BrokerUnavailableError as exc:
             if not return_exceptions:
                 raise
-            handles.append((len(chunk), exc))
-    out: list[Any] = []
-    for count, handle in handles:
-        if isinstance(handle, Exception):
-            out.extend([handle] * count)
-            continue
-        try:
-            out.extend(handle.get(timeout=max(deadline - time.monotonic(), 0.001)))
-        except (QueryTimeoutError, BrokerUnavailableError) as exc:
-            if not return_exceptions:
-                raise
-            out.extend([exc] * count)
+            return exc
+
+    if app.conf.task_always_eager:
+        for chunk in chunks:
+            collect(len(chunk), dispatch(chunk))
+    elif in_flight:
+        pending: deque = deque()
+        for chunk in chunks:
+            if len(pending) >= in_flight:
+                collect(*pending.popleft())
+            pending.append((len(chunk), dispatch(chunk), time.monotonic() + settings.task_timeout_s))
+        while pending:
+            collect(*pending.popleft())
+    else:
+        for count, handle in [(len(chunk), dispatch(chunk)) for chunk in chunks]:
+            collect(count, handle)
     return out
 
 

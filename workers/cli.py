@@ -130,6 +130,10 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build the demo store, run its queries, show results and quality")
     s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
     s.set_defaults(func=cmd_demo)
+
+    from .eval_cli import register as register_eval
+
+    register_eval(sub)
     return p
 
 
@@ -380,21 +384,13 @@ def replay_row(row) -> dict[str, Any]:
     """Re-run a logged query with its recorded options; compare the served list."""
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
+    from pipeline.audit import diff_served, replay_options
     from workers.api import search
 
-    options = {k: v for k, v in row.options.items() if v not in (None, [], {})}
-    options["mode"] = row.requested_mode
-    now = search(row.query_text, **options)
-    before = [s["id"] for s in row.sources]
-    after = [r.id for r in now.results]
-    changes = []
-    for i, mid in enumerate(after, start=1):
-        if mid not in before:
-            changes.append(f"+ {mid} now at rank {i}")
-        elif before.index(mid) + 1 != i:
-            changes.append(f"~ {mid} moved {before.index(mid) + 1} -> {i}")
-    changes += [f"- {mid} (was rank {before.index(mid) + 1}) no longer served" for mid in before if mid not in after]
-    return {"verdict": "same list" if before == after else f"{len(changes)} change(s)", "changes": changes,
+    now = search(row.query_text, **replay_options(row))
+    diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
+    changes = diff["changes"]
+    return {"verdict": "same list" if diff["same"] else f"{len(changes)} change(s)", "changes": changes,
             "replay_query_id": now.query_id}
 
 

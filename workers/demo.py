@@ -12,7 +12,7 @@ import logging
 import time
 from pathlib import Path
 
-from pipeline.metrics import evaluate
+from pipeline.evaluation import score
 from pipeline.settings import Settings
 
 SHOWCASE = 3
@@ -79,7 +79,7 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
         results = search_many(asks)
         elapsed = time.perf_counter() - t0
         run = {q["id"]: [r.id for r in res.results] for q, res in zip(queries, results)}
-        figures[mode] = evaluate(run, qrels)
+        figures[mode] = score(run, qrels)[0]
         figures[mode]["qps"] = len(queries) / elapsed
         by_mode[mode] = results
 

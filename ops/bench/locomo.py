@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.locomo import load_locomo
-from pipeline.metrics import evaluate
+from pipeline.evaluation import score
 from pipeline.scope import Scope
 from pipeline.settings import Settings
 from pipeline.store import Store
@@ -49,7 +49,7 @@ def quality(settings: Settings, data: Path, limit: int | None) -> dict:
         res = search_many(asks)
         secs = time.perf_counter() - t0
         run = {q["id"]: [r.id for r in rs.results] for q, rs in zip(queries, res)}
-        figures = evaluate(run, qrels)
+        figures = score(run, qrels, ("ndcg@10", "recall@5", "recall@10", "recall@50", "mrr@10"))[0]
         figures["queries_per_s"] = len(queries) / secs
         out[mode] = {k: round(v, 4) for k, v in figures.items()}
         print(mode, out[mode], file=sys.stderr, flush=True)

@@ -1,7 +1,9 @@
-"""The LoCoMo store, built once per slow-tier run with the real model (needs ../shared/data)."""
+"""The LoCoMo store, ingested once per session with the real model and shared
+by every slow test that needs it (needs ../shared/data/locomo)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,16 +16,15 @@ LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "l
 
 @pytest.fixture(scope="session")
 def locomo_store(tmp_path_factory):
+    """(settings of a store holding every LoCoMo turn, the loaded LocomoSet)."""
     if not LOCOMO.is_file():
         pytest.skip("LoCoMo data not present (../shared/data/locomo)")
-    import json
-
     from workers.cli import ingest_file
 
     loco = load_locomo(LOCOMO)
     work = tmp_path_factory.mktemp("locomo")
     path = work / "locomo.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in loco.records), encoding="utf-8")
-    settings = Settings(data_dir=work, _env_file=None)
+    settings = Settings(data_dir=work / "data", _env_file=None)
     ingest_file(path, settings, progress=False)
     return settings, loco

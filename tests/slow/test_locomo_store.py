@@ -1,7 +1,8 @@
 """LoCoMo end to end with the real model (slow tier; needs ../shared/data).
 
-Ingest 5,882 turns, check the store's shape, and check that beam descent keeps
-the seed's bound while finding what exact cosine search finds.
+Ingest 5,882 turns (the ``locomo_store`` fixture of conftest.py, built once per
+session), check the store's shape, and check that beam descent keeps the seed's
+bound while finding what exact cosine search finds.
 """
 
 from __future__ import annotations

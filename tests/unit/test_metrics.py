@@ -1,14 +1,13 @@
-"""Retrieval metrics on a hand-worked example, and agreement with ranx."""
+"""Retrieval metrics are ranx's (one definition for demo, eval and benchmarks):
+checked here against hand-worked values."""
 
 from __future__ import annotations
 
 import math
-import warnings
 
-import numpy as np
 import pytest
 
-from pipeline.metrics import METRICS, evaluate, mrr_at, ndcg_at, recall_at
+from pipeline import evaluation as ev
 
 # One query, hand-worked.
 #   ranked: d1 d2 d3 d4            (d2 and d4 relevant, d9 relevant but never retrieved)
@@ -17,51 +16,41 @@ RANKED = ["d1", "d2", "d3", "d4"]
 RELS = {"d2": 2, "d4": 1, "d9": 1, "d7": 0}
 
 
+def _one(metric: str, ranked=RANKED, rels=RELS) -> float:
+    return ev.score({"q": ranked}, {"q": rels}, [metric])[1]["q"][metric]
+
+
 def test_ndcg_hand_worked():
     # DCG@10  = 0/log2(2) + 2/log2(3) + 0/log2(4) + 1/log2(5)       = 1.26186 + 0.43068 = 1.69254
     # IDCG@10 = 2/log2(2) + 1/log2(3) + 1/log2(4)  (ideal: 2, 1, 1) = 2 + 0.63093 + 0.5 = 3.13093
     dcg = 2 / math.log2(3) + 1 / math.log2(5)
     idcg = 2 / math.log2(2) + 1 / math.log2(3) + 1 / math.log2(4)
-    assert ndcg_at(RANKED, RELS, 10) == pytest.approx(dcg / idcg, rel=1e-12)
-    assert ndcg_at(RANKED, RELS, 10) == pytest.approx(0.54059, abs=1e-5)
+    assert _one("ndcg@10") == pytest.approx(dcg / idcg, rel=1e-12)
+    assert _one("ndcg@10") == pytest.approx(0.54059, abs=1e-5)
+    # @2: DCG = 2/log2(3); IDCG = 2/log2(2) + 1/log2(3); @1: d1 is not relevant -> 0
+    assert _one("ndcg@2") == pytest.approx((2 / math.log2(3)) / (2 + 1 / math.log2(3)), rel=1e-12)
+    assert _one("ndcg@1") == 0.0
 
 
-def test_ndcg_cutoff():
-    # @2: DCG = 2/log2(3); IDCG = 2/log2(2) + 1/log2(3) (top two ideal grades 2, 1)
-    expected = (2 / math.log2(3)) / (2 + 1 / math.log2(3))
-    assert ndcg_at(RANKED, RELS, 2) == pytest.approx(expected, rel=1e-12)
-    # @1: d1 is not relevant -> 0
-    assert ndcg_at(RANKED, RELS, 1) == 0.0
-
-
-def test_recall_hand_worked():
+def test_recall_precision_mrr_hand_worked():
     # relevant = {d2, d4, d9} (d7 has grade 0); @5 finds d2, d4 -> 2/3; @2 finds d2 -> 1/3
-    assert recall_at(RANKED, RELS, 5) == pytest.approx(2 / 3)
-    assert recall_at(RANKED, RELS, 2) == pytest.approx(1 / 3)
-    assert recall_at(RANKED, RELS, 1) == 0.0
-
-
-def test_mrr_hand_worked():
-    # first relevant is d2 at rank 2 -> 1/2; cut at 1 -> none -> 0
-    assert mrr_at(RANKED, RELS, 10) == 0.5
-    assert mrr_at(RANKED, RELS, 1) == 0.0
-    assert mrr_at(["d7", "d4"], RELS, 10) == 0.5  # grade 0 is not relevant
+    assert _one("recall@5") == pytest.approx(2 / 3)
+    assert _one("recall@2") == pytest.approx(1 / 3)
+    assert _one("recall@1") == 0.0
+    assert _one("precision@5") == pytest.approx(2 / 5)  # ranx divides by k, not by the list length
+    assert _one("precision@2") == pytest.approx(1 / 2)
+    # first relevant is d2 at rank 2 -> 1/2; cut at 1 -> none -> 0; grade 0 is not relevant
+    assert _one("mrr@10") == 0.5
+    assert _one("mrr@1") == 0.0
+    assert _one("mrr@10", ["d7", "d4"]) == 0.5
 
 
 def test_perfect_ranking_scores_one():
-    ideal = ["d2", "d4", "d9"]
-    assert ndcg_at(ideal, RELS, 10) == pytest.approx(1.0)
-    assert recall_at(ideal, RELS, 5) == 1.0
-    assert mrr_at(ideal, RELS, 10) == 1.0
+    for metric in ("ndcg@10", "recall@5", "mrr@10"):
+        assert _one(metric, ["d2", "d4", "d9"]) == pytest.approx(1.0)
 
 
-def test_no_relevant_documents():
-    assert ndcg_at(RANKED, {"d1": 0}, 10) == 0.0
-    assert recall_at(RANKED, {}, 10) == 0.0
-    assert mrr_at(RANKED, {}, 10) == 0.0
-
-
-def test_evaluate_averages_over_judged_queries_only():
+def test_means_over_judged_queries_only():
     run = {"q1": RANKED, "q2": ["x", "y"], "q3": ["d2"]}
     qrels = {
         "q1": RELS,
@@ -69,40 +58,16 @@ def test_evaluate_averages_over_judged_queries_only():
         "q3": {"d2": 0},  # no relevant document: not averaged
         "q4": {"z": 1},  # judged but not in the run: counts as 0
     }
-    out = evaluate(run, qrels, ["mrr@10", "recall@5"])
-    # mrr:    (1/2 + 1/2 + 0) / 3 ; recall@5: (2/3 + 1 + 0) / 3
-    assert out["mrr@10"] == pytest.approx((0.5 + 0.5 + 0) / 3)
-    assert out["recall@5"] == pytest.approx((2 / 3 + 1 + 0) / 3)
-    assert evaluate({}, {"q": {"d": 0}}, ["ndcg@10"]) == {"ndcg@10": 0.0}
-    assert set(evaluate(run, qrels)) == set(METRICS)
+    means, per_query = ev.score(run, qrels, ["mrr@10", "recall@5"])
+    assert means["mrr@10"] == pytest.approx((0.5 + 0.5 + 0) / 3)
+    assert means["recall@5"] == pytest.approx((2 / 3 + 1 + 0) / 3)
+    assert set(per_query) == {"q1", "q2", "q4"}
+    assert ev.score({}, {"q": {"d": 0}}, ["ndcg@10"])[0] == {"ndcg@10": 0.0}
+    assert set(ev.score(run, qrels)[0]) == set(ev.METRICS)
 
 
-def _random_case(rng, n_queries=8):
-    pool = [f"d{i:02d}" for i in range(30)]
-    run, qrels = {}, {}
-    for q in range(n_queries):
-        qid = f"q{q}"
-        run[qid] = [pool[i] for i in rng.permutation(len(pool))[: int(rng.integers(1, 20))]]
-        judged = rng.permutation(len(pool))[: int(rng.integers(1, 8))]
-        grades = {pool[i]: int(rng.integers(0, 4)) for i in judged}
-        grades[pool[int(judged[0])]] = int(rng.integers(1, 4))  # at least one relevant
-        qrels[qid] = grades
-    return run, qrels
-
-
-def test_metrics_agree_with_ranx_on_random_runs():
-    from ranx import Qrels, Run
-    from ranx import evaluate as ranx_evaluate
-
-    names = ["ndcg@10", "recall@5", "recall@10", "mrr@10"]
-    rng = np.random.default_rng(7)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(25):
-            run, qrels = _random_case(rng)
-            # strictly decreasing scores, so ranx's order is the list order
-            ranx_run = Run({q: {d: float(100 - i) for i, d in enumerate(docs)} for q, docs in run.items()})
-            theirs = ranx_evaluate(Qrels(qrels), ranx_run, names)
-            ours = evaluate(run, qrels, names)
-            for name in names:
-                assert ours[name] == pytest.approx(float(theirs[name]), rel=1e-9, abs=1e-12), name
+def test_tied_scores_keep_the_served_order():
+    # the run handed to ranx (and written to run.trec) has rank-derived scores:
+    # equal fused scores must not let ranx reorder what was served
+    assert _one("mrr@10", ["a", "b", "c"], {"c": 1}) == pytest.approx(1 / 3)
+    assert ev.trec_lines({"q": ["b", "a"]}, "r") == ["q Q0 b 1 2 r", "q Q0 a 2 1 r"]

@@ -1,0 +1,298 @@
+"""dimple eval on the unit tier (hash embedder, eager pipeline): runs, metrics
+against a hand-worked example and against ranx reading the written run file,
+comparisons, audit replay after a settings change, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import audit as pa
+from pipeline import evaluation as ev
+from tests.conftest import write_jsonl
+from workers.cli import ingest_file, main
+
+TOPICS = ["deploy window", "database failover", "cache eviction", "kafka lag", "tls certificate",
+          "vegetarian restaurant", "flight to lisbon", "dentist appointment"]
+
+
+def _corpus() -> list[dict]:
+    recs = []
+    for t, topic in enumerate(TOPICS):
+        ns = "code" if t < 5 else "messages"
+        for i in range(6):
+            recs.append({"id": f"m{t}-{i}", "namespace": ns,
+                         "content": f"{topic} note {i}: detail {t * 10 + i} about {topic.split()[0]} item-{t}-{i}"})
+    return recs
+
+
+def _queries_and_qrels(tmp_path: Path) -> tuple[Path, Path]:
+    queries = [{"id": f"q{t}", "query": f"{topic} item-{t}-{t % 6}", "namespace": "code" if t < 5 else "messages"}
+               for t, topic in enumerate(TOPICS)]
+    qrels = [f"q{t} 0 m{t}-{i} {2 if i == t % 6 else 1}" for t in range(len(TOPICS)) for i in range(6)]
+    return write_jsonl(tmp_path / "queries.jsonl", queries), _write(tmp_path / "qrels.trec", qrels)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def cli_env(embedded, tmp_path, monkeypatch):
+    """A small store, the CLI reading the same settings as the test."""
+    from pipeline.settings import get_settings
+
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", _corpus()), embedded, progress=False)
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
+    get_settings.cache_clear()
+    yield embedded
+    get_settings.cache_clear()
+
+
+# -- a run end to end ----------------------------------------------------------------------------
+def test_eval_writes_a_run_that_ranx_scores_the_same(cli_env, tmp_path, capsys):
+    from ranx import Qrels, Run, evaluate
+
+    queries, qrels = _queries_and_qrels(tmp_path)
+    out = tmp_path / "out"
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--name", "base",
+                 "--no-progress", "--batch-size", "3"]) == 0
+    folder = out / "base"
+    for name in ("run.trec", "qrels.trec", "report.json", "summary.md", "metrics.png", "latency.png", "per_query.png"):
+        assert (folder / name).is_file() and (folder / name).stat().st_size > 0, name
+    report = json.loads((folder / "report.json").read_text())
+    assert report["answered"] == report["queries"] == len(TOPICS)
+    # ranx's own evaluation of the written files gives the report's figures
+    theirs = evaluate(Qrels.from_file(str(folder / "qrels.trec"), kind="trec"),
+                      Run.from_file(str(folder / "run.trec"), kind="trec"), list(ev.METRICS))
+    for m in ev.METRICS:
+        assert report["metrics"][m] == pytest.approx(float(theirs[m]), abs=1e-6), m
+    # the run file holds what search serves, in order
+    from workers.api import search
+
+    first = search(f"{TOPICS[0]} item-0-0", namespace="code", max_units=100)
+    assert ev.read_trec_run(folder / "run.trec")["q0"] == [r.id for r in first.results]
+    assert 0 < report["metrics"]["recall@50"] <= 1
+    assert {"embed", "fulltext", "descend", "fuse", "total"} <= set(report["latency_ms"])
+    assert report["latency_ms"]["total"]["n"] == len(TOPICS)
+    assert "queries/s" in (folder / "summary.md").read_text()
+
+
+def test_compare_finds_the_better_run_and_reports_rank_changes(cli_env, tmp_path, capsys):
+    queries, qrels = _queries_and_qrels(tmp_path)
+    out = tmp_path / "out"
+    common = ["--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--no-progress"]
+    assert main(["eval", *common, "--name", "kw", "--mode", "keyword"]) == 0
+    assert main(["eval", *common, "--name", "sem", "--mode", "semantic"]) == 0
+    assert main(["eval", "compare", str(out / "sem"), str(out / "kw"), "--out", str(out), "--name", "c"]) == 0
+    c = json.loads((out / "c" / "compare.json").read_text())
+    kw = json.loads((out / "kw" / "report.json").read_text())
+    sem = json.loads((out / "sem" / "report.json").read_text())
+    assert c["runs"] == ["sem", "kw"]
+    assert c["metrics"]["kw"]["ndcg@10"] == pytest.approx(kw["metrics"]["ndcg@10"], abs=1e-6)
+    pair = c["pairs"][0]
+    deltas = {q: kw["per_query"][q]["ndcg@10"] - sem["per_query"][q]["ndcg@10"] for q in kw["per_query"]}
+    assert pair["mean_delta"] == pytest.approx(sum(deltas.values()) / len(deltas), abs=1e-5)
+    assert [g["id"] for g in pair["gained"]] == [q for q, d in sorted(deltas.items(), key=lambda x: (-x[1], x[0])) if d > 0][:10]
+    assert 0 <= pair["p_values"]["ndcg@10"] <= 1
+    assert 0 <= pair["rank_changes"]["mean_overlap"] < 1  # keyword and semantic lists differ
+    for name in ("compare.md", "metrics_by_run.png", "per_query_delta.png", "latency_by_run.png"):
+        assert (out / "c" / name).stat().st_size > 0
+    # same seed, same p-values
+    assert main(["eval", "compare", str(out / "sem"), str(out / "kw"), "--out", str(out), "--name", "c2"]) == 0
+    assert json.loads((out / "c2" / "compare.json").read_text())["pairs"][0]["p_values"] == pair["p_values"]
+
+
+# -- replay ------------------------------------------------------------------------------------
+def test_replay_reports_the_queries_a_settings_change_changed(cli_env, tmp_path, monkeypatch):
+    from pipeline.settings import get_settings
+    from workers import audit
+    from workers.api import search_many
+
+    asks = [{"query": f"{topic} {extra}", "max_units": 10}
+            for topic in TOPICS for extra in ("note", "item-1-2 detail", "about")]
+    served = search_many(asks)
+    assert audit.flush(30)
+    out = tmp_path / "out"
+    # nothing changed: nothing reported
+    assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "same", "--no-progress"]) == 0
+    same = json.loads((out / "same" / "replay.json").read_text())
+    assert same["replayed"] == len(asks) and same["changed"] == 0 and same["mean_overlap"] == 1.0
+
+    # a deliberate change: the vector leg weighs almost nothing in hybrid mode now
+    monkeypatch.setenv("DIMPLE_VECTOR_WEIGHT", "0.05")
+    get_settings.cache_clear()
+    assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "changed", "--no-progress"]) == 0
+    report = json.loads((out / "changed" / "replay.json").read_text())
+    # what changed, found independently: each query re-run with the new weights
+    import workers
+    from pipeline.settings import Settings
+
+    workers.configure(cli_env.replace(vector_weight=0.05, audit_enabled=False))
+    now = search_many(asks)
+    expected = {r.query_id for r, n in zip(served, now) if [x.id for x in r.results] != [x.id for x in n.results]}
+    assert expected, "the change should move some lists"
+    assert {row["query_id"] for row in report["changed_queries"]} == expected
+    assert report["changed"] == len(expected) and report["unchanged"] == len(asks) - len(expected)
+    row = report["changed_queries"][0]
+    assert row["changes"] and row["overlap"] == min(r["overlap"] for r in report["changed_queries"])
+    assert (out / "changed" / "replay.md").read_text().count("overlap@10") >= 1
+
+
+def test_replay_since_filters_rows(cli_env, tmp_path):
+    from workers import audit
+    from workers.api import search
+
+    search("deploy window")
+    assert audit.flush(30)
+    out = tmp_path / "out"
+    assert main(["eval", "replay", "--from-audit", "--since", "2999-01-01", "--out", str(out)]) == 2
+    assert main(["eval", "replay", "--from-audit", "--since", "1h", "--out", str(out), "--name", "r",
+                 "--no-progress"]) == 0
+    assert json.loads((out / "r" / "replay.json").read_text())["rows"] == 1
+
+
+# -- sweep -------------------------------------------------------------------------------------
+def test_sweep_runs_each_configuration_without_touching_the_store(cli_env, tmp_path):
+    from pipeline import generations
+
+    queries, qrels = _queries_and_qrels(tmp_path)
+    store = generations.current(cli_env.data_dir)
+    before = store.read_bytes()
+    out = tmp_path / "out"
+    assert main(["eval", "sweep", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--name", "s",
+                 "--modes", "keyword,hybrid", "--max-leaf-items", "4,64", "--no-progress"]) == 0
+    c = json.loads((out / "s" / "compare.json").read_text())
+    assert c["runs"] == ["mode=keyword,max_leaf_items=4", "mode=keyword,max_leaf_items=64",
+                         "mode=hybrid,max_leaf_items=4", "mode=hybrid,max_leaf_items=64"]
+    # keyword mode never uses the tree: the leaf size cannot change its figures
+    assert c["metrics"][c["runs"][0]] == c["metrics"][c["runs"][1]]
+    reports = {n: json.loads((out / "s" / n / "report.json").read_text()) for n in c["runs"]}
+    assert reports[c["runs"][2]]["config"]["tree"]["max_leaf_items"] == 4
+    assert generations.current(cli_env.data_dir) == store and store.read_bytes() == before
+
+
+# -- bad inputs: exit 2, one line, the report says what was skipped ------------------------------
+def _err_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.parametrize("lines,expected", [
+    (['{"id": "q1", "query": "x"}', '{"id": "q2", "query": "y", "mode": "fuzzy"}'], "queries.jsonl line 2: mode: unknown mode"),
+    (['{"id": "q1", "query": "x"}', "", '{"id": "q3", "query": "y"'], "queries.jsonl line 3: not valid JSON"),
+    (['{"query": "x"}'], "queries.jsonl line 1: id: required"),
+    (['{"id": "q1"}'], "queries.jsonl line 1: query: required"),
+    (['{"id": "q1", "query": "x", "namespce": "code"}'], "queries.jsonl line 1: namespce: unknown field"),
+    (['{"id": "q1", "query": "x", "max_units": 0}'], "queries.jsonl line 1: max_units:"),
+    (['{"id": "q1", "query": "x"}', '{"id": "q1", "query": "y"}'], "queries.jsonl line 2: id: duplicate of line 1"),
+    (['{"id": "q 1", "query": "x"}'], "queries.jsonl line 1: id: 'q 1' contains whitespace"),
+    (['{"id": "q1", "query": "x", "options": [1]}'], "queries.jsonl line 1: options: must be a JSON object"),
+    ([], "queries: the query set is empty"),
+])
+def test_bad_query_files_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, expected):
+    queries = _write(tmp_path / "queries.jsonl", lines)
+    qrels = _write(tmp_path / "qrels.trec", ["q1 0 m0-0 1"])
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path / "o")]) == 2
+    assert expected in _err_line(capsys)
+
+
+@pytest.mark.parametrize("lines,expected", [
+    (["q0 0 m0-0 1", "q1 0 m1-0"], "qrels.trec line 2: relevance: 'm1-0' is not an integer grade"),  # 3 columns: BEIR
+    (["q0 0 m0-0 high"], "qrels.trec line 1: relevance: 'high' is not an integer grade"),
+    (["q0 0 m0-0 1 extra"], "qrels.trec line 1: 5 columns; expected 4 (TREC"),
+    (["q0 m0-0"], "qrels.trec line 1: 2 columns"),
+    (["nobody 0 m0-0 1"], "no query of the set has a relevant judgment"),
+])
+def test_bad_qrels_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, expected):
+    queries, _ = _queries_and_qrels(tmp_path)
+    qrels = _write(tmp_path / "qrels.trec", lines)
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path / "o")]) == 2
+    assert expected in _err_line(capsys)
+
+
+def test_unknown_and_unjudged_queries_are_skipped_and_reported(cli_env, tmp_path, capsys):
+    queries, qrels = _queries_and_qrels(tmp_path)
+    lines = qrels.read_text().splitlines()
+    kept = [l for l in lines if not l.startswith("q7 ")] + ["ghost 0 m0-0 1", "q6x 0 m0-0 1"]
+    _write(qrels, [l for l in kept if not l.startswith("q6 ")] + ["q6 0 m6-0 0"])
+    out = tmp_path / "out"
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--name", "r",
+                 "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "qrels for unknown queries: 2" in err and "queries without judgments: 1" in err
+    report = json.loads((out / "r" / "report.json").read_text())
+    assert report["skipped"] == {
+        "qrels_for_unknown_queries": {"count": 2, "ids": ["ghost", "q6x"]},
+        "queries_without_judgments": {"count": 1, "ids": ["q7"]},
+        "queries_without_relevant": {"count": 1, "ids": ["q6"]},
+    }
+    assert report["queries"] == len(TOPICS) - 2 and set(report["per_query"]) == {f"q{i}" for i in range(6)}
+    assert "skipped, queries without judgments: 1 (q7)" in (out / "r" / "summary.md").read_text()
+    # --strict turns them into errors
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--strict"]) == 2
+    assert "judged query id(s) not in the query set" in _err_line(capsys)
+
+
+def test_missing_source_or_out_is_exit_2(cli_env, tmp_path, capsys):
+    assert main(["eval", "--out", str(tmp_path)]) == 2
+    assert "give exactly one of" in _err_line(capsys)
+    assert main(["eval", "--demo"]) == 2
+    assert "--out: required" in _err_line(capsys)
+    assert main(["eval", "compare", str(tmp_path / "nope"), str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "is not a run folder" in _err_line(capsys)
+    assert main(["eval", "sweep", "--demo", "--out", str(tmp_path), "--weights", "1:x"]) == 2
+    assert "--weights" in _err_line(capsys)
+    queries, qrels = _queries_and_qrels(tmp_path)
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path), "--in-flight", "0"]) == 2
+    assert "--in-flight: must be at least 1" in _err_line(capsys)
+
+
+# -- dataset sources: stores of their own -------------------------------------------------------
+def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
+    folder = tmp_path / "tiny-beir"
+    (folder / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"Title {i}", "text": f"{TOPICS[i]} paper number {i}"} for i in range(len(TOPICS))]
+    write_jsonl(folder / "corpus.jsonl", docs)
+    write_jsonl(folder / "queries.jsonl", [{"_id": f"b{i}", "text": f"{TOPICS[i]} paper"} for i in range(4)])
+    _write(folder / "qrels" / "test.tsv", ["query-id\tcorpus-id\tscore"] + [f"b{i}\td{i}\t1" for i in range(3)])
+    out = tmp_path / "out"
+    store = tmp_path / "beir-store"
+    assert main(["eval", "--beir", str(folder), "--store", str(store), "--out", str(out), "--name", "b",
+                 "--mode", "keyword", "--no-progress"]) == 0
+    report = json.loads((out / "b" / "report.json").read_text())
+    assert report["queries"] == 3 and report["skipped"]["queries_without_judgments"]["ids"] == ["b3"]
+    assert report["metrics"]["mrr@10"] == 1.0  # each title is its query
+    assert report["config"]["data_dir"] == str(store)
+    from pipeline.store import Store
+    from pipeline import generations
+
+    with Store.open(generations.current(store), read_only=True) as st:
+        assert st.count() == len(TOPICS)
+    (folder / "qrels" / "test.tsv").unlink()
+    capsys.readouterr()
+    assert main(["eval", "--beir", str(folder), "--out", str(out)]) == 2
+    assert "missing qrels/test.tsv" in _err_line(capsys)
+
+
+def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
+    from tests.unit.test_locomo import _fixture
+
+    path = tmp_path / "loco.json"
+    path.write_text(json.dumps(_fixture()), encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["eval", "--locomo", str(path), "--store", str(tmp_path / "ls"), "--out", str(out), "--name", "l",
+                 "--no-progress"]) == 0
+    from pipeline.locomo import load_locomo
+
+    loco = load_locomo(path)
+    report = json.loads((out / "l" / "report.json").read_text())
+    assert set(report["per_query"]) == set(loco.qrels)
+    assert {k.removeprefix("locomo_"): v["count"] for k, v in report["skipped"].items()} == \
+        {k: v for k, v in loco.skipped.items() if v}
