@@ -1,0 +1,32 @@
+"""Issue 3's quality goal on LoCoMo, default settings, through the real
+embedded pipeline: hybrid nDCG@10 >= 0.46 and R@10 >= 0.62, above both legs
+(slow tier; needs ../shared/data)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import evaluation as ev
+
+pytestmark = pytest.mark.slow
+
+
+def test_hybrid_meets_the_goal_and_beats_both_legs(locomo_store):
+    from workers.eval_cli import execute
+
+    settings, loco = locomo_store
+    queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
+    qset = ev.reconcile("locomo", queries, loco.qrels)
+    quiet = settings.replace(audit_enabled=False)
+    figures = {}
+    for mode in ("keyword", "semantic", "hybrid"):
+        report, _ = execute(qset, quiet, name=mode, defaults={"mode": mode, "max_units": 50},
+                            batch_size=64, progress=False)
+        assert report["answered"] == 1536
+        figures[mode] = report["metrics"]
+    print("\n" + "\n".join(f"{m}: nDCG@10 {f['ndcg@10']:.4f} R@10 {f['recall@10']:.4f}" for m, f in figures.items()))
+    hybrid = figures["hybrid"]
+    assert hybrid["ndcg@10"] >= 0.46 and hybrid["recall@10"] >= 0.62
+    for leg in ("keyword", "semantic"):
+        assert hybrid["ndcg@10"] > figures[leg]["ndcg@10"], leg
+        assert hybrid["recall@10"] > figures[leg]["recall@10"], leg
