@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
+import urllib.parse
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -384,17 +386,27 @@ def first_relevant(ranked: list[str], rels: dict[str, int]) -> int | None:
     return None
 
 
+_TREC_UNSAFE = re.compile(r"[%\s]")
+
+
+def trec_id(memory_id: str) -> str:
+    """A memory id as one TREC column: whitespace and ``%`` percent-encoded
+    (UTF-8), so an id with a space cannot split a line. Run and qrels files
+    written here encode alike, so they still match each other."""
+    return _TREC_UNSAFE.sub(lambda m: urllib.parse.quote(m.group()), memory_id)
+
+
 def trec_lines(run: dict[str, list[str]], name: str) -> list[str]:
     """TREC run lines ``qid Q0 doc rank score name``; scores are rank-derived so
     any TREC tool reads back the served order exactly."""
     out = []
     for q, docs in run.items():
-        out += [f"{q} Q0 {d} {i} {len(docs) - i + 1} {name}" for i, d in enumerate(docs, start=1)]
+        out += [f"{q} Q0 {trec_id(d)} {i} {len(docs) - i + 1} {name}" for i, d in enumerate(docs, start=1)]
     return out
 
 
 def qrels_lines(qrels: dict[str, dict[str, int]]) -> list[str]:
-    return [f"{q} 0 {d} {g}" for q, docs in qrels.items() for d, g in docs.items()]
+    return [f"{q} 0 {trec_id(d)} {g}" for q, docs in qrels.items() for d, g in docs.items()]
 
 
 def read_trec_run(path: Path) -> dict[str, list[str]]:

@@ -71,3 +71,13 @@ def test_tied_scores_keep_the_served_order():
     # equal fused scores must not let ranx reorder what was served
     assert _one("mrr@10", ["a", "b", "c"], {"c": 1}) == pytest.approx(1 / 3)
     assert ev.trec_lines({"q": ["b", "a"]}, "r") == ["q Q0 b 1 2 r", "q Q0 a 2 1 r"]
+
+
+def test_memory_ids_with_spaces_survive_the_written_run_and_qrels(tmp_path):
+    run = {"q": ["note 1", "a%b", "tab\tid"]}
+    qrels = {"q": {"note 1": 1, "tab\tid": 2}}
+    (tmp_path / "run.trec").write_text("\n".join(ev.trec_lines(run, "r")) + "\n", encoding="utf-8")
+    (tmp_path / "qrels.trec").write_text("\n".join(ev.qrels_lines(qrels)) + "\n", encoding="utf-8")
+    back_run, back_qrels = ev.read_trec_run(tmp_path / "run.trec"), ev.read_qrels(tmp_path / "qrels.trec")
+    assert len(back_run["q"]) == 3
+    assert ev.score(back_run, back_qrels)[0] == ev.score(run, qrels)[0]
