@@ -296,3 +296,17 @@ def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
     assert set(report["per_query"]) == set(loco.qrels)
     assert {k.removeprefix("locomo_"): v["count"] for k, v in report["skipped"].items()} == \
         {k: v for k, v in loco.skipped.items() if v}
+
+
+def test_demo_set_runs_in_a_store_of_its_own_with_the_demo_figures(cli_env, tmp_path):
+    from pipeline.settings import Settings
+    from workers.demo import build_demo_store, demo_settings, load_queries
+
+    out = tmp_path / "out"
+    assert main(["eval", "--demo", "--out", str(out), "--name", "d", "--no-progress"]) == 0
+    report = json.loads((out / "d" / "report.json").read_text())
+    settings = demo_settings(Settings(data_dir=cli_env.data_dir, embedding_model="hash-64", _env_file=None))
+    queries, qrels = load_queries(build_demo_store(settings))  # the store eval built, reused
+    assert report["answered"] == report["queries"] == len([q for q in queries if q["id"] in qrels])
+    assert 0 < report["metrics"]["ndcg@10"] <= 1
+    assert (cli_env.data_dir / "demo").is_dir()
