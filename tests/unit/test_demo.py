@@ -227,3 +227,28 @@ def test_write_demo_round_trips(tmp_path: Path, corpus: list[dict], judged: tupl
     again = write_demo(tmp_path / "again", seed=seed)
     for name, path in paths.items():
         assert again[name].read_bytes() == path.read_bytes()
+
+
+def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, tmp_path, monkeypatch, capsys):
+    """The main job end to end (hash embedder): store built once, showcase
+    results with graph marks, the quality table for every mode."""
+    from pipeline.settings import get_settings
+    from workers.cli import main
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        assert main(["demo"]) == 0
+        first = capsys.readouterr().out
+        assert "building the demo store" in first
+        table = first[first.index("quality on the demo set"):]
+        for mode in ("keyword", "semantic", "hybrid"):
+            figures = re.search(rf"^\s+{mode}\s+([0-9.]+)\s", table, re.M)
+            assert figures and 0 < float(figures.group(1)) <= 1, mode
+        assert re.search(r"^query q\d+ \[", first, re.M) and "mode hybrid" in first
+        assert main(["demo"]) == 0  # second run reuses the store
+        assert "building the demo store" not in capsys.readouterr().out
+    finally:
+        get_settings.cache_clear()
