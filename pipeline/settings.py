@@ -23,7 +23,11 @@ class TreeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    branching: int = Field(8, ge=2, le=64, description="children per internal topic when clustering")
+    # Wide and shallow (see tree.fanout): a namespace of 10k memories has its
+    # leaves as direct children, 1M has two levels of ~125. At 1M the beam of 8
+    # then reaches Recall@10 0.9997 against exact where a branching of 8 (depth
+    # 11) reached 0.897 (BENCHMARKS.md, "Vector leg").
+    branching: int = Field(256, ge=2, le=4096, description="most children per internal topic when clustering")
     # 16 x 64 = at most 1,024 memories scored per query: at LoCoMo's ~600 memories a
     # namespace the descent then matches exact search (8 reached only ~320 of them).
     beam_width: int = Field(16, ge=1, le=1024, description="topics kept per depth during descent")

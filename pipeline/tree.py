@@ -121,9 +121,10 @@ class Tree:
         if len(rows) <= max_leaf:
             self._make_leaf(parent_key, rows, ids, vectors, texts, df)
             return
-        k = min(self.settings.branching, math.ceil(len(rows) / max_leaf))
-        k = max(k, 2)
-        labels = spherical_kmeans(vectors[rows], k, rng, self.settings.kmeans_iterations)
+        k = fanout(len(rows), max_leaf, self.settings.branching)
+        labels = spherical_kmeans(
+            vectors[rows], k, rng, self.settings.kmeans_iterations, sample=_SAMPLE_PER_CENTER * k
+        )
         groups = [rows[labels == j] for j in range(k)]
         groups = [g for g in groups if len(g)]
         if max(len(g) for g in groups) > 0.9 * len(rows):
@@ -248,13 +249,60 @@ class Tree:
         return [t for t in self.topics.values() if t.is_leaf]
 
 
-def spherical_kmeans(vectors: np.ndarray, k: int, rng: np.random.Generator, iterations: int) -> np.ndarray:
+def fanout(n: int, max_leaf: int, branching: int) -> int:
+    """Children for a topic of ``n`` memories: as many as keep the tree shallowest.
+
+    ``need`` leaves must hang below it; with at most ``branching`` children a
+    topic, that takes ``levels`` levels, and the fan-out is the ``levels``-th
+    root of ``need`` (a namespace of 10k memories in leaves of 64 gets its 157
+    leaves as direct children; 1M gets 125 topics of 125 leaves). A wide, shallow
+    tree lets the beam compare many centroids once instead of few centroids at
+    many levels, where a greedy choice can drop the right branch early.
+    """
+    need = math.ceil(n / max_leaf)
+    if need <= 1:
+        return 1
+    levels = max(1, math.ceil(math.log(need) / math.log(branching) - 1e-9))
+    return max(2, min(branching, math.ceil(need ** (1.0 / levels) - 1e-9)))
+
+
+# k-means trains on at most this many points per centre, then assigns every
+# point once (as FAISS does): the top split of 1M memories trains on 32k.
+_SAMPLE_PER_CENTER = 256
+_ASSIGN_CHUNK = 65_536
+
+
+def spherical_kmeans(
+    vectors: np.ndarray, k: int, rng: np.random.Generator, iterations: int, sample: int | None = None
+) -> np.ndarray:
     """Cluster unit vectors by cosine; k-means++ seeding from ``rng``.
 
-    Returns one label per row. Deterministic for a given generator state.
+    Trains on a sample of ``sample`` rows drawn from ``rng`` when there are
+    more, then labels every row by its nearest centre. Returns one label per
+    row. Deterministic for a given generator state.
     """
     n = len(vectors)
     k = min(k, n)
+    train = vectors
+    if sample is not None and n > sample:
+        train = vectors[np.sort(rng.choice(n, size=sample, replace=False))]
+    centers = _kmeans_pp(train, k, rng)
+    labels = np.full(len(train), -1, dtype=np.int64)
+    for _ in range(iterations):
+        new = np.argmax(train @ centers.T, axis=1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+        _update_centers(train, labels, centers)
+    if train is vectors:
+        return labels
+    return np.concatenate([
+        np.argmax(vectors[i : i + _ASSIGN_CHUNK] @ centers.T, axis=1) for i in range(0, n, _ASSIGN_CHUNK)
+    ])
+
+
+def _kmeans_pp(vectors: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    n = len(vectors)
     centers = np.empty((k, vectors.shape[1]), dtype=np.float32)
     first = int(rng.integers(n))
     centers[0] = vectors[first]
@@ -265,20 +313,22 @@ def spherical_kmeans(vectors: np.ndarray, k: int, rng: np.random.Generator, iter
         pick = int(rng.choice(n, p=weights / total)) if total > 0 else int(rng.integers(n))
         centers[j] = vectors[pick]
         closest = np.minimum(closest, 1.0 - vectors @ centers[j])
-    labels = np.full(n, -1, dtype=np.int64)
-    for _ in range(iterations):
-        new = np.argmax(vectors @ centers.T, axis=1)
-        if np.array_equal(new, labels):
-            break
-        labels = new
-        for j in range(k):
-            members = vectors[labels == j]
-            if len(members):
-                centers[j] = _unit(members.sum(axis=0))
-            else:  # re-seed an empty cluster at the worst-served point
-                worst = int(np.argmin(np.max(vectors @ centers.T, axis=1)))
-                centers[j] = vectors[worst]
-    return labels
+    return centers
+
+
+def _update_centers(vectors: np.ndarray, labels: np.ndarray, centers: np.ndarray) -> None:
+    """Each centre to the unit mean of its members, in place; an empty cluster
+    is re-seeded at the worst-served point."""
+    order = np.argsort(labels, kind="stable")
+    present, starts = np.unique(labels[order], return_index=True)
+    sums = np.add.reduceat(vectors[order], starts, axis=0)
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    centers[present] = np.where(norms > 0, sums / np.where(norms > 0, norms, 1), sums)
+    if len(present) == len(centers):
+        return
+    for j in np.setdiff1d(np.arange(len(centers)), present):
+        worst = int(np.argmin(np.max(vectors @ centers.T, axis=1)))
+        centers[j] = vectors[worst]
 
 
 def _balanced_split(vectors: np.ndarray, rows: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -38,6 +38,11 @@ class VectorIndex:
     leaf_end: np.ndarray  # (T,) one past the last row of a leaf
     key_index: dict[str, int] = field(default_factory=dict)
     row_of: dict[str, int] = field(default_factory=dict)
+    key_rank: np.ndarray = field(init=False)  # (T,) rank of each topic key, for tie-breaks
+
+    def __post_init__(self) -> None:
+        self.key_rank = np.empty(len(self.keys), dtype=np.int64)
+        self.key_rank[sorted(range(len(self.keys)), key=self.keys.__getitem__)] = np.arange(len(self.keys))
 
     @property
     def size(self) -> int:
@@ -152,8 +157,16 @@ class VectorIndex:
         return allowed
 
     def start_topics(self, scope: Scope) -> list[int]:
+        """Where the descent starts: the scope's namespace, or every namespace.
+
+        Namespaces are partitions, not topics: their centroids say nothing a
+        beam should choose by (one conversation's centroid against another's),
+        so an unscoped query starts at all of them and the beam's first cut is
+        among their topics, as if the root's children were every namespace's
+        top-level topics.
+        """
         if scope.namespace is None:
-            return [0]
+            return self.children[0].tolist()
         key = namespace_key(scope.namespace)
         return [self.key_index[key]] if key in self.key_index else []
 
@@ -211,31 +224,27 @@ def descend(
     t0 = time.perf_counter()
     profile = {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "depth": 0, "timed_out": False}
     allowed = index.allowed_topics(mask) if mask is not None else None
-    frontier = [t for t in start if allowed is None or allowed[t]]
-    scores = {t: float("inf") for t in frontier}
+    frontier = np.asarray([t for t in start if allowed is None or allowed[t]], dtype=np.int64)
+    scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
     for depth in range(max_depth):
-        if all(index.is_leaf[t] for t in frontier):
+        leaf = index.is_leaf[frontier]
+        if leaf.all():
             break
         if deadline is not None and time.time() >= deadline:
             profile["timed_out"] = True
             break
-        candidates = []
-        for t in frontier:
-            if index.is_leaf[t]:
-                candidates.append(t)
-            else:
-                kids = index.children[t]
-                if allowed is not None:
-                    kids = kids[allowed[kids]]
-                fresh = kids.tolist()
-                if fresh:
-                    sims = index.centroids[kids] @ query
-                    profile["topics_scored"] += len(fresh)
-                    scores.update(zip(fresh, sims.tolist()))
-                    candidates.extend(fresh)
-        candidates.sort(key=lambda t: (-scores[t], index.keys[t]))
-        frontier = candidates[:beam_width]
+        kids = np.concatenate([index.children[t] for t in frontier[~leaf]])
+        if allowed is not None:
+            kids = kids[allowed[kids]]
+        if len(kids):
+            scores[kids] = index.centroids[kids] @ query
+            profile["topics_scored"] += len(kids)
+        # a leaf already in the frontier competes with its own score; ties go to the smaller key
+        candidates = np.concatenate([frontier[leaf], kids])
+        order = np.lexsort((index.key_rank[candidates], -scores[candidates]))
+        frontier = candidates[order[:beam_width]]
         profile["depth"] = depth + 1
+    frontier = frontier.tolist()
     leaves = [t for t in frontier if index.is_leaf[t]]
     profile["leaves_reached"] = len(leaves)
     profile["reached"] = [index.keys[t] for t in leaves]

@@ -143,7 +143,8 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int = 384, seed: int = 0,
-                emb: np.ndarray | None = None, docs: list[str] | None = None, log=print) -> dict:
+                emb: np.ndarray | None = None, docs: list[str] | None = None,
+                namespace_of: list[str] | None = None, log=print) -> dict:
     """Write ``n`` synthetic memories, their tree and their full-text index into
     a new store at ``path`` through the same primitives ingest uses. Returns timings."""
     from pipeline import fulltext
@@ -155,7 +156,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     docs = docs if docs is not None else texts(n, seed=seed)
     emb = emb if emb is not None else clustered_embeddings(n, dim, seed=seed)
     ids = [f"s{i:07d}" for i in range(n)]
-    ns_of = [f"ns{i % namespaces}" for i in range(n)]
+    ns_of = namespace_of if namespace_of is not None else [f"ns{i % namespaces}" for i in range(n)]
     ctypes = ["text", "code", "decision"]
     seconds["generate"] = time.perf_counter() - t
     log(f"generated {n} texts and embeddings in {seconds['generate']:.1f}s")
@@ -187,8 +188,9 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     t = time.perf_counter()
     tree = Tree(settings.tree)
     names = sorted(set(ns_of))
-    for k, ns in enumerate(names):
-        rows = np.arange(k, n, namespaces)
+    ns_arr = np.asarray(ns_of)
+    for ns in names:
+        rows = np.flatnonzero(ns_arr == ns)
         # labels only need a few words; short texts keep 1M builds quick
         tree.build_namespace(ns, [ids[i] for i in rows], emb[rows], [docs[i][:40] for i in rows])
     save_namespaces(con, tree, names)

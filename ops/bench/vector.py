@@ -54,6 +54,7 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
     from ops.bench import synth
     from pipeline.settings import Settings
     from pipeline.store import Store
+    from pipeline.scope import Scope
     from pipeline.vector import VectorIndex, descend
 
     faiss.omp_set_num_threads(1)
@@ -85,11 +86,12 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
            "exact": {"p50_ms": pct(exact_lat, 50), "p95_ms": pct(exact_lat, 95), "scored": n}, "descent": {}, "faiss": {}}
     log(f"  exact numpy: p50 {out['exact']['p50_ms']} ms, p95 {out['exact']['p95_ms']} ms, {n} scored")
 
+    start = index.start_topics(Scope())  # unscoped: every namespace
     for beam in beams:
         lat, scored, topics, recall = [], [], [], []
         for q, want in zip(queries, exact_ids):
             t = time.perf_counter()
-            hits, prof = descend(index, q, [0], beam_width=beam, max_depth=tree.max_depth, top_k=k)
+            hits, prof = descend(index, q, start, beam_width=beam, max_depth=tree.max_depth, top_k=k)
             lat.append(time.perf_counter() - t)
             scored.append(prof["memories_scored"])
             topics.append(prof["topics_scored"])
@@ -121,7 +123,11 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
     out["faiss"]["nlist"] = nlist
     out["faiss"]["build_s"] = round(train_s, 1)
     log(f"  faiss IVF-Flat: nlist {nlist} (~{list_size:.0f} per list), trained and filled in {train_s:.1f}s")
-    probes = sorted({max(1, round(out["descent"][b]["scored_mean"] / list_size)) for b in beams})
+    # nprobe from 1 up until FAISS scores more than the widest beam did, so each
+    # beam's count of memories scored lies between two measured nprobes
+    most = max(out["descent"][b]["scored_mean"] for b in beams)
+    probes = [p for p in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256) if p <= nlist]
+    curve = []
     for nprobe in probes:
         ivf.nprobe = nprobe
         lat, recall, scored = [], [], []
@@ -137,8 +143,20 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
         r = {"p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95), "scored_mean": round(float(np.mean(scored)), 1),
              "centroids": nlist, "recall10": round(float(np.mean(recall)), 4)}
         out["faiss"][nprobe] = r
+        curve.append((r["scored_mean"], r["recall10"]))
         log(f"  faiss nprobe {nprobe}: p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, scored {r['scored_mean']} "
             f"+ {nlist} centroids, Recall@10 {r['recall10']}")
+        if r["scored_mean"] > most:
+            break
+    # FAISS's Recall@10 at each beam's count of memories scored, read off its
+    # measured curve (linear between the two nprobes around that count)
+    xs, ys = zip(*curve)
+    for beam in beams:
+        d = out["descent"][beam]
+        d["faiss_recall10_at_equal_scored"] = round(float(np.interp(d["scored_mean"], xs, ys)), 4)
+        d["recall10_minus_faiss"] = round(d["recall10"] - d["faiss_recall10_at_equal_scored"], 4)
+        log(f"  beam {beam}: {d['scored_mean']} scored, Recall@10 {d['recall10']} against FAISS "
+            f"{d['faiss_recall10_at_equal_scored']} at the same count ({d['recall10_minus_faiss']:+.4f})")
     out["rss_mib"] = round(rss_mb(), 0)
     return out
 
@@ -162,8 +180,9 @@ def build_locomo_store(path: Path, data: Path, log=print) -> None:
     questions = embedder.embed([q["text"] for q in load_locomo(data).queries])
     np.save(path / "queries.npy", np.asarray(questions, dtype=np.float32))
     log(f"embedded {len(texts)} LoCoMo turns and {len(questions)} questions in {time.perf_counter() - t:.0f}s")
-    synth.build_store(path / "store.duckdb", len(texts), settings, namespaces=10, dim=emb.shape[1],
-                      emb=np.asarray(emb, dtype=np.float32), docs=texts, log=log)
+    synth.build_store(path / "store.duckdb", len(texts), settings, dim=emb.shape[1],
+                      emb=np.asarray(emb, dtype=np.float32), docs=texts,
+                      namespace_of=[r["namespace"] for r in records], log=log)
 
 
 def main(argv: list[str] | None = None) -> int:

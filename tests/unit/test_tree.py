@@ -15,7 +15,7 @@ from pipeline import ingest
 from pipeline.embed import HashEmbedder
 from pipeline.settings import TreeSettings
 from pipeline.store import Store
-from pipeline.tree import ROOT, Tree, load_tree, namespace_key, save_namespaces, spherical_kmeans
+from pipeline.tree import ROOT, Tree, fanout, load_tree, namespace_key, save_namespaces, spherical_kmeans
 
 SMALL = TreeSettings(max_leaf_items=8, branching=4, seed=0)
 DIM = 16
@@ -209,6 +209,48 @@ def test_spherical_kmeans_is_deterministic_and_separates_clear_clusters():
     two = spherical_kmeans(vecs, 2, np.random.default_rng(9), 25)
     assert np.array_equal(one, two)
     assert len(set(one[:20])) == 1 and len(set(one[20:])) == 1 and one[0] != one[20]
+
+
+def test_spherical_kmeans_trained_on_a_sample_labels_every_row():
+    # 6 clusters of 500: trained on 300 sampled rows, every one of the 3,000 rows
+    # still gets the label of its own cluster
+    rng = np.random.default_rng(3)
+    centers = np.eye(DIM)[:6]
+    truth = np.repeat(np.arange(6), 500)
+    vecs = (centers[truth] + 0.05 * rng.normal(size=(3000, DIM))).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    labels = spherical_kmeans(vecs, 6, np.random.default_rng(1), 25, sample=300)
+    assert len(labels) == 3000
+    assert all(len(set(labels[truth == c])) == 1 for c in range(6))
+    assert len(set(labels)) == 6
+
+
+def test_fanout_makes_the_tree_as_shallow_as_branching_allows():
+    assert fanout(10_000, 64, 256) == 157  # one level: every leaf a child of the namespace
+    assert fanout(1_000_000, 64, 256) == 125  # two levels of 125 for 15,625 leaves
+    assert fanout(1_000_000, 64, 8) == 7  # five levels of at most 8
+    assert fanout(65, 64, 256) == 2  # a leaf that overflows splits in two
+    for n, leaf, branching in [(10**6, 64, 256), (10**5, 64, 40), (5_000, 8, 4), (100, 2, 3)]:
+        k = fanout(n, leaf, branching)
+        levels = math.ceil(math.log(math.ceil(n / leaf)) / math.log(branching) - 1e-9)
+        assert 2 <= k <= branching and k ** levels >= math.ceil(n / leaf)
+
+
+def test_wide_branching_puts_leaves_right_below_the_namespace():
+    rng = np.random.default_rng(5)
+    vecs, labels = _clustered(rng, 2_000, clusters=40)
+    ids = [f"m{i:05d}" for i in range(len(vecs))]
+    tree = Tree(TreeSettings(max_leaf_items=32, branching=256, seed=0))
+    tree.build_namespace("a", ids, vecs, _texts(labels))
+    top = tree.topics[namespace_key("a")].children
+    assert len(top) >= fanout(2_000, 32, 256) * 0.9  # k-means may leave a few centres empty
+    assert all(len(t.members) <= 32 for t in tree.leaves())
+    narrow = Tree(TreeSettings(max_leaf_items=32, branching=4, seed=0))
+    narrow.build_namespace("a", ids, vecs, _texts(labels))
+    # leaves sit at depth 2 (right below the namespace) or a split or two further
+    # down where a k-means cluster overflowed; branching 4 needs 3+ levels first
+    wide_depth = np.mean([t.depth for t in tree.leaves()])
+    assert wide_depth <= 3.5 and np.mean([t.depth for t in narrow.leaves()]) >= wide_depth + 2
 
 
 # -- incremental maintenance ------------------------------------------------------------

@@ -301,8 +301,30 @@ def test_namespace_scope_starts_at_that_namespace(real):
         hits, _ = _descend(index, q, beam=beam, depth=64, top_k=50, start=start)
         assert hits and all(records[m].namespace == "beta" for m, _ in hits)
     assert index.start_topics(Scope(namespace="nowhere")) == []
+    # unscoped: every namespace, so the beam never has to choose between them
+    assert sorted(index.keys[t] for t in index.start_topics(Scope())) == ["ns:alpha", "ns:beta"]
     assert _descend(index, q, start=[])[0] == []
     assert exact(index, q, Scope(namespace="nowhere"), 5) == []
+
+
+def test_unscoped_descent_does_not_choose_by_namespace_centroid():
+    # ns:x's centroid is closer to the query (0.9 > 0.6), but the best memory
+    # (0.99) sits in ns:y: a beam of 1 that had to pick a namespace first would
+    # lose it; starting at every namespace, its first cut is among their topics.
+    index = hand_index(
+        [
+            (ROOT, None, False, None), ("ns:x", ROOT, False, _unit_at(0.9)), ("ns:y", ROOT, False, _unit_at(0.6)),
+            ("x-leaf", "ns:x", True, _unit_at(0.9)), ("y-far", "ns:y", True, _unit_at(0.2)),
+            ("y-near", "ns:y", True, _unit_at(0.99)),
+        ],
+        [("x1", "x", "t", "x-leaf", _unit_at(0.9)), ("y1", "y", "t", "y-far", _unit_at(0.2)),
+         ("y2", "y", "t", "y-near", _unit_at(0.99))],
+    )
+    start = index.start_topics(Scope())
+    assert [index.keys[t] for t in start] == ["ns:x", "ns:y"]
+    hits, profile = _descend(index, beam=1, top_k=1, start=start)
+    assert profile["reached"] == ["y-near"] and hits[0][0] == "y2"
+    assert _descend(index, beam=1, top_k=1, start=[0])[0][0][0] == "x1"  # what a root start would do
 
 
 def test_content_type_mask_is_applied_before_top_k(real):
