@@ -23,9 +23,8 @@ class TreeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # Wide and shallow (see tree.fanout): a namespace of 10k memories has its
-    # leaves as direct children, 1M has two levels of ~125. At 1M the beam of 8
-    # then reaches Recall@10 0.9997 against exact where a branching of 8 (depth
+    # Wide and shallow (Tree._split_into): at 1M memories in 4 namespaces a beam
+    # of 8 reaches Recall@10 1.000 against exact where a branching of 8 (depth
     # 11) reached 0.897 (BENCHMARKS.md, "Vector leg").
     branching: int = Field(256, ge=2, le=4096, description="most children per internal topic when clustering")
     # 16 x 64 = at most 1,024 memories scored per query: at LoCoMo's ~600 memories a

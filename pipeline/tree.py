@@ -121,7 +121,12 @@ class Tree:
         if len(rows) <= max_leaf:
             self._make_leaf(parent_key, rows, ids, vectors, texts, df)
             return
-        k = fanout(len(rows), max_leaf, self.settings.branching)
+        # As wide as ``branching`` allows, widest at the top: a namespace of 10k
+        # memories has ~157 children (its leaves, give or take a split), 250k has
+        # 256 topics of ~16 leaves. The beam's first cut is then among many small
+        # clusters, like an IVF index's coarse quantizer, instead of among a few
+        # big ones, where a greedy choice can drop the right branch early.
+        k = max(2, min(self.settings.branching, math.ceil(len(rows) / max_leaf)))
         labels = spherical_kmeans(
             vectors[rows], k, rng, self.settings.kmeans_iterations, sample=_SAMPLE_PER_CENTER * k
         )
@@ -247,23 +252,6 @@ class Tree:
     # -- stats -----------------------------------------------------------
     def leaves(self) -> list[Topic]:
         return [t for t in self.topics.values() if t.is_leaf]
-
-
-def fanout(n: int, max_leaf: int, branching: int) -> int:
-    """Children for a topic of ``n`` memories: as many as keep the tree shallowest.
-
-    ``need`` leaves must hang below it; with at most ``branching`` children a
-    topic, that takes ``levels`` levels, and the fan-out is the ``levels``-th
-    root of ``need`` (a namespace of 10k memories in leaves of 64 gets its 157
-    leaves as direct children; 1M gets 125 topics of 125 leaves). A wide, shallow
-    tree lets the beam compare many centroids once instead of few centroids at
-    many levels, where a greedy choice can drop the right branch early.
-    """
-    need = math.ceil(n / max_leaf)
-    if need <= 1:
-        return 1
-    levels = max(1, math.ceil(math.log(need) / math.log(branching) - 1e-9))
-    return max(2, min(branching, math.ceil(need ** (1.0 / levels) - 1e-9)))
 
 
 # k-means trains on at most this many points per centre, then assigns every

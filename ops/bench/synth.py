@@ -149,7 +149,6 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     a new store at ``path`` through the same primitives ingest uses. Returns timings."""
     from pipeline import fulltext
     from pipeline.store import Store, utcnow
-    from pipeline.tree import Tree, save_namespaces
 
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -186,14 +185,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     seconds["insert"] = time.perf_counter() - t
     log(f"inserted in {seconds['insert']:.1f}s")
     t = time.perf_counter()
-    tree = Tree(settings.tree)
-    names = sorted(set(ns_of))
-    ns_arr = np.asarray(ns_of)
-    for ns in names:
-        rows = np.flatnonzero(ns_arr == ns)
-        # labels only need a few words; short texts keep 1M builds quick
-        tree.build_namespace(ns, [ids[i] for i in rows], emb[rows], [docs[i][:40] for i in rows])
-    save_namespaces(con, tree, names)
+    _save_tree(con, settings, ids, ns_of, emb, docs)
     seconds["tree"] = time.perf_counter() - t
     log(f"tree in {seconds['tree']:.1f}s")
     t = time.perf_counter()
@@ -205,6 +197,45 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     con.execute("CHECKPOINT")
     store.close()
     return seconds
+
+
+def _save_tree(con, settings, ids, ns_of, emb, docs) -> None:
+    from pipeline.tree import Tree, save_namespaces
+
+    tree = Tree(settings.tree)
+    names = sorted(set(ns_of))
+    ns_arr = np.asarray(ns_of)
+    for ns in names:
+        rows = np.flatnonzero(ns_arr == ns)
+        # labels only need a few words; short texts keep 1M builds quick
+        tree.build_namespace(ns, [ids[i] for i in rows], emb[rows], [docs[i][:40] for i in rows])
+    save_namespaces(con, tree, names)
+
+
+def retree(path: Path, n: int, settings, *, namespaces: int = 4, dim: int = 384, seed: int = 0, log=print) -> float:
+    """Rebuild only the topic tree of a store ``build_store`` wrote with the same
+    arguments (its texts and embeddings are generated again, bit for bit), as a
+    new generation; memories and the full-text index are left as they are."""
+    from pipeline.store import Store
+
+    t = time.perf_counter()
+    docs, emb = texts(n, seed=seed), clustered_embeddings(n, dim, seed=seed)
+    ids = [f"s{i:07d}" for i in range(n)]
+    ns_of = [f"ns{i % namespaces}" for i in range(n)]
+    store = Store.open(path, read_only=False)
+    con = store.con
+    con.execute("BEGIN TRANSACTION")
+    con.execute("DELETE FROM topics")
+    con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
+    _save_tree(con, settings, ids, ns_of, emb, docs)
+    generation = str(store.generation + 1)
+    store.set_meta("generation", generation)
+    store.set_meta("fts_generation", generation)  # same memories: the index stays valid
+    con.execute("COMMIT")
+    con.execute("CHECKPOINT")
+    store.close()
+    log(f"tree rebuilt in {time.perf_counter() - t:.1f}s")
+    return time.perf_counter() - t
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,9 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--namespaces", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--retree", action="store_true",
+                        help="rebuild only the topic tree of the store already there (after a tree change)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "store.duckdb"
+    if args.retree:
+        retree(path, args.n, Settings(data_dir=args.out, _env_file=None), namespaces=args.namespaces, seed=args.seed)
+        return 0
     if path.exists():
         print(f"{path} exists")
         return 0

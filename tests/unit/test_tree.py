@@ -15,7 +15,7 @@ from pipeline import ingest
 from pipeline.embed import HashEmbedder
 from pipeline.settings import TreeSettings
 from pipeline.store import Store
-from pipeline.tree import ROOT, Tree, fanout, load_tree, namespace_key, save_namespaces, spherical_kmeans
+from pipeline.tree import ROOT, Tree, load_tree, namespace_key, save_namespaces, spherical_kmeans
 
 SMALL = TreeSettings(max_leaf_items=8, branching=4, seed=0)
 DIM = 16
@@ -225,17 +225,6 @@ def test_spherical_kmeans_trained_on_a_sample_labels_every_row():
     assert len(set(labels)) == 6
 
 
-def test_fanout_makes_the_tree_as_shallow_as_branching_allows():
-    assert fanout(10_000, 64, 256) == 157  # one level: every leaf a child of the namespace
-    assert fanout(1_000_000, 64, 256) == 125  # two levels of 125 for 15,625 leaves
-    assert fanout(1_000_000, 64, 8) == 7  # five levels of at most 8
-    assert fanout(65, 64, 256) == 2  # a leaf that overflows splits in two
-    for n, leaf, branching in [(10**6, 64, 256), (10**5, 64, 40), (5_000, 8, 4), (100, 2, 3)]:
-        k = fanout(n, leaf, branching)
-        levels = math.ceil(math.log(math.ceil(n / leaf)) / math.log(branching) - 1e-9)
-        assert 2 <= k <= branching and k ** levels >= math.ceil(n / leaf)
-
-
 def test_wide_branching_puts_leaves_right_below_the_namespace():
     rng = np.random.default_rng(5)
     vecs, labels = _clustered(rng, 2_000, clusters=40)
@@ -243,7 +232,7 @@ def test_wide_branching_puts_leaves_right_below_the_namespace():
     tree = Tree(TreeSettings(max_leaf_items=32, branching=256, seed=0))
     tree.build_namespace("a", ids, vecs, _texts(labels))
     top = tree.topics[namespace_key("a")].children
-    assert len(top) >= fanout(2_000, 32, 256) * 0.9  # k-means may leave a few centres empty
+    assert len(top) >= 0.9 * math.ceil(2_000 / 32)  # k-means may leave a few centres empty
     assert all(len(t.members) <= 32 for t in tree.leaves())
     narrow = Tree(TreeSettings(max_leaf_items=32, branching=4, seed=0))
     narrow.build_namespace("a", ids, vecs, _texts(labels))
