@@ -6,7 +6,7 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 
-from pipeline.audit import AuditRecord, AuditWriteError, write_records
+from pipeline.audit import AuditRecord, AuditWriteError
 from pipeline.budget import budget_batch
 from pipeline.contracts import Batch
 from pipeline.embed import embed_batch
@@ -99,7 +99,7 @@ def audit_write(self, records: list[dict]) -> dict:
     settings = resources.settings()
     rows = [AuditRecord.model_validate(r) for r in records]
     try:
-        inserted = write_records(settings.audit_path, rows)
+        inserted = resources.audit_writer().write(settings.audit_path, rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             raise audit.give_up(settings, rows, exc, self.request.retries) from None
