@@ -243,6 +243,9 @@ class QueryState(_Strict):
     truncation: Truncation | None = None
     timings: dict[str, float] = Field(default_factory=dict, description="ms per stage")
     scope_dropped: int = 0
+    beyond_budget: int = Field(
+        0, ge=0, description="in-scope candidates augment did not carry because max_units could not keep them"
+    )
 
     @property
     def mode(self) -> str:
