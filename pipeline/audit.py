@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field
 
-from .contracts import QueryState
+from .contracts import TOP_HITS, QueryState
 from .errors import DimpleError
 from .store import migrate_package
 
@@ -70,8 +70,8 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         legs[name] = {
             "ran": leg.ran,
             "weight": q.weights.get(name, 0.0),
-            "hits": len(leg.hits),
-            "top_scores": [round(h.score, 6) for h in leg.hits[:5]],
+            "hits": leg.n_hits,
+            "top_scores": [round(h.score, 6) for h in leg.hits[:TOP_HITS]],
             "profile": leg.profile,
         }
     options = q.options.model_dump(mode="json")

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from pipeline.audit import AuditRecord, AuditWriteError
 from pipeline.budget import budget_batch
-from pipeline.contracts import Batch
+from pipeline.contracts import Batch, vectors_consumed
 from pipeline.embed import embed_batch
 from pipeline.fulltext import fulltext_batch
 from pipeline.fuse import fuse_batch
@@ -58,7 +58,7 @@ def embed(batch: dict) -> dict:
 def descend(batch: dict) -> dict:
     index = resources.index()
     with _cursor() as cur:
-        return _out(descend_batch(_in(batch, "descend"), index, cur, resources.settings().tree))
+        return _out(vectors_consumed(descend_batch(_in(batch, "descend"), index, cur, resources.settings().tree)))
 
 
 @app.task(name="search.fulltext")
