@@ -17,22 +17,24 @@ def apply_budget(state: QueryState) -> QueryState:
     q = state.query
     results = state.results
     keep = len(results)
+    # candidates augment counted but did not carry (past max_units) are left out too
+    total = len(results) + state.beyond_budget
     cut: Truncation | None = None
-    if q.max_units is not None and keep > q.max_units:
-        keep = q.max_units
-        cut = Truncation(by="maxUnits", left_out=len(results) - keep, limit=q.max_units)
+    if q.max_units is not None and total > q.max_units:
+        keep = min(keep, q.max_units)
+        cut = Truncation(by="maxUnits", left_out=total - keep, limit=q.max_units)
     if q.max_chars is not None:
         used = 0
         for i, result in enumerate(results[:keep]):
             used += len(result.content)
             if used > q.max_chars:
-                cut = Truncation(by="maxChars", left_out=len(results) - i, limit=q.max_chars)
+                cut = Truncation(by="maxChars", left_out=total - i, limit=q.max_chars)
                 keep = i
                 break
     slow = sorted(name for name, leg in state.legs.items() if leg.profile.get("timed_out"))
     if slow and q.max_ms is not None:
         cut = Truncation(
-            by="maxMs", left_out=len(results) - keep, limit=q.max_ms,
+            by="maxMs", left_out=total - keep, limit=q.max_ms,
             detail=f"deadline reached before leg(s) finished: {', '.join(slow)}",
         )
     state.results = results[:keep]

@@ -182,13 +182,32 @@ class Hit(_Strict):
     rank: int
 
 
+# Leg hits kept after fusion (the audit row's top scores); the rest is in ``Fused.ranks``.
+TOP_HITS = 5
+
+
 class LegRun(_Strict):
-    """What one leg did for one query: its ranked hits and a profile for the audit."""
+    """What one leg did for one query: its ranked hits and a profile for the audit.
+
+    Fusion keeps only the first ``TOP_HITS`` hits (each candidate's leg ranks
+    live on in ``Fused.ranks``) and records how many there were in ``hit_count``.
+    """
 
     leg: Literal["vector", "fts"]
     ran: bool = False
     hits: list[Hit] = Field(default_factory=list)
+    hit_count: int | None = Field(None, ge=0, description="hits the leg returned, once fusion has dropped all but the top")
     profile: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def n_hits(self) -> int:
+        """How many hits the leg returned."""
+        return len(self.hits) if self.hit_count is None else self.hit_count
+
+    def keep_top(self) -> None:
+        """Drop all hits but the first ``TOP_HITS``, keeping their count (fusion has used them)."""
+        self.hit_count = self.n_hits
+        self.hits = self.hits[:TOP_HITS]
 
 
 class Fused(_Strict):
@@ -243,6 +262,9 @@ class QueryState(_Strict):
     truncation: Truncation | None = None
     timings: dict[str, float] = Field(default_factory=dict, description="ms per stage")
     scope_dropped: int = 0
+    beyond_budget: int = Field(
+        0, ge=0, description="in-scope candidates augment did not carry because max_units could not keep them"
+    )
 
     @property
     def mode(self) -> str:
@@ -259,6 +281,15 @@ class QueryState(_Strict):
 
 class Batch(_Strict):
     states: list[QueryState]
+
+
+def vectors_consumed(batch: Batch) -> Batch:
+    """Drop the query vectors once the vector leg has run: nothing after it
+    reads them (the semantic identity hash is taken at embedding), and each is
+    ~9 KB of JSON on every later hop."""
+    for state in batch.states:
+        state.query.vector = None
+    return batch
 
 
 class Results(_Strict):
@@ -285,7 +316,7 @@ class Results(_Strict):
             results=state.results,
             truncated=state.truncated,
             truncation=state.truncation,
-            legs={name: {"ran": leg.ran, "hits": len(leg.hits), **leg.profile} for name, leg in state.legs.items()},
+            legs={name: {"ran": leg.ran, "hits": leg.n_hits, **leg.profile} for name, leg in state.legs.items()},
             timings=state.timings,
             total_ms=round((time.time() - state.query.started_at) * 1000.0, 3),
         )

@@ -58,7 +58,10 @@ def fuse_state(state: QueryState, k: int) -> QueryState:
         if leg.ran and state.query.weights.get(name, 0) > 0
     }
     state.fused = rrf(lists, state.query.weights, k)
-    state.query.vector = None  # consumed by the legs; keep the wire small
+    # consumed: the leg ranks live on in ``fused``; keep the wire small
+    state.query.vector = None
+    for leg in state.legs.values():
+        leg.keep_top()
     state.timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
     return state
 

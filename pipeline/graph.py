@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 
 from .contracts import Batch, GraphLink, Result
+from .scope import in_scope, scope_of
 from .store import ids_filter
 
 # {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
@@ -75,9 +76,21 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
 
     for state in batch.states:
         results = []
+        # The budget keeps at most max_units of the results the scope stage
+        # lets through: in-scope candidates past those are only counted (the
+        # budget reports them as left out), not carried with content and
+        # graph context through scope and budget. Out-of-scope ones still go
+        # to the scope stage, which drops and counts them.
+        scope, cap = scope_of(state.query), state.query.max_units
+        kept_in_scope = 0
         for fused in state.fused:
             if fused.id not in rows:  # deleted since the legs ran
                 continue
+            inside = in_scope(link(fused.id), scope)
+            if cap is not None and kept_in_scope >= cap and inside:
+                state.beyond_budget += 1
+                continue
+            kept_in_scope += inside
             _, ns, ctype, created, content = rows[fused.id]
             per = links.get(fused.id, {})
             results.append(

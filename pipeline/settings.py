@@ -142,6 +142,12 @@ class Settings(BaseSettings):
     audit_max_retries: int = Field(8, ge=0, le=100, description="audit.write retries before dead-lettering")
     audit_backoff_base_s: float = Field(1.0, gt=0, description="first retry delay, doubled per retry")
     audit_backoff_max_s: float = Field(60.0, gt=0, description="cap of the exponential retry backoff")
+    audit_hold_idle_ms: int = Field(
+        500, ge=0, description="the audit writer closes audit.duckdb after this long without writes (0: after each write)"
+    )
+    audit_hold_max_ms: int = Field(
+        5000, ge=0, description="... and after this long open; a reader waiting on the file makes it close at once"
+    )
     visibility_timeout_s: int = Field(
         3600, ge=1, description="Redis redelivery delay of unacked tasks; must exceed the longest task and backoff"
     )

@@ -54,6 +54,9 @@ def conf_for(settings: Settings) -> dict:
         },
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         result_expires=24 * 3600,
+        # Intermediate stages ignore their results (workers/tasks.py); a failure
+        # is still stored, so the caller's parent check sees a failed stage.
+        task_store_errors_even_if_ignored=True,
         broker_connection_retry_on_startup=True,
         # Flower sees every stage with its arguments and runtime.
         worker_send_task_events=True,

@@ -24,7 +24,6 @@ from pipeline.audit import (
     build_record,
     dead_letter,
     log_line,
-    write_records,
 )
 from pipeline.contracts import Batch
 from pipeline.settings import Settings
@@ -103,7 +102,7 @@ def write_embedded(settings: Settings, records: list[AuditRecord]) -> int:
     """The embedded counterpart of ``audit.write``: same retries, same give-up."""
     for retries in range(settings.audit_max_retries + 1):
         try:
-            return write_records(settings.audit_path, records)
+            return resources.audit_writer().write(settings.audit_path, records)
         except AuditWriteError as exc:
             if retries == settings.audit_max_retries:
                 give_up(settings, records, exc, retries)
@@ -121,7 +120,10 @@ def flush(timeout: float = 30.0) -> bool:
         done.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    return done.wait(timeout)
+    finished = done.wait(timeout)
+    if finished:
+        resources.release_audit()  # written rows are on disk and the file is free for others
+    return finished
 
 
 def _drain_at_exit() -> None:

@@ -4,8 +4,10 @@ store and the vector index (reloaded when the store's generation changes).
 
 from __future__ import annotations
 
+import atexit
 import threading
 
+from pipeline.audit import AuditWriter
 from pipeline.embed import Embedder, make_embedder
 from pipeline.settings import Settings, get_settings
 from pipeline import generations
@@ -18,6 +20,7 @@ _settings: Settings | None = None
 _embedder: Embedder | None = None
 _store: Store | None = None
 _index: VectorIndex | None = None
+_audit_writer: AuditWriter | None = None
 
 
 def configure(settings: Settings) -> None:
@@ -60,6 +63,27 @@ class LazyEmbedder:
 
     def embed(self, texts):
         return embedder().embed(texts)
+
+
+def audit_writer() -> AuditWriter:
+    """This process's audit writer (its connection held open between writes, bounded)."""
+    global _audit_writer
+    with _lock:
+        s = settings()
+        idle_s, max_hold_s = s.audit_hold_idle_ms / 1000.0, s.audit_hold_max_ms / 1000.0
+        if _audit_writer is None:
+            _audit_writer = AuditWriter(idle_s=idle_s, max_hold_s=max_hold_s)
+        _audit_writer.idle_s, _audit_writer.max_hold_s = idle_s, max_hold_s
+        return _audit_writer
+
+
+def release_audit() -> None:
+    """Close the audit writer's connection, if it holds one."""
+    if _audit_writer is not None:
+        _audit_writer.release()
+
+
+atexit.register(release_audit)
 
 
 def store() -> Store | None:

@@ -6,9 +6,9 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 
-from pipeline.audit import AuditRecord, AuditWriteError, write_records
+from pipeline.audit import AuditRecord, AuditWriteError
 from pipeline.budget import budget_batch
-from pipeline.contracts import Batch
+from pipeline.contracts import Batch, vectors_consumed
 from pipeline.embed import embed_batch
 from pipeline.fulltext import fulltext_batch
 from pipeline.fuse import fuse_batch
@@ -34,6 +34,11 @@ def _cursor():
             cur.close()
 
 
+# Every stage but the last passes its batch on in the next task's message:
+# only the final result is stored (and failures, task_store_errors_even_if_ignored,
+# which the caller's parent check reads), not one stored copy per hop.
+
+
 def _out(batch: Batch) -> dict:
     return batch.model_dump(mode="json")
 
@@ -49,25 +54,25 @@ def _in(batch: dict, stage: str) -> Batch:
         raise StageError(f"search.{stage} got a malformed batch: {where}: {err['msg']}") from None
 
 
-@app.task(name="search.embed")
+@app.task(name="search.embed", ignore_result=True)
 def embed(batch: dict) -> dict:
     return _out(embed_batch(_in(batch, "embed"), resources.LazyEmbedder()))
 
 
-@app.task(name="search.descend")
+@app.task(name="search.descend", ignore_result=True)
 def descend(batch: dict) -> dict:
     index = resources.index()
     with _cursor() as cur:
-        return _out(descend_batch(_in(batch, "descend"), index, cur, resources.settings().tree))
+        return _out(vectors_consumed(descend_batch(_in(batch, "descend"), index, cur, resources.settings().tree)))
 
 
-@app.task(name="search.fulltext")
+@app.task(name="search.fulltext", ignore_result=True)
 def fulltext(batch: dict) -> dict:
     with _cursor() as cur:
         return _out(fulltext_batch(_in(batch, "fulltext"), cur, resources.settings().fulltext))
 
 
-@app.task(name="search.fuse")
+@app.task(name="search.fuse", ignore_result=True)
 def fuse(parts: list[dict]) -> dict:
     with _cursor() as cur:
         created = (lambda ids: created_at_of(cur, ids)) if cur is not None else (lambda ids: {})
@@ -75,13 +80,13 @@ def fuse(parts: list[dict]) -> dict:
     return _out(batch)
 
 
-@app.task(name="search.augment")
+@app.task(name="search.augment", ignore_result=True)
 def augment(batch: dict) -> dict:
     with _cursor() as cur:
         return _out(augment_batch(_in(batch, "augment"), cur, resources.settings().preview_chars))
 
 
-@app.task(name="search.scope")
+@app.task(name="search.scope", ignore_result=True)
 def scope(batch: dict) -> dict:
     return _out(scope_batch(_in(batch, "scope")))
 
@@ -99,7 +104,7 @@ def audit_write(self, records: list[dict]) -> dict:
     settings = resources.settings()
     rows = [AuditRecord.model_validate(r) for r in records]
     try:
-        inserted = write_records(settings.audit_path, rows)
+        inserted = resources.audit_writer().write(settings.audit_path, rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             raise audit.give_up(settings, rows, exc, self.request.retries) from None

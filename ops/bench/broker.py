@@ -3,7 +3,8 @@
     python -m ops.bench.broker --n 100 --batch 600
     python -m ops.bench.broker --n 0 --batch 0 --eval 450 --rounds 3   # dimple eval's runner only
 
-Single-query latency (sequential ``search``) and batch throughput
+Single-query latency (sequential ``search``, with Redis commands and bytes
+per query through the broker) and batch throughput
 (``search_many``) on the demo store, embedded in this process and through a
 redis-server plus an embed worker, a search worker (2 processes) and an
 audit worker started here (ops.stack). Goals (issue 5): single-query p50 at
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import redis
 
 from ops.bench import embedded_demo
 
@@ -36,6 +38,19 @@ def _latency(search, queries, n):
         search(q["text"], namespace=q.get("namespace"))
         out.append((time.perf_counter() - t0) * 1000)
     return out
+
+
+def _redis_per_query(rcon, n: int) -> dict:
+    """Redis commands and network bytes per query since the last CONFIG RESETSTAT
+    (noise-free, unlike latency; includes the workers' idle polling, ~1 command
+    per query)."""
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in rcon.info("commandstats").items()}
+    calls.pop("config|resetstat", None)
+    stats = rcon.info("stats")
+    return {
+        "redis_commands_per_query": round(sum(calls.values()) / n, 1),
+        "redis_bytes_per_query": round((stats["total_net_input_bytes"] + stats["total_net_output_bytes"]) / n),
+    }
 
 
 def _throughput(search_many, queries, n, batch):
@@ -94,6 +109,7 @@ def main(argv=None) -> int:
         broker = embedded.replace(broker_url=stack.broker_url)
         workers.configure(broker)
         stack.wait_for_workers(app, ["b-embed", "b-search", "b-audit"], timeout=120)
+        rcon = redis.Redis.from_url(stack.broker_url)
         _latency(search, queries, 20)  # warm-up of the workers' model, store and index
 
         out, figures = {}, {}
@@ -104,8 +120,14 @@ def main(argv=None) -> int:
             workers.configure(settings)
             out[side] = {}
             if args.n:
+                if settings is broker:
+                    time.sleep(0.5)  # the previous side's audit rows are written
+                    rcon.config_resetstat()
                 lat = np.asarray(_latency(search, queries, args.n))
                 out[side].update(p50_ms=round(float(np.median(lat)), 1), p95_ms=round(float(np.percentile(lat, 95)), 1))
+                if settings is broker:
+                    time.sleep(0.3)  # this side's last audit row
+                    out[side].update(_redis_per_query(rcon, args.n))
             if args.batch:
                 out[side]["batch_qps"] = round(_throughput(search_many, queries, args.batch, args.batch_size), 1)
             if args.eval:

@@ -179,3 +179,95 @@ def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     assert result.state == "FAILURE"
     assert isinstance(result.result, AuditRetriesExhausted)
     assert [row.query_id for _, _, row in pa.dead_letters(tmp_path / "elsewhere" / "audit-dead-letters")] == ["other-id"]
+
+
+# -- the held connection ----------------------------------------------------------------
+_HOLDER = r"""
+import sys, time
+from pathlib import Path
+from pipeline import audit as pa
+path, n = Path(sys.argv[1]), int(sys.argv[2])
+rows = [pa.AuditRecord.model_validate_json(line) for line in sys.stdin]
+writer = pa.AuditWriter(idle_s=600, max_hold_s=600)
+for i, row in enumerate(rows):
+    assert writer.write(path, [row]) == 1
+    print(f"wrote {i} opens={writer.opens} holding={writer.holding}", flush=True)
+    time.sleep(float(sys.argv[3]))
+import os
+os._exit(0)  # no close, no checkpoint: the rows must be in the file regardless
+"""
+
+
+def _rows(embedded, tmp_path, n):
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    res = search("deploy")
+    audit.flush()
+    base = pa.get(embedded.audit_path, res.query_id)
+    return [base.model_copy(update={"query_id": f"held-{i}"}) for i in range(n)]
+
+
+def test_held_connection_opens_once_and_rows_survive_a_hard_exit(embedded, tmp_path):
+    """Writes over a held connection: one open for many rows, each acknowledged
+    after its commit, so a writer dying without a close loses nothing."""
+    import subprocess
+    import sys
+
+    rows = _rows(embedded, tmp_path, 5)
+    path = tmp_path / "held.duckdb"
+    out = subprocess.run(
+        [sys.executable, "-c", _HOLDER, str(path), "5", "0"], input="".join(r.model_dump_json() + "\n" for r in rows),
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout.splitlines()
+    assert out[-1] == "wrote 4 opens=1 holding=True"
+    assert pa.count(path) == (5, 5)
+    assert {r.query_id for r in pa.since(path)} == {f"held-{i}" for i in range(5)}
+
+
+def test_reader_gets_in_while_a_writer_holds_the_file(embedded, tmp_path):
+    """A writer in another process holds the file (idle and max hold far away);
+    a reader knocks, reads every row written so far within seconds, and the
+    writer carries on afterwards (it reopened once the reader was done)."""
+    import subprocess
+    import sys
+    import time
+
+    rows = _rows(embedded, tmp_path, 8)
+    path = tmp_path / "held.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path), "8", "0.3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    proc.stdin.write("".join(r.model_dump_json() + "\n" for r in rows))
+    proc.stdin.close()
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("wrote 0 opens=1 holding=True")
+        t0 = time.monotonic()
+        seen, _ = pa.count(path)  # locked by the writer when it started: the knock gets it in
+        waited = time.monotonic() - t0
+        assert seen >= 1 and waited < 5.0
+        assert not pa.knock_path(path).exists()
+        rest = proc.stdout.read().splitlines()
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    assert rest[-1].startswith("wrote 7") and int(rest[-1].split("opens=")[1].split()[0]) >= 2
+    assert pa.count(path) == (8, 8)
+
+
+def test_writer_lets_go_when_idle(tmp_path, embedded):
+    import time
+
+    rows = _rows(embedded, tmp_path, 2)
+    writer = pa.AuditWriter(idle_s=0.1, max_hold_s=60)
+    path = tmp_path / "idle.duckdb"
+    assert writer.write(path, rows[:1]) == 1 and writer.holding
+    deadline = time.monotonic() + 5
+    while writer.holding and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not writer.holding  # closed by its own timer, no write needed
+    assert writer.write(path, rows) == 1 and writer.opens == 2  # idempotent by query id
+    writer.release()
+    assert pa.count(path) == (2, 2)

@@ -223,3 +223,33 @@ def test_rrf_agrees_with_ranx_on_random_runs():
         assert set(ours) == set(theirs)
         for d in ours:
             assert ours[d] == pytest.approx(theirs[d], rel=1e-12, abs=1e-15)
+
+
+def test_fusion_keeps_the_top_hits_and_their_count():
+    """After fusion a leg carries only its first TOP_HITS hits (the audit's top
+    scores) and how many it had; callers and the audit row still see the count."""
+    from pipeline.audit import build_record
+    from pipeline.contracts import TOP_HITS, Results
+
+    fts = [f"f{i}" for i in range(12)]
+    state = _state({"vector": 1.0, "fts": 1.0}, {"fts": (True, fts), "vector": (True, ["v1", "f3"])})
+    hits_before = [h.model_copy() for h in state.legs["fts"].hits]
+    fuse_state(state, 60)
+    fts_leg = state.legs["fts"]
+    assert fts_leg.hits == hits_before[:TOP_HITS] and fts_leg.n_hits == 12
+    assert state.legs["vector"].n_hits == 2 and len(state.legs["vector"].hits) == 2
+    assert len(state.fused) == 13 and next(f for f in state.fused if f.id == "f11").ranks == {"fts": 12}
+    again = LegRun.model_validate_json(fts_leg.model_dump_json())  # survives the wire
+    again.keep_top()  # idempotent
+    assert again.n_hits == 12 and again.hits == hits_before[:TOP_HITS]
+    assert Results.from_state(state).legs["fts"]["hits"] == 12
+    row = build_record(state, 60, True)
+    assert row.query_profile["legs"]["fts"]["hits"] == 12
+    assert row.query_profile["legs"]["fts"]["top_scores"] == [round(h.score, 6) for h in hits_before[:5]]
+
+
+def test_vectors_are_dropped_once_the_vector_leg_has_run():
+    from pipeline.contracts import vectors_consumed
+
+    batch = Batch(states=[_state({"vector": 1.0, "fts": 1.0}, {}, vector=[0.5, 0.5])])
+    assert vectors_consumed(batch).states[0].query.vector is None

@@ -1,0 +1,107 @@
+"""Augment carries only the candidates the budget can keep: after scope and
+budget the answer is exactly what carrying every candidate gives.
+
+The reference run is the same stages with augment told there is no
+``max_units`` (so it carries every candidate, as before the trim) and the
+budget given the real one back."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from pipeline.budget import budget_batch
+from pipeline.contracts import Batch, Fused, LegRun, Query, QueryOptions, QueryState
+from pipeline.graph import augment_batch
+from pipeline.scope import scope_batch
+from pipeline.store import Store
+from tests.unit.test_scope import CONCEPTS, NAMESPACES, TYPES, TOPICS, _ingest, stores
+
+options = st.fixed_dictionaries({
+    "namespace": st.none() | st.sampled_from(NAMESPACES),
+    "topics": st.lists(st.sampled_from(TOPICS + ["ns:a"]), unique=True, max_size=2),
+    "content_type": st.lists(st.sampled_from(TYPES), unique=True, max_size=2),
+    "concepts": st.lists(st.sampled_from(CONCEPTS), unique=True, max_size=1),
+})
+budgets = st.fixed_dictionaries({
+    "max_units": st.none() | st.integers(1, 14),
+    "max_chars": st.none() | st.integers(1, 400),
+    "timed_out": st.booleans(),
+})
+
+
+def _state(opts: dict, budget: dict, order: list[str]) -> QueryState:
+    q = Query(id="q", text="t", started_at=1.7e9, options=QueryOptions(**{k: v for k, v in opts.items() if v not in (None, [])}),
+              weights={"vector": 1.0, "fts": 1.0}, max_units=budget["max_units"], max_chars=budget["max_chars"],
+              max_ms=50 if budget["timed_out"] else None)
+    legs = {"fts": LegRun(leg="fts", ran=True, profile={"timed_out": True} if budget["timed_out"] else {})}
+    # every memory is a candidate, those outside the scope included, so scope has something to drop
+    fused = [Fused(id=m, rrf=1.0 / (60 + i), score=1.0 / (60 + i), ranks={"fts": i}) for i, m in enumerate(order, 1)]
+    return QueryState(query=q, legs=legs, fused=fused)
+
+
+def _answer(state: QueryState) -> dict:
+    return state.model_dump(mode="json", exclude={"timings", "beyond_budget"})
+
+
+def _run(con, state: QueryState, trim: bool) -> tuple[QueryState, int]:
+    cap = state.query.max_units
+    if not trim:
+        state.query.max_units = None
+    augmented = augment_batch(Batch(states=[state]), con, 40)
+    carried = len(augmented.states[0].results)
+    augmented.states[0].query.max_units = cap
+    return budget_batch(scope_batch(augmented)).states[0], carried
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=stores(max_size=14), cases=st.lists(st.tuples(options, budgets, st.randoms()), min_size=1, max_size=6))
+def test_trimmed_augment_gives_the_answer_of_carrying_everything(records, cases):
+    with tempfile.TemporaryDirectory() as tmp:
+        settings, _ = _ingest(Path(tmp), records)
+        store = Store.open(settings.store_path, read_only=True)
+        try:
+            con = store.cursor()
+            for opts, budget, rnd in cases:
+                order = [r["id"] for r in records]
+                rnd.shuffle(order)
+                trimmed, carried = _run(con, _state(opts, budget, order), trim=True)
+                reference, carried_all = _run(con, _state(opts, budget, order), trim=False)
+                assert _answer(trimmed) == _answer(reference)
+                assert carried <= carried_all
+                if budget["max_units"] is not None:
+                    # at most max_units in-scope results, plus the out-of-scope ones scope drops
+                    assert carried <= budget["max_units"] + trimmed.scope_dropped
+        finally:
+            store.close()
+
+
+def test_candidates_past_max_units_are_counted_not_carried(embedded):
+    """Hand-worked: 5 candidates in scope, max_units 2 -> 2 carried, 3 counted,
+    and the budget reports all 3 as left out."""
+    import json
+
+    from pipeline import ingest
+    from pipeline.embed import HashEmbedder
+
+    records = [{"id": f"m{i}", "namespace": "a", "content": f"deploy item{i}"} for i in range(5)]
+    records.append({"id": "x", "namespace": "b", "content": "deploy elsewhere"})
+    store = Store.open(embedded.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64)
+    parsed = ingest.parse_lines([json.dumps(r) for r in records], embedded.limits)
+    ingest.ingest_records(store, parsed.records, HashEmbedder(64), embedded)
+    try:
+        order = ["m0", "x", "m1", "m2", "m3", "m4"]
+        state = _state({"namespace": "a"}, {"max_units": 2, "max_chars": None, "timed_out": False}, order)
+        out = augment_batch(Batch(states=[state]), store.cursor(), 40).states[0]
+        assert [r.id for r in out.results] == ["m0", "x", "m1"]  # x is left to the scope stage
+        assert out.beyond_budget == 3
+        final = budget_batch(scope_batch(Batch(states=[out]))).states[0]
+        assert [r.id for r in final.results] == ["m0", "m1"]
+        assert final.scope_dropped == 1
+        assert final.truncated and final.truncation.by == "maxUnits" and final.truncation.left_out == 3
+    finally:
+        store.close()
