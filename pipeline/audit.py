@@ -170,14 +170,13 @@ def write_records(path: Path, records: list[AuditRecord]) -> int:
     """
     if not records:
         return 0
-    con = _connect(path, read_only=False)
     try:
-        migrate_package(con, "schema.audit")
-        return _insert(con, records)
-    except duckdb.Error as exc:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _knocking(path, read_only=False) as con:  # the audit worker may be holding the file
+            migrate_package(con, "schema.audit")
+            return _insert(con, records)
+    except (duckdb.Error, OSError) as exc:
         raise AuditStoreUnavailable(f"cannot write audit store {path}: {exc}") from exc
-    finally:
-        con.close()
 
 
 def write_record(path: Path, record: AuditRecord) -> bool:
@@ -190,6 +189,18 @@ def knock_path(path: Path) -> Path:
     return path.with_name(path.name + ".read-wanted")
 
 
+# A waiting reader touches its knock every 20-200 ms; one older than this was
+# left by a reader that died, and must not keep the writer away.
+_KNOCK_FRESH_S = 2.0
+
+
+def _knocked(path: Path) -> bool:
+    try:
+        return time.time() - knock_path(path).stat().st_mtime < _KNOCK_FRESH_S
+    except OSError:
+        return False
+
+
 class AuditWriter:
     """Writes ``retrieval_log`` rows over a connection kept open between writes.
 
@@ -197,7 +208,7 @@ class AuditWriter:
     committed row survives the process dying before the close). The hold is
     bounded: the connection is closed after ``idle_s`` without writes, after
     ``max_hold_s`` open, and within ``poll_s`` of a reader knocking
-    (``knock_path``, touched by ``_reading`` while the file is locked). After
+    (``knock_path``, touched by ``_knocking`` while the file is locked). After
     a knock the next write waits up to ``reader_grace_s`` for the reader to
     finish (the knock file is removed once it got in) before opening again.
     Thread-safe; one per process (the audit worker is the single writer).
@@ -261,7 +272,7 @@ class AuditWriter:
         return (
             now - self._last >= self.idle_s
             or now - self._opened >= self.max_hold_s
-            or (self._path is not None and knock_path(self._path).exists())
+            or (self._path is not None and _knocked(self._path))
         )
 
     def _close(self) -> None:
@@ -273,9 +284,8 @@ class AuditWriter:
                 pass
 
     def _wait_for_reader(self, path: Path) -> None:
-        knock = knock_path(path)
         deadline = time.monotonic() + self.reader_grace_s
-        while knock.exists() and time.monotonic() < deadline:
+        while _knocked(path) and time.monotonic() < deadline:
             self._cond.wait(self.poll_s)
 
     def _forked(self) -> None:
@@ -300,13 +310,19 @@ class AuditWriter:
                 self._cond.wait(self.poll_s)
 
 
+def _busy(exc: Exception) -> bool:
+    """A lock held by another process, or this process's own connection open
+    with another configuration: both pass once the holder lets go."""
+    return isinstance(exc, duckdb.ConnectionException) or "lock" in str(exc).lower()
+
+
 @contextmanager
-def _reading(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection, waiting out a writer's hold on the file (another
+def _knocking(path: Path, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection, waiting out a writer's hold on the file (another
     process: a lock error; this process: a configuration clash).
 
     While it waits it knocks (``knock_path``) so an ``AuditWriter`` holding the
-    file lets go and stays away until this reader has closed.
+    file lets go and stays away until this connection has closed.
     """
     last: Exception | None = None
     knock = knock_path(path)
@@ -314,9 +330,11 @@ def _reading(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     try:
         for attempt in range(50):
             try:
-                con = duckdb.connect(str(path), read_only=True)
+                con = duckdb.connect(str(path), read_only=read_only)
                 break
             except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                if not _busy(exc):  # not a hold (a folder in its place, no such file): waiting won't help
+                    raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
                 last = exc
             try:
                 knock.touch()
@@ -338,7 +356,7 @@ def _reading(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
 def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
     if not path.exists():
         return []
-    with _reading(path) as con:
+    with _knocking(path) as con:
         cur = con.execute(sql, params)
         names = [d[0] for d in cur.description]
         out = []
@@ -379,7 +397,7 @@ def count(path: Path) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""
     if not path.exists():
         return 0, 0
-    with _reading(path) as con:
+    with _knocking(path) as con:
         return con.execute("SELECT count(*), count(DISTINCT query_id) FROM retrieval_log").fetchone()
 
 

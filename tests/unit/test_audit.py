@@ -271,3 +271,50 @@ def test_writer_lets_go_when_idle(tmp_path, embedded):
     assert writer.write(path, rows) == 1 and writer.opens == 2  # idempotent by query id
     writer.release()
     assert pa.count(path) == (2, 2)
+
+
+def test_one_shot_write_gets_in_while_a_writer_holds_the_file(embedded, tmp_path):
+    """``dimple audit retry`` writes over a connection of its own: it knocks like
+    a reader, so the audit worker's held connection does not fail it."""
+    import subprocess
+    import sys
+
+    rows = _rows(embedded, tmp_path, 4)
+    path = tmp_path / "held.duckdb"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path), "3", "0.3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    proc.stdin.write("".join(r.model_dump_json() + "\n" for r in rows[:3]))
+    proc.stdin.close()
+    try:
+        assert proc.stdout.readline().startswith("wrote 0 opens=1 holding=True")
+        assert pa.write_record(path, rows[3]) is True  # the holder is mid-hold here
+        assert not pa.knock_path(path).exists()
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    assert pa.count(path) == (4, 4)
+
+
+def test_a_stale_knock_does_not_keep_the_writer_away(embedded, tmp_path):
+    """A reader killed while knocking leaves its file behind; once it is older
+    than a waiting reader's refresh interval the writer ignores it."""
+    import os
+    import time
+
+    rows = _rows(embedded, tmp_path, 3)
+    path = tmp_path / "stale.duckdb"
+    knock = pa.knock_path(path)
+    knock.touch()
+    writer = pa.AuditWriter(idle_s=600, max_hold_s=600)
+    t0 = time.monotonic()
+    assert writer.write(path, rows[:1]) == 1
+    assert time.monotonic() - t0 >= 0.5 and not writer.holding  # a fresh knock: waited, then let go
+    old = time.time() - 60
+    os.utime(knock, (old, old))
+    t0 = time.monotonic()
+    for row in rows[1:]:
+        assert writer.write(path, [row]) == 1
+    assert time.monotonic() - t0 < 0.5 and writer.holding and writer.opens == 2
+    writer.release()
+    assert pa.count(path) == (3, 3)
