@@ -284,7 +284,7 @@ def ingest_records(
     con = store.con
     ids = [r.id for r in records]
     rows = con.execute(
-        "SELECT id, content_hash, namespace FROM memories WHERE list_contains(?, id)", [ids]
+        "SELECT id, content_hash, namespace FROM memories WHERE id IN (SELECT unnest(?))", [ids]
     ).fetchall() if ids else []
     existing = {mid: digest for mid, digest, _ in rows}
     old_ns = {mid: ns for mid, _, ns in rows}
@@ -382,7 +382,7 @@ def _upsert_memories(con, records, hashes, vectors, changed, existing, now) -> N
     rows = [i for i, r in enumerate(records) if r.id not in existing or i in changed]
     meta_only = [i for i, r in enumerate(records) if r.id in existing and i not in changed]
     if rows:
-        con.execute("DELETE FROM memories WHERE list_contains(?, id)", [[records[i].id for i in rows]])
+        con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [[records[i].id for i in rows]])
         with embedding_rows(vectors[rows]) as emb_sql:
             con.execute(
                 "INSERT INTO memories (id, namespace, content, content_type, created_at, content_hash, embedding, "
@@ -447,9 +447,9 @@ def _json(value: Any) -> str | None:
 def _replace_annotations(con, records: list[MemoryRecord]) -> None:
     """User topics, concepts and the edges each record declares, replaced wholesale."""
     ids = [r.id for r in records]
-    con.execute("DELETE FROM memory_topics WHERE kind = 'user' AND list_contains(?, memory_id)", [ids])
-    con.execute("DELETE FROM memory_concepts WHERE list_contains(?, memory_id)", [ids])
-    con.execute("DELETE FROM edges WHERE list_contains(?, origin)", [ids])
+    con.execute("DELETE FROM memory_topics WHERE kind = 'user' AND memory_id IN (SELECT unnest(?))", [ids])
+    con.execute("DELETE FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))", [ids])
+    con.execute("DELETE FROM edges WHERE origin IN (SELECT unnest(?))", [ids])
     topic_rows = [(r.id, t) for r in records for t in r.topics]
     concept_rows = [(r.id, c) for r in records for c in r.concepts]
     edge_rows = (
@@ -486,7 +486,7 @@ def _place_in_tree(con, tree: Tree, records, vectors, rows: list[int], touched: 
         stored = {}
         if known:
             for mid, emb, content in con.execute(
-                "SELECT id, embedding, content FROM memories WHERE list_contains(?, id)", [known]
+                "SELECT id, embedding, content FROM memories WHERE id IN (SELECT unnest(?))", [known]
             ).fetchall():
                 stored[mid] = (np.asarray(emb, dtype=np.float32), content)
         got = [pending[m] if m in pending else stored[m] for m in member_ids]
