@@ -85,6 +85,20 @@ class Stack:
         )
         self._write_pid(name)
 
+    def start_query_workers(self, app, prefix: str, env: dict[str, str], *, audit: bool = False,
+                            timeout: float = 120.0) -> list[str]:
+        """An embed worker and a search worker with 2 processes (and an audit
+        worker with ``audit``), named ``{prefix}-embed`` and so on; returns
+        once every one answers a ping through ``app`` (configured for this
+        stack's broker beforehand)."""
+        names = [f"{prefix}-embed", f"{prefix}-search"] + ([f"{prefix}-audit"] if audit else [])
+        self.start_worker(names[0], "embed", env=env)
+        self.start_worker(names[1], "search", concurrency=2, env=env)
+        if audit:
+            self.start_worker(names[2], "audit", env=env)
+        self.wait_for_workers(app, names, timeout=timeout)
+        return names
+
     def wait_for_workers(self, app, names: list[str], timeout: float = 60.0) -> None:
         """Block until every named worker answers a ping."""
         deadline = time.time() + timeout

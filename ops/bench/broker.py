@@ -103,12 +103,9 @@ def main(argv=None) -> int:
     stack.start_redis()
     env = {"DIMPLE_DATA_DIR": str(embedded.data_dir)}
     try:
-        stack.start_worker("b-embed", "embed", env=env)
-        stack.start_worker("b-search", "search", concurrency=2, env=env)
-        stack.start_worker("b-audit", "audit", env=env)
         broker = embedded.replace(broker_url=stack.broker_url)
-        workers.configure(broker)
-        stack.wait_for_workers(app, ["b-embed", "b-search", "b-audit"], timeout=120)
+        workers.configure(broker)  # the pings go through it
+        stack.start_query_workers(app, "b", env, audit=True)
         rcon = redis.Redis.from_url(stack.broker_url)
         _latency(search, queries, 20)  # warm-up of the workers' model, store and index
 

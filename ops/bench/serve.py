@@ -120,11 +120,8 @@ def _through_broker(settings, queries: list[str], batch: int) -> dict:
     env = {"DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_EMBEDDING_MODEL": settings.embedding_model,
            "DIMPLE_AUDIT_ENABLED": "false"}
     try:
-        stack.start_worker("s-embed", "embed", env=env)
-        stack.start_worker("s-search", "search", concurrency=2, env=env)
-        broker = settings.replace(broker_url=stack.broker_url)
-        workers.configure(broker)
-        stack.wait_for_workers(app, ["s-embed", "s-search"], timeout=120)
+        workers.configure(settings.replace(broker_url=stack.broker_url))  # the pings go through it
+        stack.start_query_workers(app, "s", env)
         t0 = time.perf_counter()
         search_many(many[:4], batch_size=1)  # both search processes load their index
         out["workers_warm_s"] = round(time.perf_counter() - t0, 1)

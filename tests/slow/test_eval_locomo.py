@@ -32,11 +32,9 @@ def test_locomo_eval_through_the_broker_equals_embedded(locomo_store, tmp_path):
     stack.start_redis()
     env = {"DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_AUDIT_ENABLED": "false"}
     try:
-        stack.start_worker("e-embed", "embed", env=env)
-        stack.start_worker("e-search", "search", concurrency=2, env=env)
         broker_settings = quiet.replace(broker_url=stack.broker_url)
-        workers.configure(broker_settings)
-        stack.wait_for_workers(app, ["e-embed", "e-search"], timeout=180)
+        workers.configure(broker_settings)  # the pings go through it
+        stack.start_query_workers(app, "e", env, timeout=180)
         broker, broker_runs = execute(qset, broker_settings, name="broker", defaults=defaults, batch_size=64,
                                       progress=False)
     finally:
