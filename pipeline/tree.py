@@ -255,7 +255,8 @@ class Tree:
 
 
 # k-means trains on at most this many points per centre, then assigns every
-# point once (as FAISS does): the top split of 1M memories trains on 32k.
+# point once (as FAISS does): the top split of a 250k-memory namespace (256
+# centres) trains on 65,536 of them.
 _SAMPLE_PER_CENTER = 256
 _ASSIGN_CHUNK = 65_536
 
