@@ -14,7 +14,6 @@ loopback; the stack is stopped afterwards.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import InputError
-from .identity import text_identity
-from .settings import Settings
+from pipeline.errors import InputError
+from pipeline.identity import text_identity
+from pipeline.settings import Settings
 
 LEGS = ("vector", "fts")
 
@@ -30,7 +30,7 @@ class Mode(str, Enum):
     hybrid = "hybrid"
 
     @classmethod
-    def parse(cls, value: "str | Mode") -> "Mode":
+    def parse(cls, value: str | Mode) -> Mode:
         try:
             return cls(value)
         except ValueError:
@@ -79,7 +79,7 @@ def naive_utc(value: datetime | None) -> datetime | None:
     """Aware times converted to UTC; the store keeps naive UTC (naive input is taken as UTC)."""
     if value is not None and value.tzinfo is not None:
         try:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(UTC).replace(tzinfo=None)
         except OverflowError:  # e.g. 0001-01-01T00:00+05:00 is before year 1 in UTC
             raise ValueError("out of the supported date range once converted to UTC") from None
     return value
@@ -162,7 +162,7 @@ class Query(_Strict):
     @property
     def started_utc(self) -> datetime:
         """When the query started, naive UTC: the default 'now' for recency."""
-        return datetime.fromtimestamp(self.started_at, timezone.utc).replace(tzinfo=None)
+        return datetime.fromtimestamp(self.started_at, UTC).replace(tzinfo=None)
 
     @property
     def deadline(self) -> float | None:
@@ -307,7 +307,7 @@ class Results(_Strict):
     total_ms: float = 0.0
 
     @classmethod
-    def from_state(cls, state: QueryState) -> "Results":
+    def from_state(cls, state: QueryState) -> Results:
         return cls(
             query_id=state.query.id,
             query=state.query.text,
@@ -322,7 +322,7 @@ class Results(_Strict):
         )
 
 
-def validation_error(exc: "ValidationError", default: str) -> InputError:
+def validation_error(exc: ValidationError, default: str) -> InputError:
     """The first problem of a pydantic error as an ``InputError`` naming the field.
 
     Raise it ``from exc``: a caller who wants every problem, not just the

@@ -61,3 +61,23 @@ class BrokerUnavailableError(DimpleError):
 
 class StageError(DimpleError):
     """A pipeline stage failed on a worker; the message names the stage and the cause."""
+
+
+class AuditWriteError(DimpleError):
+    """An audit row could not be written."""
+
+class AuditStoreUnavailable(AuditWriteError):
+    """The audit store cannot be opened or written (lock, permissions, disk)."""
+
+class AuditRetriesExhausted(AuditWriteError):
+    """Every retry failed; the row went to the dead-letter folder."""
+
+
+class EvalInputError(InputError):
+    """A bad evaluation input: names the file, line and field."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(where, reason)
+
+class EvalFailed(DimpleError):
+    """Every query of a run failed (broker down, timeouts): nothing to score."""

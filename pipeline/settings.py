@@ -159,7 +159,7 @@ class Settings(BaseSettings):
         return value.expanduser() if value is not None else None
 
     @model_validator(mode="after")
-    def _soft_limit_first(self) -> "Settings":
+    def _soft_limit_first(self) -> Settings:
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         return self
@@ -171,7 +171,7 @@ class Settings(BaseSettings):
     @property
     def store_path(self) -> Path:
         """The published store generation (see ``pipeline.generations``)."""
-        from .generations import current_or_default
+        from pipeline.store.generations import current_or_default
 
         return current_or_default(self.data_dir)
 
@@ -183,7 +183,7 @@ class Settings(BaseSettings):
     def dead_letter_dir(self) -> Path:
         return (self.audit_dir or self.data_dir) / "audit-dead-letters"
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         """A validated copy with ``changes`` applied (the environment is not re-read)."""
         return type(self).model_validate({**self.model_dump(), **changes})
 

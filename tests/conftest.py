@@ -27,10 +27,11 @@ def embedded(settings: Settings):
     """Point the in-process (eager) pipeline at ``settings``, whatever an
     earlier test configured (a broker included); release the store afterwards."""
     import workers
-    from workers import resources
+    from workers import audit, resources
 
     workers.configure(settings)
     yield settings
+    audit.flush()  # this test's audit rows belong to its data dir
     resources.close_store()
 
 

@@ -7,7 +7,7 @@ namespace, a topic key, a concept, a content type, an id or a query.
 
 from __future__ import annotations
 
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta, timezone
 
 from hypothesis import strategies as st
 
@@ -59,7 +59,7 @@ EVIL = [
 # The same, with characters dimple refuses (a typed error is the right answer).
 REFUSED = ["a\x00b", "\x00", "x' OR '1'='1\x00", "\ud800", "ok\udfffok"]
 
-_OFFSETS = [None, timezone.utc, timezone(timedelta(hours=5)), timezone(timedelta(hours=-11, minutes=-30))]
+_OFFSETS = [None, UTC, timezone(timedelta(hours=5)), timezone(timedelta(hours=-11, minutes=-30))]
 
 short_text = st.text(max_size=24)
 any_char_text = st.text(st.characters(exclude_categories=()), max_size=24)  # lone surrogates included

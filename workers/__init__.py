@@ -2,9 +2,13 @@
 
 
 def configure(settings) -> None:
-    """Use ``settings`` in this process: the store, the model and the broker."""
-    from . import resources
+    """Use ``settings`` in this process: the store, the model and the broker.
+
+    Pending embedded audit rows are written first, under the settings they
+    were made with."""
+    from . import audit, resources
     from .app import reconfigure
 
+    audit.flush()
     resources.configure(settings)
     reconfigure(settings)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, EagerResult
@@ -22,7 +23,6 @@ from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, Que
 from . import resources
 from .app import app, reset_connections
 from .canvas import query_canvas
-
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 _BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)

@@ -17,15 +17,10 @@ import random
 import threading
 import time
 
-from pipeline.audit import (
-    AuditRecord,
-    AuditRetriesExhausted,
-    AuditWriteError,
-    build_record,
-    dead_letter,
-    log_line,
-)
+from pipeline.audit.dead_letters import dead_letter
+from pipeline.audit.record import AuditRecord, build_record, log_line
 from pipeline.contracts import Batch
+from pipeline.errors import AuditRetriesExhausted, AuditWriteError
 from pipeline.settings import Settings
 
 from . import resources
@@ -34,7 +29,7 @@ from .app import app
 search_log = logging.getLogger("dimple.search")
 log = logging.getLogger("dimple.audit")
 
-_queue: "queue.Queue[tuple[Settings, dict]]" = queue.Queue()
+_queue: queue.Queue[tuple[Settings, dict]] = queue.Queue()
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 
@@ -74,9 +69,8 @@ def send(records: list[AuditRecord]) -> None:
         _ensure_thread()
         _queue.put((resources.settings(), payload))
     else:
-        from .tasks import audit_write
-
-        audit_write.apply_async(args=[payload])
+        # by name: the task is registered in workers.tasks, routed to the audit queue
+        app.send_task("audit.write", args=[payload])
 
 
 def _ensure_thread() -> None:

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pipeline.errors import DimpleError, IngestValidationError, InputError
+from workers.render import format_results, one_line
+from workers.service import cli_settings, ingest_file, ingest_via_broker, need_broker, replay_row
 
 EXIT_USER = 2
 
@@ -42,13 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dimple: interrupted", file=sys.stderr)
         return 130
-
-
-def one_line(text: str) -> str:
-    """An error message as one printable line: line breaks, control and
-    bidirectional characters and invalid Unicode (from non-UTF-8 arguments)
-    are written as escapes, so a hostile value cannot break or disguise it."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -137,60 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _settings():
-    from pipeline.settings import get_settings
-
-    settings = get_settings()
-    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s %(message)s")
-    # Embedded runs execute tasks in-process; Celery's per-task INFO lines
-    # (with whole batches as results) are for worker logs, not the terminal.
-    logging.getLogger("celery").setLevel(max(logging.WARNING, logging.getLogger().level))
-    return settings
-
-
 # -- ingest / reindex / stats / config --------------------------------------------
-def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):
-    """Validate ``path`` in full, then write it in one transaction (the CLI's ingest)."""
-    from pipeline import ingest
-
-    parsed = ingest.read_file(path, settings.limits)
-    return ingest.write_parsed(parsed, settings, skip_invalid=skip_invalid, progress=progress)
-
-
-def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeout: float = 3600.0):
-    """Validate the whole file here, then send it in batches, in order, to ``ingest.batch``.
-
-    Yields one result dict per batch (``first_line``, ``lines`` and the
-    worker's report) as each batch is acknowledged.
-    """
-    from pipeline import generations, ingest
-    from pipeline.store import Store
-    from pipeline.errors import BrokerUnavailableError
-    from workers.api import _BROKER_DOWN
-    from workers.tasks import ingest_batch
-
-    _need_broker(settings)
-    lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
-    parsed = ingest.parse_lines(lines, settings.limits)
-    published = generations.current(settings.data_dir)
-    existing = Store.open(published, read_only=True) if published is not None else None
-    try:
-        ingest.validate(parsed, existing, skip_invalid)
-    finally:
-        if existing is not None:
-            existing.close()
-    size = settings.ingest_batch_size
-    for start in range(0, len(lines), size):
-        chunk = lines[start : start + size]
-        try:
-            result = ingest_batch.apply_async(args=[chunk, start + 1, skip_invalid]).get(timeout=timeout)
-        except _BROKER_DOWN as exc:
-            raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
-        yield {"first_line": start + 1, "lines": len(chunk), **result}
-
-
 def cmd_ingest(args) -> int:
-    settings = _settings()
+    settings = cli_settings()
     if args.via_broker:
         failed = 0
         for batch in ingest_via_broker(args.file, settings, skip_invalid=args.skip_invalid):
@@ -219,11 +163,11 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_reindex(args) -> int:
-    from pipeline import generations
-    from pipeline.ingest import rebuild_tree
-    from pipeline.store import Store
+    from pipeline.store import generations
+    from pipeline.store.database import Store
+    from pipeline.store.ingest import rebuild_tree
 
-    settings = _settings()
+    settings = cli_settings()
     if generations.current(settings.data_dir) is None:
         raise InputError("store", f"no store in {settings.data_dir}")
     t0 = time.perf_counter()
@@ -234,10 +178,10 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from pipeline.stats import store_stats
-    from pipeline.store import Store
+    from pipeline.store.database import Store
+    from pipeline.store.stats import store_stats
 
-    settings = _settings()
+    settings = cli_settings()
     with Store.open(settings.store_path, read_only=True) as store:
         stats = store_stats(store)
     if args.json:
@@ -257,7 +201,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_config(args) -> int:
-    settings = _settings()
+    settings = cli_settings()
     print(json.dumps(settings.masked(), indent=2, default=str))
     return 0
 
@@ -280,7 +224,7 @@ def search_options(args) -> dict[str, Any]:
 
 
 def cmd_search(args) -> int:
-    _settings()
+    cli_settings()
     from workers.api import search
 
     results = search(args.query, **search_options(args))
@@ -289,33 +233,6 @@ def cmd_search(args) -> int:
     else:
         print(format_results(results))
     return 0
-
-
-def format_results(results) -> str:
-    """A readable table: rank, score, id, namespace, preview, graph marks."""
-    lines = []
-    if not results.results:
-        lines.append(f"no results for {results.query!r} ({results.mode})")
-    else:
-        width = max(len(r.id) for r in results.results)
-        lines.append(f"{'#':>3}  {'score':>8}  {'id':<{width}}  {'namespace':<12} preview")
-        for r in results.results:
-            marks = []
-            if r.superseded_by:
-                marks.append("superseded by " + ", ".join(l.id for l in r.superseded_by))
-            if r.conflicts:
-                marks.append("conflicts " + ", ".join(l.id for l in r.conflicts))
-            if r.supported_by:
-                marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
-            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
-            for mark in marks:
-                lines.append(f"{'':>3}  {'':>8}  {'':<{width}}  {'':<12}   ↳ {mark}")
-    tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
-    if results.truncated and results.truncation:
-        t = results.truncation
-        tail += f", truncated by {t.by} ({t.left_out} left out)"
-    lines.append(tail)
-    return "\n".join(lines)
 
 
 # -- audit ---------------------------------------------------------------------------
@@ -331,7 +248,7 @@ def _audit_row(settings, query_id: str):
 def cmd_audit_tail(args) -> int:
     from pipeline import audit
 
-    settings = _settings()
+    settings = cli_settings()
     rows = audit.tail(settings.audit_path, max(args.n, 0))
     for row in rows:
         if args.json:
@@ -345,7 +262,7 @@ def cmd_audit_tail(args) -> int:
 
 
 def cmd_audit_show(args) -> int:
-    settings = _settings()
+    settings = cli_settings()
     print(_audit_row(settings, args.query_id).model_dump_json(indent=2))
     return 0
 
@@ -353,7 +270,7 @@ def cmd_audit_show(args) -> int:
 def cmd_audit_explain(args) -> int:
     from pipeline import audit
 
-    settings = _settings()
+    settings = cli_settings()
     row = _audit_row(settings, args.query_id)
     paths = audit.explain(row)
     replay = None if args.no_replay else replay_row(row)
@@ -380,24 +297,10 @@ def cmd_audit_explain(args) -> int:
     return 0
 
 
-def replay_row(row) -> dict[str, Any]:
-    """Re-run a logged query with its recorded options; compare the served list."""
-    if row.query_text is None:
-        return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
-    from pipeline.audit import diff_served, replay_options
-    from workers.api import search
-
-    now = search(row.query_text, **replay_options(row))
-    diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
-    changes = diff["changes"]
-    return {"verdict": "same list" if diff["same"] else f"{len(changes)} change(s)", "changes": changes,
-            "replay_query_id": now.query_id}
-
-
 def cmd_audit_failed(args) -> int:
     from pipeline import audit
 
-    settings = _settings()
+    settings = cli_settings()
     letters = audit.dead_letters(settings.dead_letter_dir)
     for _, error, row in letters:
         print(f"{row.query_id} {row.logged_at:%Y-%m-%d %H:%M:%S} {error}")
@@ -408,7 +311,7 @@ def cmd_audit_failed(args) -> int:
 def cmd_audit_retry(args) -> int:
     from pipeline import audit
 
-    settings = _settings()
+    settings = cli_settings()
     written, present, errors = audit.retry_dead_letters(settings.dead_letter_dir, settings.audit_path)
     print(f"written {written}, already present {present}, still failing {len(errors)}")
     for e in errors:
@@ -417,11 +320,6 @@ def cmd_audit_retry(args) -> int:
 
 
 # -- worker / flower -------------------------------------------------------------------
-def _need_broker(settings) -> None:
-    if settings.embedded:
-        raise InputError("DIMPLE_BROKER_URL", "not set: workers and Flower need a broker (e.g. redis://127.0.0.1:6379/0)")
-
-
 def worker_argv(settings, queues: str, concurrency: int | None, name: str | None) -> list[str]:
     from workers.app import QUEUES
 
@@ -438,8 +336,8 @@ def worker_argv(settings, queues: str, concurrency: int | None, name: str | None
 
 
 def cmd_worker(args) -> int:
-    settings = _settings()
-    _need_broker(settings)
+    settings = cli_settings()
+    need_broker(settings)
     from workers.app import app
 
     app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name))
@@ -463,8 +361,8 @@ def flower_argv(settings, insecure: bool) -> list[str]:
 
 
 def cmd_flower(args) -> int:
-    settings = _settings()
-    _need_broker(settings)
+    settings = cli_settings()
+    need_broker(settings)
     argv = flower_argv(settings, args.insecure)
     from workers.app import app
 
@@ -476,7 +374,7 @@ def cmd_flower(args) -> int:
 def cmd_demo(args) -> int:
     from workers.demo import run_demo
 
-    return run_demo(_settings(), rebuild=args.rebuild)
+    return run_demo(cli_settings(), rebuild=args.rebuild)
 
 
 if __name__ == "__main__":

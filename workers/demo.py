@@ -12,7 +12,7 @@ import logging
 import time
 from pathlib import Path
 
-from pipeline.evaluation import score
+from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 
 SHOWCASE = 3
@@ -24,11 +24,11 @@ def demo_settings(settings: Settings) -> Settings:
 
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
-    from pipeline import generations
-    from pipeline.demo import write_demo
+    from pipeline.datasets.demo import write_demo
+    from pipeline.store import generations
 
     from . import resources
-    from .cli import ingest_file
+    from .service import ingest_file
 
     files = write_demo(settings.data_dir / "files")
     if rebuild:
@@ -57,7 +57,7 @@ def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str
 def run_demo(settings: Settings, rebuild: bool = False) -> int:
     from . import resources
     from .api import search, search_many
-    from .cli import format_results
+    from .render import format_results
 
     # The demo prints its own summary; one INFO line per query (225 of them)
     # and the model loader's chatter would bury it.

@@ -6,17 +6,16 @@ module wires sources, stores, the search function and the output folder.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import tempfile
-import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from pipeline import evaluation as ev
+from pipeline.datasets.beir import load_beir
 from pipeline.errors import InputError
 
 
@@ -102,7 +101,7 @@ def _positive(args) -> None:
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def _need_out(args) -> Path:
@@ -134,7 +133,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
                    for q in raw]
         return ev.reconcile("demo", queries, qrels, strict=args.strict), run_settings
     if source == "locomo":
-        from pipeline.locomo import load_locomo
+        from pipeline.datasets.locomo import load_locomo
 
         if not args.locomo.is_file():
             raise InputError("--locomo", f"no such file: {args.locomo}")
@@ -148,7 +147,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
         qset = ev.reconcile("locomo", queries, loco.qrels, strict=args.strict)
         qset.loader_skipped = {f"locomo_{k}": v for k, v in loco.skipped.items() if v}
         return qset, run_settings
-    records, queries, qrels = ev.load_beir(args.beir)
+    records, queries, qrels = load_beir(args.beir)
     run_settings = settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir"))
     _ensure_store(run_settings, records, "beir")
     return ev.reconcile(args.beir.resolve().name, queries, qrels, strict=args.strict), run_settings
@@ -156,9 +155,9 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
 
 def _ensure_store(settings, records: list[dict], what: str) -> None:
     """Ingest ``records`` into ``settings.data_dir`` unless a store is there already."""
-    from pipeline import generations
+    from pipeline.store import generations
 
-    from .cli import ingest_file
+    from .service import ingest_file
 
     if generations.current(settings.data_dir) is not None:
         return
@@ -238,10 +237,10 @@ def _say_skipped(qset: ev.QuerySet) -> None:
 
 
 def cmd_eval(args) -> int:
-    from .cli import _settings
+    from .service import cli_settings
 
     out = _need_out(args)
-    settings = _settings()
+    settings = cli_settings()
     _quiet()
     qset, run_settings = load_source(args, settings)
     _say_skipped(qset)
@@ -253,7 +252,7 @@ def cmd_eval(args) -> int:
     _positive(args)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
                            progress=not args.no_progress, in_flight=args.in_flight)
-    from pipeline.eval_report import safe_name, write_run
+    from pipeline.evaluation.report import safe_name, write_run
 
     folder = out / safe_name(name)
     write_run(folder, report, ev.as_run(runs), qset.qrels, runs)
@@ -277,7 +276,7 @@ def load_run_folder(folder: Path) -> tuple[dict[str, Any], dict[str, list[str]],
 
 
 def cmd_compare(args) -> int:
-    from pipeline.eval_report import safe_name, write_comparison
+    from pipeline.evaluation.report import safe_name, write_comparison
 
     if len(args.runs) < 2:
         raise InputError("RUN", "compare needs at least two run folders")
@@ -309,7 +308,7 @@ def parse_since(text: str | None, now: datetime | None = None) -> datetime | Non
     """``--since``: an ISO time (naive = UTC) or an age (``45s``, ``30m``, ``2h``, ``7d``); naive UTC out."""
     if text is None:
         return None
-    now = now or datetime.now(timezone.utc).replace(tzinfo=None)
+    now = now or datetime.now(UTC).replace(tzinfo=None)
     units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
     if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
         return now - timedelta(**{units[text[-1]]: float(text[:-1])})
@@ -318,19 +317,19 @@ def parse_since(text: str | None, now: datetime | None = None) -> datetime | Non
     except ValueError:
         raise InputError("--since", f"{text!r} is neither an ISO time nor an age such as 30m, 2h, 7d") from None
     if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
 def cmd_replay(args) -> int:
     import workers
     from pipeline import audit
-    from pipeline.eval_report import safe_name, write_replay
+    from pipeline.evaluation.report import safe_name, write_replay
 
     from .api import search_many
-    from .cli import _settings
+    from .service import cli_settings
 
-    settings = _settings()
+    settings = cli_settings()
     _quiet()
     _positive(args)
     start = parse_since(args.since)
@@ -377,9 +376,9 @@ def _axes(args) -> dict[str, list[Any]]:
 def tree_copy(settings, max_leaf_items: int, work: Path):
     """Settings on a temporary copy of the published store whose tree is
     rebuilt with ``max_leaf_items``; the user's store is only read."""
-    from pipeline import generations
-    from pipeline.ingest import rebuild_tree
-    from pipeline.store import Store
+    from pipeline.store import generations
+    from pipeline.store.database import Store
+    from pipeline.store.ingest import rebuild_tree
 
     source = generations.current(settings.data_dir)
     if source is None:
@@ -395,12 +394,12 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
 
 
 def cmd_sweep(args) -> int:
-    from pipeline.eval_report import safe_name, write_comparison, write_run
+    from pipeline.evaluation.report import safe_name, write_comparison, write_run
 
-    from .cli import _settings
+    from .service import cli_settings
 
     out = _need_out(args)
-    settings = _settings()
+    settings = cli_settings()
     _quiet()
     _positive(args)
     grid = ev.sweep_grid(_axes(args))

@@ -7,13 +7,13 @@ from __future__ import annotations
 import atexit
 import threading
 
-from pipeline.audit import AuditWriter
-from pipeline.embed import Embedder, make_embedder
-from pipeline.settings import Settings, get_settings
-from pipeline import generations
+from pipeline.audit.writer import AuditWriter
+from pipeline.embedders import Embedder, make_embedder
 from pipeline.errors import StoreError
-from pipeline.store import Store
-from pipeline.vector import VectorIndex
+from pipeline.settings import Settings, get_settings
+from pipeline.stages.descend import VectorIndex
+from pipeline.store import generations
+from pipeline.store.database import Store
 
 _lock = threading.RLock()
 _settings: Settings | None = None
@@ -135,14 +135,8 @@ def cursor():
 
 
 def close_store() -> None:
-    """Release the store (before this process writes to it, or on shutdown).
-
-    Pending embedded audit rows are written first: they belong to this data dir.
-    """
+    """Release the store (before this process writes to it, or on shutdown)."""
     global _store, _index
-    from . import audit
-
-    audit.flush()
     with _lock:
         if _store is not None:
             _store.close()

@@ -6,22 +6,21 @@ from contextlib import contextmanager
 
 from pydantic import ValidationError
 
-from pipeline.audit import AuditRecord, AuditWriteError
-from pipeline.budget import budget_batch
+from pipeline.audit.record import AuditRecord
 from pipeline.contracts import Batch, vectors_consumed
-from pipeline.embed import embed_batch
-from pipeline.fulltext import fulltext_batch
-from pipeline.fuse import fuse_batch
-from pipeline.errors import IngestValidationError, StageError
-from pipeline.graph import augment_batch
-from pipeline.ingest import parse_lines, write_parsed
-from pipeline.scope import scope_batch
-from pipeline.store import created_at_of
-from pipeline.vector import descend_batch
+from pipeline.errors import AuditWriteError, IngestValidationError, StageError
+from pipeline.stages.augment import augment_batch
+from pipeline.stages.budget import budget_batch
+from pipeline.stages.descend import descend_batch
+from pipeline.stages.embed import embed_batch
+from pipeline.stages.fulltext import fulltext_batch
+from pipeline.stages.fuse import fuse_batch
+from pipeline.stages.scope import scope_batch
+from pipeline.store.database import created_at_of
+from pipeline.store.ingest import parse_lines, write_parsed
 
 from . import audit, resources
 from .app import app
-
 
 
 @contextmanager
@@ -108,7 +107,7 @@ def audit_write(self, records: list[dict]) -> dict:
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             raise audit.give_up(settings, rows, exc, self.request.retries) from None
-        raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None)
+        raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None) from None
     return {"rows": len(rows), "inserted": inserted}
 
 

@@ -44,9 +44,9 @@ class _Fixed:
 
 def measure(store_dir: Path, batch: int, log=print) -> dict:
     from ops.bench import synth
-    from pipeline.ingest import MemoryRecord, ingest_records
     from pipeline.settings import Settings
-    from pipeline.store import Store
+    from pipeline.store.database import Store
+    from pipeline.store.ingest import MemoryRecord, ingest_records
 
     with tempfile.TemporaryDirectory(dir=store_dir.parent) as scratch:
         t = time.perf_counter()
@@ -56,7 +56,6 @@ def measure(store_dir: Path, batch: int, log=print) -> dict:
         settings = Settings(data_dir=Path(scratch), _env_file=None)
         store = Store.open(path, read_only=False)
         n, namespaces = store.con.execute("SELECT count(*), list(DISTINCT namespace ORDER BY namespace) FROM memories").fetchone()
-        dim = store.info.embedding_dim
         rng = np.random.default_rng(5)
         # near stored memories, like new facts on known topics
         picks = sorted(rng.choice(n, size=batch, replace=n < batch).tolist())

@@ -32,10 +32,10 @@ def pct(xs, q) -> float:
 def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, log=print) -> dict:
     from ops.bench import synth
     from ops.bench.bm25_reference import match_bm25, same_ranking
-    from pipeline import fulltext
-    from pipeline.scope import Scope
     from pipeline.settings import Settings
-    from pipeline.store import Store
+    from pipeline.stages import fulltext
+    from pipeline.stages.scope import Scope
+    from pipeline.store.database import Store
 
     fts = Settings(_env_file=None).fulltext
     store = Store.open(store_dir / "store.duckdb", read_only=True)

@@ -15,17 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.embed import make_embedder
+from pipeline.embedders import make_embedder
 from pipeline.settings import Settings
 
 
 def corpus(n: int, locomo: Path) -> list[dict]:
     if locomo.is_file():
-        from pipeline.locomo import load_locomo
+        from pipeline.datasets.locomo import load_locomo
 
         base = load_locomo(locomo).records
     else:
-        from pipeline.demo import generate_corpus
+        from pipeline.datasets.demo import generate_corpus
 
         base = generate_corpus()
     out = []
@@ -46,9 +46,8 @@ def corpus(n: int, locomo: Path) -> list[dict]:
 def measure(settings: Settings, records: list[dict]) -> dict:
     """Raw embedding of the records' texts, then ``dimple ingest`` of the same
     records into a fresh store; both timed in this process."""
+    from pipeline.store.generations import drop_all
     from workers.cli import ingest_file
-
-    from pipeline.generations import drop_all
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     drop_all(settings.data_dir)

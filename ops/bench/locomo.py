@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.locomo import load_locomo
-from pipeline.evaluation import score
-from pipeline.scope import Scope
+from pipeline.datasets.locomo import load_locomo
+from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
-from pipeline.store import Store
-from pipeline.vector import VectorIndex, descend, exact
+from pipeline.stages.descend import VectorIndex, descend, exact
+from pipeline.stages.scope import Scope
+from pipeline.store.database import Store
 
 
 def build(settings: Settings, data: Path, reuse: bool) -> dict:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     import workers
     from ops.bench import synth
     from pipeline.settings import Settings
-    from pipeline.store import Store
+    from pipeline.store.database import Store
     from workers import resources
     from workers.api import search
 

@@ -147,8 +147,8 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
                 namespace_of: list[str] | None = None, log=print) -> dict:
     """Write ``n`` synthetic memories, their tree and their full-text index into
     a new store at ``path`` through the same primitives ingest uses. Returns timings."""
-    from pipeline import fulltext
-    from pipeline.store import Store, utcnow
+    from pipeline.store import fulltext_index
+    from pipeline.store.database import Store, utcnow
 
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -189,7 +189,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     seconds["tree"] = time.perf_counter() - t
     log(f"tree in {seconds['tree']:.1f}s")
     t = time.perf_counter()
-    fulltext.rebuild_index(con, settings.fulltext)
+    fulltext_index.rebuild_index(con, settings.fulltext)
     store.set_meta("generation", "1")
     store.set_meta("fts_generation", "1")
     seconds["fulltext"] = time.perf_counter() - t
@@ -200,7 +200,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
 
 
 def _save_tree(con, settings, ids, ns_of, emb, docs) -> None:
-    from pipeline.tree import Tree, save_namespaces
+    from pipeline.store.tree import Tree, save_namespaces
 
     tree = Tree(settings.tree)
     names = sorted(set(ns_of))
@@ -216,7 +216,7 @@ def retree(path: Path, n: int, settings, *, namespaces: int = 4, dim: int = 384,
     """Rebuild only the topic tree of a store ``build_store`` wrote with the same
     arguments (its texts and embeddings are generated again, bit for bit), as a
     new generation; memories and the full-text index are left as they are."""
-    from pipeline.store import Store
+    from pipeline.store.database import Store
 
     t = time.perf_counter()
     docs, emb = texts(n, seed=seed), clustered_embeddings(n, dim, seed=seed)

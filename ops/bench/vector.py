@@ -53,9 +53,9 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
 
     from ops.bench import synth
     from pipeline.settings import Settings
-    from pipeline.store import Store
-    from pipeline.scope import Scope
-    from pipeline.vector import VectorIndex, descend
+    from pipeline.stages.descend import VectorIndex, descend
+    from pipeline.stages.scope import Scope
+    from pipeline.store.database import Store
 
     faiss.omp_set_num_threads(1)
     tree = Settings(_env_file=None).tree
@@ -167,8 +167,8 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
 def build_locomo_store(path: Path, data: Path, log=print) -> None:
     """A store of every LoCoMo turn, embedded by the configured (real) model."""
     from ops.bench import synth
-    from pipeline.embed import make_embedder
-    from pipeline.locomo import load_locomo
+    from pipeline.datasets.locomo import load_locomo
+    from pipeline.embedders import make_embedder
     from pipeline.settings import Settings
 
     if (path / "store.duckdb").exists():

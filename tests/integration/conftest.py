@@ -24,8 +24,8 @@ class DemoStore:
 @pytest.fixture(scope="session")
 def demo_store(tmp_path_factory) -> DemoStore:
     """The demo corpus ingested with the real model into a fresh store."""
+    from pipeline.datasets.demo import write_demo
     from workers.cli import ingest_file
-    from pipeline.demo import write_demo
 
     data_dir = tmp_path_factory.mktemp("demo-store")
     settings = Settings(data_dir=data_dir, _env_file=None)

@@ -49,9 +49,8 @@ def test_one_row_per_query_through_workers(demo_store, stack):
 def test_audit_worker_killed_during_1000_queries(demo_store, tmp_path_factory):
     """SIGKILL the audit worker three times mid-run: afterwards every query has exactly one row."""
     import workers
-    from workers.app import app, reconfigure
-
     from pipeline.settings import Settings
+    from workers.app import app, reconfigure
 
     data = tmp_path_factory.mktemp("audit-fault")
     (data / "store.duckdb").symlink_to(demo_store.settings.store_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.locomo import load_locomo
+from pipeline.datasets.locomo import load_locomo
 from pipeline.settings import Settings
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"

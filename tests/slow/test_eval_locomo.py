@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 def test_locomo_eval_through_the_broker_equals_embedded(locomo_store, tmp_path):
     import workers
     from ops.stack import Stack, redis_binary
-    from pipeline.eval_report import write_run
+    from pipeline.evaluation.report import write_run
     from workers.app import app
     from workers.eval_cli import execute
 

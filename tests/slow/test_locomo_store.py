@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.scope import Scope
-from pipeline.stats import store_stats
-from pipeline.store import Store
-from pipeline.vector import VectorIndex, descend, exact
+from pipeline.stages.descend import VectorIndex, descend, exact
+from pipeline.stages.scope import Scope
+from pipeline.store.database import Store
+from pipeline.store.stats import store_stats
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def test_locomo_ingest_then_stats(locomo_store):
 
 
 def test_descent_is_bounded_and_matches_exact_search(locomo_store):
-    from pipeline.embed import make_embedder
+    from pipeline.embedders import make_embedder
 
     settings, loco = locomo_store
     queries = loco.queries[::3]  # 512 questions spread over all conversations

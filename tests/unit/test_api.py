@@ -87,7 +87,7 @@ def test_identifier_query_returns_its_memory_first(embedded, tmp_path):
 
 def test_max_ms_holds_when_a_leg_is_slow(embedded, tmp_path, monkeypatch):
     """A full-text leg that would run for minutes is cut at the deadline."""
-    from pipeline import fulltext
+    from pipeline.stages import fulltext
     from workers.api import search
 
     _store(embedded, tmp_path)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline import audit as pa
-from pipeline.embed import HashEmbedder
+from pipeline.embedders import HashEmbedder
 from pipeline.identity import fnv1a64, text_identity, vector_identity
 from tests.conftest import write_jsonl
 from workers.cli import ingest_file, main
@@ -159,7 +159,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
 
 
 def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
-    from pipeline.audit import AuditRetriesExhausted
+    from pipeline.errors import AuditRetriesExhausted
     from workers import resources
     from workers.api import search
     from workers.tasks import audit_write

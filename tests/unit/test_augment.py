@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline.budget import budget_batch
 from pipeline.contracts import Batch, Fused, LegRun, Query, QueryOptions, QueryState
-from pipeline.graph import augment_batch
-from pipeline.scope import scope_batch
-from pipeline.store import Store
-from tests.unit.test_scope import CONCEPTS, NAMESPACES, TYPES, TOPICS, _ingest, stores
+from pipeline.stages.augment import augment_batch
+from pipeline.stages.budget import budget_batch
+from pipeline.stages.scope import scope_batch
+from pipeline.store.database import Store
+from tests.unit.test_scope import CONCEPTS, NAMESPACES, TOPICS, TYPES, _ingest, stores
 
 options = st.fixed_dictionaries({
     "namespace": st.none() | st.sampled_from(NAMESPACES),
@@ -85,8 +85,8 @@ def test_candidates_past_max_units_are_counted_not_carried(embedded):
     and the budget reports all 3 as left out."""
     import json
 
-    from pipeline import ingest
-    from pipeline.embed import HashEmbedder
+    from pipeline.embedders import HashEmbedder
+    from pipeline.store import ingest
 
     records = [{"id": f"m{i}", "namespace": "a", "content": f"deploy item{i}"} for i in range(5)]
     records.append({"id": "x", "namespace": "b", "content": "deploy elsewhere"})

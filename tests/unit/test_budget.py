@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline.budget import apply_budget, budget_batch
 from pipeline.contracts import Batch, LegRun, Query, QueryState, Result, Truncation
+from pipeline.stages.budget import apply_budget, budget_batch
 
 
 def _result(rank: int, content: str, mid: str | None = None) -> Result:

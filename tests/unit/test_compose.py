@@ -7,11 +7,10 @@ checked for what dimple relies on.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import copy
 import importlib.resources
 import json
+from pathlib import Path
 
 import jsonschema
 import yaml

@@ -12,8 +12,19 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from pipeline.contracts import (
-    Batch, Fused, GraphLink, Hit, LegRun, Mode, Query, QueryOptions, QueryState, Result, Results,
-    Truncation, make_query,
+    Batch,
+    Fused,
+    GraphLink,
+    Hit,
+    LegRun,
+    Mode,
+    Query,
+    QueryOptions,
+    QueryState,
+    Result,
+    Results,
+    Truncation,
+    make_query,
 )
 from pipeline.errors import InputError
 from pipeline.settings import Settings

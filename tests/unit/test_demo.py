@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from pipeline.demo import generate_corpus, generate_queries, write_demo
+from pipeline.datasets.demo import generate_corpus, generate_queries, write_demo
 
 REQUIRED = {
     "id": str,
@@ -26,7 +26,7 @@ REQUIRED = {
     "metadata": dict,
 }
 EDGES = ("supersedes", "conflicts", "supported_by")
-PERIOD = (datetime(2025, 1, 1, tzinfo=timezone.utc), datetime(2025, 10, 1, tzinfo=timezone.utc))
+PERIOD = (datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 10, 1, tzinfo=UTC))
 
 
 def _when(record: dict) -> datetime:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import audit as pa
 from pipeline import evaluation as ev
 from tests.conftest import write_jsonl
 from workers.cli import ingest_file, main
@@ -131,7 +130,6 @@ def test_replay_reports_the_queries_a_settings_change_changed(cli_env, tmp_path,
     report = json.loads((out / "changed" / "replay.json").read_text())
     # what changed, found independently: each query re-run with the new weights
     import workers
-    from pipeline.settings import Settings
 
     workers.configure(cli_env.replace(vector_weight=0.05, audit_enabled=False))
     now = search_many(asks)
@@ -159,7 +157,7 @@ def test_replay_since_filters_rows(cli_env, tmp_path):
 
 # -- sweep -------------------------------------------------------------------------------------
 def test_sweep_runs_each_configuration_without_touching_the_store(cli_env, tmp_path):
-    from pipeline import generations
+    from pipeline.store import generations
 
     queries, qrels = _queries_and_qrels(tmp_path)
     store = generations.current(cli_env.data_dir)
@@ -270,8 +268,8 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
     assert report["queries"] == 3 and report["skipped"]["queries_without_judgments"]["ids"] == ["b3"]
     assert report["metrics"]["mrr@10"] == 1.0  # each title is its query
     assert report["config"]["data_dir"] == str(store)
-    from pipeline.store import Store
-    from pipeline import generations
+    from pipeline.store import generations
+    from pipeline.store.database import Store
 
     with Store.open(generations.current(store), read_only=True) as st:
         assert st.count() == len(TOPICS)
@@ -289,7 +287,7 @@ def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
     out = tmp_path / "out"
     assert main(["eval", "--locomo", str(path), "--store", str(tmp_path / "ls"), "--out", str(out), "--name", "l",
                  "--no-progress"]) == 0
-    from pipeline.locomo import load_locomo
+    from pipeline.datasets.locomo import load_locomo
 
     loco = load_locomo(path)
     report = json.loads((out / "l" / "report.json").read_text())

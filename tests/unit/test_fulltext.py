@@ -13,10 +13,10 @@ import pytest
 
 from ops.bench import synth
 from ops.bench.bm25_reference import match_bm25, same_ranking
-from pipeline import fulltext
-from pipeline.scope import Scope
-from pipeline.settings import FulltextSettings
-from pipeline.store import Store
+from pipeline.stages import fulltext
+from pipeline.stages.scope import Scope
+from pipeline.store.database import Store
+from pipeline.store.fulltext_index import index_exists
 
 HANDWRITTEN = [
     "ERR_CONN_RESET", "err_conn_reset on db-17", "db-17", "db 17", "src/app/main.py", "main.py",
@@ -34,7 +34,7 @@ def corpus(tmp_path_factory):
     rng = random.Random(5)
     extra = ["ERR_CONN_RESET seen on db-17 after deploy", "db-17 is the staging host", "src/app/main.py crashed",
              "Café naïve résumé", "running the runner runs", "ERR_CONN_RESET ERR_CONN_RESET twice"]
-    for i, text in enumerate(extra):
+    for text in extra:
         docs[rng.randrange(len(docs))] = text
     path = settings.data_dir / "store.duckdb"
     synth.build_store(path, len(docs), settings, namespaces=3, dim=16, docs=docs, log=lambda *_: None)
@@ -105,8 +105,8 @@ def test_identifiers_find_their_memory(corpus):
 
 def test_postings_follow_ingest(settings, tmp_path):
     """What ingest writes is searchable at once; an update replaces its postings."""
-    from pipeline.ingest import parse_lines, write_parsed
-    from pipeline import generations
+    from pipeline.store import generations
+    from pipeline.store.ingest import parse_lines, write_parsed
 
     def ingest(lines):
         write_parsed(parse_lines(lines, settings.limits), settings)
@@ -118,7 +118,7 @@ def test_postings_follow_ingest(settings, tmp_path):
     ingest(['{"id": "a", "namespace": "n", "content": "alpha only now"}',
             '{"id": "c", "namespace": "n", "content": "ERR_CONN_RESET again", "content_type": "log"}'])
     with Store.open(generations.current(settings.data_dir), read_only=True) as st:
-        assert fulltext.index_exists(st.con)
+        assert index_exists(st.con)
         assert [h[0] for h in fulltext.search(st.con, "ERR_CONN_RESET", Scope(), 5, settings.fulltext)] == ["c"]
         assert [h[0] for h in fulltext.search(st.con, "ERR_CONN_RESET", Scope(content_types=("text",)), 5, settings.fulltext)] == []
         ref = match_bm25(st.con, "alpha gamma again", Scope(), 10, settings.fulltext)

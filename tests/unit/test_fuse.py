@@ -12,7 +12,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from pipeline.contracts import Batch, Hit, LegRun, Query, QueryState
-from pipeline.fuse import fuse_state, merge_legs, rrf
+from pipeline.stages.fuse import fuse_state, merge_legs, rrf
 
 
 def _ids(fused):
@@ -228,7 +228,7 @@ def test_rrf_agrees_with_ranx_on_random_runs():
 def test_fusion_keeps_the_top_hits_and_their_count():
     """After fusion a leg carries only its first TOP_HITS hits (the audit's top
     scores) and how many it had; callers and the audit row still see the count."""
-    from pipeline.audit import build_record
+    from pipeline.audit.record import build_record
     from pipeline.contracts import TOP_HITS, Results
 
     fts = [f"f{i}" for i in range(12)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import duckdb
@@ -103,7 +103,7 @@ def valid_options():
         "weights": st.fixed_dictionaries({"vector": st.floats(0, 10), "fts": st.floats(0.01, 10)}),
         "recency_boost": st.floats(0, 5),
         "now": st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2040, 1, 1),
-                            timezones=st.sampled_from([None, timezone.utc, timezone(timedelta(hours=-3))])),
+                            timezones=st.sampled_from([None, UTC, timezone(timedelta(hours=-3))])),
         "max_units": st.integers(1, 30),
         "max_chars": st.integers(1, 2_000),
         "max_ms": st.integers(1, 300),
@@ -319,8 +319,8 @@ def ingest_store(tmp_path):
 
 
 def _ingest_case(settings: Settings, tmp_path: Path, lines: list[str], skip_invalid: bool) -> None:
-    from pipeline import generations
-    from pipeline.ingest import derive_id
+    from pipeline.store import generations
+    from pipeline.store.ingest import derive_id
     from workers.cli import ingest_file
 
     with case("ingest"):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest
-from pipeline.embed import HashEmbedder
+from pipeline.embedders import HashEmbedder
 from pipeline.errors import IngestValidationError, InputError
-from pipeline.stats import store_stats
-from pipeline.store import Store
+from pipeline.store import ingest
+from pipeline.store.database import Store
+from pipeline.store.stats import store_stats
 from tests.conftest import write_jsonl
 from workers.cli import ingest_file, main
 

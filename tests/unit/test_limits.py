@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest
 from pipeline.contracts import make_query
 from pipeline.errors import IngestValidationError, InputError
+from pipeline.store import ingest
 from tests.conftest import write_jsonl
 from workers.cli import ingest_file, main
 
@@ -258,7 +258,7 @@ def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_pat
     """U+2028 is legal raw inside a JSON string. ``--via-broker`` used to split the
     file with ``str.splitlines`` (which splits there), so the batch sent to the
     worker held two broken lines where validation had seen one good record."""
-    from pipeline.ingest import read_lines
+    from pipeline.store.ingest import read_lines
     from workers.tasks import ingest_batch
 
     path = tmp_path / "sep.jsonl"

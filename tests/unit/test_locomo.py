@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from pipeline.locomo import LocomoSet, load_locomo, parse_session_datetime, write_locomo_jsonl
+from pipeline.datasets.locomo import LocomoSet, load_locomo, parse_session_datetime, write_locomo_jsonl
 
 REAL = Path(__file__).resolve().parents[3] / "shared/data/locomo/locomo10.json"
 
@@ -161,10 +161,10 @@ def test_write_jsonl(fixture_path: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)),
-        ("12:00 am on 1 January, 2024", datetime(2024, 1, 1, 0, 0, tzinfo=timezone.utc)),
-        ("12:30 pm on 31 December, 2023", datetime(2023, 12, 31, 12, 30, tzinfo=timezone.utc)),
-        ("10:04 AM on 19 June 2023", datetime(2023, 6, 19, 10, 4, tzinfo=timezone.utc)),
+        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+        ("12:00 am on 1 January, 2024", datetime(2024, 1, 1, 0, 0, tzinfo=UTC)),
+        ("12:30 pm on 31 December, 2023", datetime(2023, 12, 31, 12, 30, tzinfo=UTC)),
+        ("10:04 AM on 19 June 2023", datetime(2023, 6, 19, 10, 4, tzinfo=UTC)),
     ],
 )
 def test_session_datetime(text: str, expected: datetime) -> None:

@@ -107,9 +107,9 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
     (query texts) and dead letters are readable by their owner only."""
     import workers
     from pipeline import audit as audit_rows
+    from tests.conftest import write_jsonl
     from workers import audit, resources
     from workers.api import search
-    from tests.conftest import write_jsonl
     from workers.cli import ingest_file
 
     settings = Settings(data_dir=tmp_path / "nested" / "data", audit_dir=tmp_path / "audit",

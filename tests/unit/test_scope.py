@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline import ingest
 from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result
-from pipeline.embed import HashEmbedder
-from pipeline.scope import Scope, in_scope, scope_batch, scope_of
+from pipeline.embedders import HashEmbedder
 from pipeline.settings import Settings, TreeSettings
-from pipeline.store import Store
-from pipeline.tree import load_tree
+from pipeline.stages.scope import Scope, in_scope, scope_batch, scope_of
+from pipeline.store import ingest
+from pipeline.store.database import Store
+from pipeline.store.tree import load_tree
 
 
 def _link(mid, ns="a", ctype="code", topics=(), concepts=()):
@@ -313,7 +313,8 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
     it ran under (and serve only ids that came back). Returns the number of
     results checked."""
     from tests.figures import case, count
-    from workers import api, audit as worker_audit, resources
+    from workers import api, resources
+    from workers import audit as worker_audit
 
     checked = 0
     before = resources.settings()

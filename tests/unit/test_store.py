@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from pipeline.errors import SchemaTooNewError, StoreError
-from pipeline.store import Store, latest_schema_version, migrations
+from pipeline.store.database import Store, latest_schema_version, migrations
 
 
 def test_migrations_are_numbered_and_recorded(settings):
@@ -75,7 +75,7 @@ def test_a_version_1_store_migrates_keeping_its_data(settings):
 def test_lookups_by_id_agree_for_one_query_and_for_a_batch(tmp_path):
     """Up to IN_LIST_MAX ids are an IN list (index lookups), more one shared
     semi-join; both give the same rows, unknown ids ignored."""
-    from pipeline.store import IN_LIST_MAX, created_at_of, ids_filter
+    from pipeline.store.database import IN_LIST_MAX, created_at_of, ids_filter
 
     con = duckdb.connect(str(tmp_path / "x.duckdb"))
     con.execute("CREATE TABLE memories (id VARCHAR PRIMARY KEY, created_at TIMESTAMP)")

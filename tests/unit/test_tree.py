@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline import ingest
-from pipeline.embed import HashEmbedder
+from pipeline.embedders import HashEmbedder
 from pipeline.settings import TreeSettings
-from pipeline.store import Store
-from pipeline.tree import ROOT, Tree, load_tree, namespace_key, save_namespaces, spherical_kmeans
+from pipeline.store import ingest
+from pipeline.store.database import Store
+from pipeline.store.tree import ROOT, Tree, load_tree, namespace_key, save_namespaces, spherical_kmeans
 
 SMALL = TreeSettings(max_leaf_items=8, branching=4, seed=0)
 DIM = 16

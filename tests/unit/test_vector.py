@@ -9,14 +9,14 @@ import time
 import numpy as np
 import pytest
 
-from pipeline import ingest
 from pipeline.contracts import Batch, LegRun, Query, QueryOptions, QueryState
-from pipeline.embed import HashEmbedder
-from pipeline.scope import Scope
+from pipeline.embedders import HashEmbedder
 from pipeline.settings import Settings, TreeSettings
-from pipeline.store import Store
-from pipeline.tree import ROOT, load_tree
-from pipeline.vector import VectorIndex, descend, descend_batch, exact
+from pipeline.stages.descend import VectorIndex, descend, descend_batch, exact
+from pipeline.stages.scope import Scope
+from pipeline.store import ingest
+from pipeline.store.database import Store
+from pipeline.store.tree import ROOT, load_tree
 
 DIM = 4
 
@@ -236,7 +236,7 @@ def test_loaded_index_groups_rows_by_leaf_as_stored(real):
         rows = range(index.leaf_start[t], index.leaf_end[t])
         assert sorted(index.ids[r] for r in rows) == leaf.members
         assert all(index.row_leaf[r] == t for r in rows)
-    for t, kids in enumerate(index.children):
+    for kids in index.children:
         assert [index.keys[k] for k in kids] == sorted(index.keys[k] for k in kids)
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import importlib.resources
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable
 
 import duckdb
 
-from .errors import SchemaTooNewError, StoreError
+from pipeline.errors import SchemaTooNewError, StoreError
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -54,7 +54,7 @@ def latest_schema_version(package: str = "schema") -> int:
 
 def utcnow() -> datetime:
     """Naive UTC now; the store keeps naive UTC timestamps."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @dataclass
@@ -86,7 +86,7 @@ class Store:
         read_only: bool,
         embedding_model: str | None = None,
         embedding_dim: int | None = None,
-    ) -> "Store":
+    ) -> Store:
         """Open (and for writers create and migrate) the store at ``path``.
 
         A new store records ``embedding_model`` and ``embedding_dim``; an
@@ -145,7 +145,7 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:

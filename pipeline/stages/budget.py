@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from .contracts import Batch, QueryState, Truncation
+from pipeline.contracts import Batch, QueryState, Truncation
 
 
 def apply_budget(state: QueryState) -> QueryState:

@@ -8,11 +8,11 @@ rank first, then memory id.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
-from .contracts import LEGS, Batch, Fused, LegRun, QueryState
-from .recency import apply_recency
+from pipeline.contracts import LEGS, Batch, Fused, LegRun, QueryState
+from pipeline.stages.recency import apply_recency
 
 
 def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int) -> list[Fused]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from .contracts import Batch, GraphLink, Result
-from .scope import in_scope, scope_of
-from .store import ids_filter
+from pipeline.contracts import Batch, GraphLink, Result
+from pipeline.stages.scope import in_scope, scope_of
+from pipeline.store.database import ids_filter
 
 # {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
 # pipeline.store.ids_filter (index lookups for one query's candidates).

@@ -22,11 +22,11 @@ import fcntl
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from .errors import StoreError
+from pipeline.errors import StoreError
 
 CURRENT = "CURRENT"
 LEGACY = "store.duckdb"

@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .evaluation import METRICS, qrels_lines, trec_lines
+from pipeline.evaluation.metrics import METRICS
+from pipeline.evaluation.trec import qrels_lines, trec_lines
 
 _NAME = re.compile(r"[^A-Za-z0-9._=,:+-]+")
 

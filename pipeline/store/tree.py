@@ -1,5 +1,6 @@
-"""The topic tree: deterministic hierarchical clustering, incremental insertion,
-and the seed's beam descent.
+"""The topic tree: deterministic hierarchical clustering and incremental
+insertion. The seed's beam descent over it is the vector leg,
+``pipeline.stages.descend``.
 
 Shape: a root, one node per namespace (namespaces are partitions, so a query
 scoped to one namespace descends through that namespace's part only), then
@@ -14,13 +15,13 @@ import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
-from .embed import normalize
-from .settings import TreeSettings
+from pipeline.embedders import normalize
+from pipeline.settings import TreeSettings
 
 ROOT = "__root__"
 
@@ -435,9 +436,10 @@ def save_namespaces(con, tree: Tree, namespaces: Iterable[str]) -> None:
             continue
         path = tree.path_to(t.key)
         for mid in t.members:
-            mids.append(mid); tkeys.append(path[0]); kinds.append("leaf")
-            for anc in path[1:]:
-                mids.append(mid); tkeys.append(anc); kinds.append("ancestor")
+            for depth, key in enumerate(path):
+                mids.append(mid)
+                tkeys.append(key)
+                kinds.append("leaf" if depth == 0 else "ancestor")
     if mids:
         con.execute(
             "INSERT INTO memory_topics SELECT unnest(?), unnest(?), unnest(?)", [mids, tkeys, kinds]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .contracts import Fused
+from pipeline.contracts import Fused
 
 
 def recency_factor(created_at: datetime, now: datetime) -> float:

@@ -5,10 +5,9 @@ The DuckDB FTS extension builds the index (tokenizer, Porter stemmer,
 stopwords; ``fts_main_memories``: ``dict``, ``terms``, ``docs``, ``stats``),
 but its ``match_bm25(id, q)`` is a macro evaluated for every row of the table
 it is called on: a full scan (3.2 s per query at 1M memories). So
-``rebuild_index`` derives, from the extension's own tables, one posting list
-per term (``fts_postings``: memory, term frequency, memory length and the
-scope codes the filters need), and ``search`` reads only the lists of the
-query's terms, by primary key.
+``pipeline.store.fulltext_index`` derives, from the extension's own tables,
+one posting list per term, and ``search`` reads only the lists of the query's
+terms, by primary key.
 
 Scores are the extension's, formula for formula (``match_bm25`` in DuckDB
 1.5.5): the query is tokenized with the index's own ``tokenize`` macro and
@@ -27,9 +26,7 @@ memories; the extension's defaults are k1 = 1.2, b = 0.75 and
 
 The tokenizer keeps digits and ``_`` (``ignore`` in settings), so identifiers
 such as ``ERR_CONN_RESET``, ``db-17`` or ``JIRA-4412`` become tokens a query
-can hit. The FTS index does not follow inserts, so ingest rebuilds it (and the
-postings) inside its transaction: a memory is searchable as soon as its
-ingest returns.
+can hit.
 """
 
 from __future__ import annotations
@@ -39,75 +36,11 @@ import time
 
 import duckdb
 
-from .contracts import Batch, Hit, LegRun
-from .scope import Scope, scope_of
-from .settings import FulltextSettings
-from .store import placeholders
-
-# docid: the rank of the memory id, so ordering by docid is ordering by id
-# (the tie-break of a ranking) without reading ids. fts_postings: one row per
-# term, its postings a list of (docid, tf, the memory's length, the dense
-# codes of its namespace and content type: ns/ct), so
-# those scope filters apply to the postings read, before any other table.
-_DERIVE = [
-    """CREATE OR REPLACE TABLE fts_labels AS
-       SELECT 'namespace' AS kind, namespace AS label, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS code
-       FROM (SELECT DISTINCT namespace FROM memories)
-       UNION ALL
-       SELECT 'content_type', content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER
-       FROM (SELECT DISTINCT content_type FROM memories)""",
-    """CREATE OR REPLACE TABLE fts_docs (
-           docid INTEGER PRIMARY KEY, fts_docid BIGINT NOT NULL, id VARCHAR NOT NULL,
-           len INTEGER NOT NULL, ns INTEGER NOT NULL, ct INTEGER NOT NULL)""",
-    """INSERT INTO fts_docs
-       SELECT (row_number() OVER (ORDER BY m.id) - 1)::INTEGER, d.docid, m.id, d.len::INTEGER, n.code, c.code
-       FROM fts_main_memories.docs d
-       JOIN memories m ON m.id = d.name
-       JOIN fts_labels n ON n.kind = 'namespace' AND n.label = m.namespace
-       JOIN fts_labels c ON c.kind = 'content_type' AND c.label = m.content_type
-       ORDER BY m.id""",
-    """CREATE OR REPLACE TABLE fts_terms (term VARCHAR PRIMARY KEY, termid INTEGER NOT NULL)""",
-    """INSERT INTO fts_terms SELECT term, termid FROM fts_main_memories.dict""",
-    """CREATE OR REPLACE TABLE fts_postings (
-           termid INTEGER PRIMARY KEY, df INTEGER NOT NULL,
-           postings STRUCT(docid INTEGER, tf INTEGER, len INTEGER, ns INTEGER, ct INTEGER)[] NOT NULL)""",
-    # one list of structs (not parallel lists, whose alignment an unordered
-    # aggregate would not promise) in no particular order: scoring groups by
-    # docid; an ORDER BY inside the aggregate needs several GB at 1M memories
-    """INSERT INTO fts_postings
-       SELECT termid, count(*)::INTEGER, list({'docid': docid, 'tf': tf, 'len': len, 'ns': ns, 'ct': ct})
-       FROM (
-           SELECT t.termid::INTEGER AS termid, f.docid, count(*)::INTEGER AS tf,
-                  any_value(f.len) AS len, any_value(f.ns) AS ns, any_value(f.ct) AS ct
-           FROM fts_main_memories.terms t JOIN fts_docs f ON f.fts_docid = t.docid
-           GROUP BY t.termid, f.docid)
-       GROUP BY termid""",
-]
-
-_DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_terms", "fts_postings")
-
-
-def rebuild_index(con, settings: FulltextSettings) -> None:
-    """(Re)create the BM25 index over ``memories.fts_text`` (content, then context)
-    and the postings derived from it.
-
-    PRAGMA arguments cannot be bound; every value comes from validated settings.
-    """
-    ignore = settings.ignore.replace("'", "''")
-    con.execute(
-        "PRAGMA create_fts_index('memories', 'id', 'fts_text', "
-        f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
-        f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
-    )
-    derive_postings(con)
-
-
-def derive_postings(con) -> None:
-    """(Re)derive ``fts_labels``, ``fts_docs``, ``fts_terms`` and ``fts_postings``
-    from the extension's current index tables (runs in the caller's transaction)."""
-    for sql in _DERIVE:
-        con.execute(sql)
-
+from pipeline.contracts import Batch, Hit, LegRun
+from pipeline.settings import FulltextSettings
+from pipeline.stages.scope import Scope, scope_of
+from pipeline.store.database import placeholders
+from pipeline.store.fulltext_index import index_exists
 
 # A query is three short statements, each with a small plan: its terms (the
 # index's own tokenizer and stemmer), their ids (point lookups in fts_terms'
@@ -151,7 +84,6 @@ _FILTERS = {
                 "WHERE list_contains($concepts, mc.concept))",
 }
 
-
 def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
     """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
 
@@ -183,19 +115,6 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
     sql = _SCORE.replace("{terms}", slots).replace("{filters}", " AND ".join(filters))
     return [(r[0], float(r[1])) for r in con.execute(sql, params).fetchall()]
 
-
-def index_exists(con) -> bool:
-    """The FTS index and the postings derived from it are both present."""
-    schemas = con.execute(
-        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_memories'"
-    ).fetchone()[0]
-    tables = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND list_contains(?, table_name)",
-        [list(_DERIVED_TABLES)],
-    ).fetchone()[0]
-    return bool(schemas) and tables == len(_DERIVED_TABLES)
-
-
 def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSettings, deadline: float | None):
     """``search`` that gives up at ``deadline`` (wall clock); returns (hits, timed_out)."""
     if deadline is None:
@@ -211,7 +130,6 @@ def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSet
         return [], True
     finally:
         timer.cancel()
-
 
 def fulltext_batch(batch: Batch, con, settings: FulltextSettings) -> Batch:
     """The ``search.fulltext`` stage: BM25 for every query of a batch that wants it."""

@@ -25,14 +25,15 @@ from __future__ import annotations
 import json
 import random
 import string
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["generate_corpus", "generate_queries", "write_demo"]
 
-_UTC = timezone.utc
+_UTC = UTC
 _START = datetime(2025, 1, 1, 7, 0, tzinfo=_UTC)
 _END = datetime(2025, 9, 30, 21, 0, tzinfo=_UTC)
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 __all__ = ["LocomoSet", "load_locomo", "parse_session_datetime", "write_locomo_jsonl"]
 
@@ -82,11 +83,11 @@ def parse_session_datetime(text: str) -> datetime:
     if month is None or not 1 <= hour_i <= 12:
         raise ValueError(f"unrecognised LoCoMo session date time: {text!r}")
     hour_24 = hour_i % 12 + (12 if half.lower() == "p" else 0)
-    return datetime(int(year), month, int(day), hour_24, int(minute), tzinfo=timezone.utc)
+    return datetime(int(year), month, int(day), hour_24, int(minute), tzinfo=UTC)
 
 
 def _iso(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _sessions(conversation: dict[str, Any]) -> Iterator[tuple[int, list[dict[str, Any]], datetime]]:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .contracts import Batch, Hit, LegRun
-from .scope import Scope, scope_of
-from .settings import TreeSettings
-from .tree import ROOT, namespace_key
+from pipeline.contracts import Batch, Hit, LegRun
+from pipeline.settings import TreeSettings
+from pipeline.stages.scope import Scope, scope_of
+from pipeline.store.tree import ROOT, namespace_key
 
 
 @dataclass
@@ -49,7 +49,7 @@ class VectorIndex:
         return len(self.ids)
 
     @classmethod
-    def load(cls, con, generation: int, dim: int) -> "VectorIndex":
+    def load(cls, con, generation: int, dim: int) -> VectorIndex:
         topics = con.execute(
             "SELECT topic_key, parent, is_leaf, centroid FROM topics ORDER BY depth, topic_key"
         ).fetchall()
@@ -62,7 +62,7 @@ class VectorIndex:
         parent = np.full(T, -1, dtype=np.int64)
         is_leaf = np.zeros(T, dtype=bool)
         kids: list[list[int]] = [[] for _ in range(T)]
-        for i, (key, par, leaf, centroid) in enumerate(topics):
+        for i, (_key, par, leaf, centroid) in enumerate(topics):
             if centroid is not None:
                 centroids[i] = centroid
             is_leaf[i] = bool(leaf)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fulltext import index_exists
-from .store import Store
+from pipeline.store.database import Store
+from pipeline.store.fulltext_index import index_exists
 
 
 def store_stats(store: Store) -> dict[str, Any]:

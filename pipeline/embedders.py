@@ -10,14 +10,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import time
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
-from .contracts import Batch, LegRun
-from .identity import vector_identity
-from .settings import PACKAGED_MODEL, Settings
+from pipeline.settings import PACKAGED_MODEL, Settings
 
 
 class Embedder(Protocol):
@@ -28,14 +26,12 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
-
 def normalize(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero)."""
     matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return matrix / norms
-
 
 class SentenceTransformerEmbedder:
     """A sentence-transformers model; nothing is downloaded at run time."""
@@ -74,9 +70,7 @@ class SentenceTransformerEmbedder:
         )
         return np.asarray(out, dtype=np.float32)
 
-
 _TOKEN = re.compile(r"[a-z0-9_]+")
-
 
 class HashEmbedder:
     """Deterministic bag-of-words hashing embedder (tests only).
@@ -98,7 +92,6 @@ class HashEmbedder:
                 out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         return normalize(out)
 
-
 def make_embedder(settings: Settings) -> Embedder:
     """The configured embedder (``hash-N`` names the test fake)."""
     name = settings.embedding_model
@@ -106,32 +99,3 @@ def make_embedder(settings: Settings) -> Embedder:
     if match:
         return HashEmbedder(int(match.group(1)))
     return SentenceTransformerEmbedder(name, settings.embedding_device, settings.embed_batch_size)
-
-
-def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
-    """The ``search.embed`` stage: one batched encode for every query that needs a vector.
-
-    Keyword-mode queries (vector weight 0) are skipped; a query already past
-    its deadline gets no vector and its vector leg reports the timeout.
-    """
-    t0 = time.perf_counter()
-    todo = []
-    for state in batch.states:
-        q = state.query
-        if not q.wants("vector") or q.vector is not None:
-            continue
-        if q.past_deadline():
-            state.legs["vector"] = LegRun(leg="vector", ran=False, profile={"timed_out": True})
-            continue
-        todo.append(state)
-    if todo:
-        vectors = embedder.embed([s.query.text for s in todo])
-        for state, vec in zip(todo, vectors):
-            state.query.vector = vec.tolist()
-            if not state.query.wants("fts"):  # semantic: the vector is the query's identity
-                state.query.identity = vector_identity(vec)
-                state.query.identity_of = "vector"
-    ms = round((time.perf_counter() - t0) * 1000, 3)
-    for state in todo:
-        state.timings["embed"] = ms
-    return batch

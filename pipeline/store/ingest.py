@@ -11,22 +11,23 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import fulltext
-from .contracts import clean_labels, clean_text, naive_utc, text_problem
-from .embed import Embedder
-from .errors import IngestValidationError, InputError, LineError
-from .settings import LimitSettings, Settings
-from .store import Store, utcnow
-from .tree import Tree, load_tree, save_namespaces
+from pipeline.contracts import clean_labels, clean_text, naive_utc, text_problem
+from pipeline.embedders import Embedder
+from pipeline.errors import IngestValidationError, InputError, LineError
+from pipeline.settings import LimitSettings, Settings
+from pipeline.store import fulltext_index
+from pipeline.store.database import Store, utcnow
+from pipeline.store.tree import Tree, load_tree, save_namespaces
 
 _ID_LIST = Field(default_factory=list)
 
@@ -324,7 +325,7 @@ def ingest_records(
         report.seconds["tree"] = time.perf_counter() - t2 - report.seconds["upsert"]
         t3 = time.perf_counter()
         if records:
-            fulltext.rebuild_index(con, settings.fulltext)
+            fulltext_index.rebuild_index(con, settings.fulltext)
             store.set_meta("fts_generation", str(store.generation + 1))
             store.set_meta("generation", str(store.generation + 1))
         report.seconds["fulltext"] = time.perf_counter() - t3
@@ -344,8 +345,8 @@ def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool =
 
     Raises ``IngestValidationError`` (nothing written) unless ``skip_invalid``.
     """
-    from . import generations
-    from .embed import make_embedder
+    from pipeline.embedders import make_embedder
+    from pipeline.store import generations
 
     published = generations.current(settings.data_dir)
     existing = Store.open(published, read_only=True) if published is not None else None
@@ -522,7 +523,7 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
         con.execute("DELETE FROM topics")
         con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
         save_namespaces(con, tree, namespaces)
-        fulltext.rebuild_index(con, settings.fulltext)
+        fulltext_index.rebuild_index(con, settings.fulltext)
         store.set_meta("fts_generation", str(store.generation + 1))
         store.set_meta("generation", str(store.generation + 1))
         con.execute("COMMIT")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .contracts import Batch, GraphLink, Query, Result
+from pipeline.contracts import Batch, GraphLink, Query, Result
 
 
 @dataclass(frozen=True)

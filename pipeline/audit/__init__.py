@@ -1,0 +1,33 @@
+"""The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
+(``writer``), read back (``reader``), kept when writes run out of retries (``dead_letters``) and
+explained or replayed (``explain``).
+"""
+
+from pipeline.audit.dead_letters import dead_letter, dead_letters, retry_dead_letters
+from pipeline.audit.explain import diff_served, explain, replay_options
+from pipeline.audit.reader import count, get, since, tail
+from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_record, log_line
+from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
+
+__all__ = [
+    "AuditRecord",
+    "build_record",
+    "log_line",
+    "COLUMNS",
+    "JSON_COLUMNS",
+    "write_records",
+    "write_record",
+    "knock_path",
+    "AuditWriter",
+    "knocking",
+    "tail",
+    "get",
+    "since",
+    "count",
+    "dead_letter",
+    "dead_letters",
+    "retry_dead_letters",
+    "explain",
+    "replay_options",
+    "diff_served",
+]

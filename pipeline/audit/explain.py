@@ -1,0 +1,71 @@
+"""Explaining and replaying a logged query: each result's path from the row
+alone, the options that re-run it as it was asked, and the one definition of
+"what changed" between two served lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.audit.record import AuditRecord
+
+
+# -- explain --------------------------------------------------------------------------
+def explain(record: AuditRecord) -> list[dict[str, Any]]:
+    """Each result's path, from the row alone: leg ranks, RRF contribution per
+    leg (``w / (k + rank)``), recency factor, final score and rank."""
+    weights = record.query_profile.get("weights", {})
+    out = []
+    for src in record.sources:
+        contributions = {
+            leg: weights.get(leg, 1.0) / (record.rrf_k + rank) for leg, rank in sorted(src["ranks"].items())
+        }
+        out.append({
+            "rank": src["rank"],
+            "id": src["id"],
+            "leg_ranks": src["ranks"],
+            "rrf_contributions": contributions,
+            "rrf": src["rrf"],
+            "recency_factor": src["recency_factor"],
+            "score": src["score"],
+        })
+    return out
+
+# -- replay -----------------------------------------------------------------------------
+def replay_options(record: AuditRecord) -> dict[str, Any]:
+    """The search options that re-run a logged query as it was asked (scope,
+    budgets, top-k, recency ``now``, requested mode)."""
+    options = {k: v for k, v in record.options.items() if v not in (None, [], {})}
+    options["mode"] = record.requested_mode
+    return options
+
+def diff_served(before: list[str], after: list[str], k: int | None = None) -> dict[str, Any]:
+    """How a served list changed: one line per added, moved or dropped id, plus
+    overlap@k (shared ids over the longer top-k; 1.0 when both are empty), the
+    moves' mean absolute rank shift, and whether the lists are identical.
+
+    The one definition of "what changed" used by ``dimple audit explain``,
+    ``dimple eval replay`` and ``dimple eval compare``.
+    """
+    if k is not None:
+        before, after = before[:k], after[:k]
+    was = {mid: i for i, mid in enumerate(before, start=1)}
+    now = {mid: i for i, mid in enumerate(after, start=1)}
+    changes, shifts = [], []
+    for mid, rank in now.items():
+        if mid not in was:
+            changes.append(f"+ {mid} now at rank {rank}")
+        elif was[mid] != rank:
+            changes.append(f"~ {mid} moved {was[mid]} -> {rank}")
+            shifts.append(abs(was[mid] - rank))
+    changes += [f"- {mid} (was rank {rank}) no longer served" for mid, rank in was.items() if mid not in now]
+    longest = max(len(before), len(after))
+    return {
+        "same": before == after,
+        "changes": changes,
+        "overlap": len(was.keys() & now.keys()) / longest if longest else 1.0,
+        "added": sum(1 for m in now if m not in was),
+        "dropped": sum(1 for m in was if m not in now),
+        "moved": len(shifts),
+        "mean_abs_shift": sum(shifts) / len(shifts) if shifts else 0.0,
+    }

@@ -1,0 +1,59 @@
+"""Reading the retrieval log: the last rows, one row, rows since a time, counts.
+
+Readers knock (``pipeline.audit.writer.knocking``) so a writer holding the
+file lets go for them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
+from pipeline.audit.writer import knocking
+
+
+def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
+    if not path.exists():
+        return []
+    with knocking(path) as con:
+        cur = con.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        out = []
+        for values in cur.fetchall():
+            row = dict(zip(names, values))
+            for c in JSON_COLUMNS:
+                if isinstance(row.get(c), str):
+                    row[c] = json.loads(row[c])
+            out.append(AuditRecord.model_validate(row))
+        return out
+
+def tail(path: Path, n: int) -> list[AuditRecord]:
+    rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log ORDER BY logged_at DESC, query_id LIMIT ?", [n])
+    return list(reversed(rows))
+
+def get(path: Path, query_id: str) -> AuditRecord | None:
+    rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
+    return rows[0] if rows else None
+
+def since(path: Path, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
+    """Rows logged at or after ``start`` (naive UTC; all rows when None), oldest first."""
+    sql = f"SELECT {', '.join(COLUMNS)} FROM retrieval_log"
+    params: list[Any] = []
+    if start is not None:
+        sql += " WHERE logged_at >= ?"
+        params.append(start)
+    sql += " ORDER BY logged_at, query_id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(limit)
+    return _rows(path, sql, params)
+
+def count(path: Path) -> tuple[int, int]:
+    """(rows, distinct query ids): equal unless something went wrong."""
+    if not path.exists():
+        return 0, 0
+    with knocking(path) as con:
+        return con.execute("SELECT count(*), count(DISTINCT query_id) FROM retrieval_log").fetchone()

@@ -1,0 +1,103 @@
+"""The audit row: one ``retrieval_log`` record per query, built from the
+finished query state, and the synchronous ``hybrid.search`` log line.
+
+Everything that explains a result (leg ranks, RRF terms, recency, budget cut,
+the options as they were resolved) is in the row, so "why did the agent say
+this?" is answered from the row alone (``pipeline.audit.explain``).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.contracts import TOP_HITS, QueryState
+
+
+class AuditRecord(BaseModel):
+    """One ``retrieval_log`` row, as it travels to ``audit.write`` (JSON)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: str
+    logged_at: datetime
+    query_hash: str
+    hash_of: str
+    mode: str
+    requested_mode: str
+    query_text: str | None
+    options: dict[str, Any]
+    query_profile: dict[str, Any]
+    sources: list[dict[str, Any]]
+    result_count: int
+    truncated: bool
+    truncation: dict[str, Any] | None = None
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    total_ms: float
+    rrf_k: int
+
+def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None) -> AuditRecord:
+    """The audit row for a finished query state."""
+    q = state.query
+    legs = {}
+    for name, leg in sorted(state.legs.items()):
+        legs[name] = {
+            "ran": leg.ran,
+            "weight": q.weights.get(name, 0.0),
+            "hits": leg.n_hits,
+            "top_scores": [round(h.score, 6) for h in leg.hits[:TOP_HITS]],
+            "profile": leg.profile,
+        }
+    options = q.options.model_dump(mode="json")
+    options.update({"max_units": q.max_units, "max_chars": q.max_chars, "max_ms": q.max_ms, "top_k": q.top_k})
+    if options.get("now") is None:  # recency was measured from the start: record it so replays match
+        options["now"] = q.started_utc.isoformat()
+    sources = [
+        {
+            "id": r.id,
+            "rank": r.rank,
+            "ranks": r.ranks,
+            "rrf": r.rrf,
+            "recency_factor": r.recency_factor,
+            "score": r.score,
+            "chars": len(r.content),
+        }
+        for r in state.results
+    ]
+    end = now if now is not None else time.time()
+    return AuditRecord(
+        query_id=q.id,
+        logged_at=q.started_utc,
+        query_hash=q.identity,
+        hash_of=q.identity_of,
+        mode=state.mode,
+        requested_mode=q.options.mode.value,
+        query_text=q.text if store_text else None,
+        options=options,
+        query_profile={"legs": legs, "weights": q.weights, "scope_dropped": state.scope_dropped},
+        sources=sources,
+        result_count=len(state.results),
+        truncated=state.truncated,
+        truncation=state.truncation.model_dump(mode="json") if state.truncation else None,
+        latency_ms=state.timings,
+        total_ms=round((end - q.started_at) * 1000.0, 3),
+        rrf_k=rrf_k,
+    )
+
+def log_line(record: AuditRecord) -> str:
+    """The synchronous ``hybrid.search`` line: key=value, one per query."""
+    legs = record.query_profile.get("legs", {})
+    counts = ",".join(f"{name}:{leg['hits']}" for name, leg in legs.items() if leg.get("ran"))
+    return (
+        f"hybrid.search query_id={record.query_id} hash={record.query_hash} mode={record.mode} "
+        f"legs={counts or '-'} results={record.result_count} truncated={str(record.truncated).lower()} "
+        f"latency_ms={record.total_ms:.1f}"
+    )
+
+# -- the audit store ------------------------------------------------------------
+COLUMNS = list(AuditRecord.model_fields)
+
+JSON_COLUMNS = {"options", "query_profile", "sources", "truncation", "latency_ms"}

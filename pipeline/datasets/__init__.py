@@ -1,0 +1,2 @@
+"""Judged data sets: the generated demo corpus, LoCoMo and BEIR loaders.
+"""

@@ -1,0 +1,46 @@
+"""BEIR folders (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``) as
+ingest records, query specs and judgments.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import EvalInputError
+from pipeline.evaluation.queries import QuerySpec, json_line, read_qrels
+
+
+def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], list[QuerySpec], dict[str, dict[str, int]]]:
+    """A BEIR folder: ``corpus.jsonl`` (``_id``, ``title``, ``text``) as ingest
+    records in one namespace named after the folder, ``queries.jsonl`` and
+    ``qrels/<split>.tsv``."""
+    folder = Path(folder)
+    for need in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
+        if not (folder / need).is_file():
+            raise EvalInputError(f"--beir {folder}", f"missing {need}")
+    namespace = folder.name or "beir"
+    records = []
+    corpus = folder / "corpus.jsonl"
+    for number, line in enumerate(corpus.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json_line(corpus, number, line)
+        if not isinstance(row, dict) or not str(row.get("_id", "")).strip():
+            raise EvalInputError(f"corpus.jsonl line {number}: _id", "required")
+        content = " ".join(p for p in (str(row.get("title") or "").strip(), str(row.get("text") or "").strip()) if p)
+        if not content:
+            raise EvalInputError(f"corpus.jsonl line {number}: text", "title and text are both empty")
+        records.append({"id": str(row["_id"]), "namespace": namespace, "content": content, "content_type": "text"})
+    queries = []
+    qfile = folder / "queries.jsonl"
+    for number, line in enumerate(qfile.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json_line(qfile, number, line)
+        if not isinstance(row, dict) or not str(row.get("_id", "")).strip():
+            raise EvalInputError(f"queries.jsonl line {number}: _id", "required")
+        if not str(row.get("text") or "").strip():
+            raise EvalInputError(f"queries.jsonl line {number}: text", "required")
+        queries.append(QuerySpec(str(row["_id"]), str(row["text"]), {"namespace": namespace}))
+    return records, queries, read_qrels(folder / "qrels" / f"{split}.tsv")

@@ -1,0 +1,137 @@
+"""Paired comparison of runs over the same judged queries: ranx's significance
+tests with a reproducible seed, the queries that gained and lost most, and
+rank changes against the baseline.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from pipeline.audit.explain import diff_served
+from pipeline.errors import InputError
+from pipeline.evaluation.metrics import METRICS, ranx_qrels, ranx_run
+from pipeline.evaluation.runs import first_relevant
+
+
+# -- comparisons -------------------------------------------------------------------------------
+def compare(
+    reports: list[dict[str, Any]],
+    runs: list[dict[str, list[str]]],
+    qrels: dict[str, dict[str, int]],
+    *,
+    metric: str = "ndcg@10",
+    stat_test: str = "fisher",
+    seed: int = 42,
+    max_p: float = 0.05,
+    top: int = 10,
+    k: int = 10,
+) -> dict[str, Any]:
+    """Compare runs of the same judged queries, the first being the baseline.
+
+    Paired significance with ranx's ``compare`` (``fisher``: randomised
+    permutation test with a fixed seed; or ``student``), over the queries every
+    run answered; per other run, the queries that gained and lost most on
+    ``metric`` and rank-change statistics of the top ``k`` against the baseline
+    (``diff_served``: overlap@k, identical lists, moves).
+    """
+    from ranx import compare as ranx_compare
+
+    names = [r["name"] for r in reports]
+    if len(set(names)) != len(names):
+        raise InputError("RUN", f"run names must differ: {names}")
+    # Scored queries of every report (a query answered with no results has no
+    # line in run.trec but is scored 0), as the reports scored them.
+    common = sorted(set.intersection(*(set(r["per_query"]) for r in reports)) & set(qrels))
+    runs = [{q: run.get(q, []) for q in common} for run in runs]
+    if not common:
+        raise InputError("RUN", "the runs share no judged query")
+    metrics = list(METRICS)
+    import numba
+
+    threads = numba.get_num_threads()
+    # ranx's permutation test seeds numba's RNG, which is per thread: one
+    # thread makes the p-values reproducible for a given seed.
+    numba.set_num_threads(1)
+    try:
+        _seed_numba_threads(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = ranx_compare(
+                ranx_qrels({q: qrels[q] for q in common}),
+                [ranx_run({q: run[q] for q in common if run[q]}, name) for run, name in zip(runs, names)],
+                metrics=metrics, stat_test=stat_test, max_p=max_p, random_seed=seed, make_comparable=True,
+            )
+    finally:
+        numba.set_num_threads(threads)
+    table = report.to_dict()
+    base_scores = reports[0]["per_query"]
+    pairs = []
+    for other, run in zip(reports[1:], runs[1:]):
+        deltas = sorted(
+            ((q, other["per_query"][q][metric] - base_scores[q][metric]) for q in common),
+            key=lambda x: (x[1], x[0]),
+        )
+        diffs = [diff_served(runs[0][q], run[q], k) for q in common]
+        firsts = [(first_relevant(runs[0][q], qrels[q]), first_relevant(run[q], qrels[q])) for q in common]
+        better = sum(1 for a, b in firsts if b is not None and (a is None or b < a))
+        worse = sum(1 for a, b in firsts if a is not None and (b is None or b > a))
+        pairs.append({
+            "baseline": names[0],
+            "run": other["name"],
+            "metric": metric,
+            "mean_delta": round(float(np.mean([d for _, d in deltas])), 6),
+            "p_values": {m: table[other["name"]]["comparisons"][names[0]][m] for m in metrics},
+            "significant": {m: table[other["name"]]["comparisons"][names[0]][m] < max_p for m in metrics},
+            "gained": [_delta_row(q, d, reports[0], other, metric)
+                       for q, d in sorted(deltas, key=lambda x: (-x[1], x[0]))[:top] if d > 0],
+            "lost": [_delta_row(q, d, reports[0], other, metric) for q, d in deltas[:top] if d < 0],
+            "per_query_delta": {q: round(d, 6) for q, d in deltas},
+            "wins_ties_losses": [sum(1 for _, d in deltas if d > 0), sum(1 for _, d in deltas if d == 0),
+                                 sum(1 for _, d in deltas if d < 0)],
+            "rank_changes": {
+                "k": k,
+                "mean_overlap": round(float(np.mean([d["overlap"] for d in diffs])), 4),
+                "identical_lists": sum(1 for d in diffs if d["same"]),
+                "mean_moved": round(float(np.mean([d["moved"] for d in diffs])), 3),
+                "mean_abs_shift_of_moved": round(float(np.mean([d["mean_abs_shift"] for d in diffs if d["moved"]] or [0.0])), 3),
+                "first_relevant_better": better,
+                "first_relevant_worse": worse,
+                "first_relevant_same": len(common) - better - worse,
+            },
+        })
+    return {
+        "runs": names,
+        "queries": len(common),
+        "stat_test": stat_test,
+        "seed": seed,
+        "max_p": max_p,
+        "metrics": {n: {m: round(float(table[n]["scores"][m]), 6) for m in metrics} for n in names},
+        "configs": {r["name"]: r.get("config", {}) for r in reports},
+        "latency_ms": {r["name"]: r.get("latency_ms", {}) for r in reports},
+        "queries_per_s": {r["name"]: r.get("queries_per_s") for r in reports},
+        "pairs": pairs,
+    }
+
+def _seed_numba_threads(seed: int) -> None:
+    """Seed numba's RNG in the thread(s) that run ranx's parallel permutations
+    (ranx seeds only the calling thread's, so its p-values vary run to run)."""
+    global _numba_seeder
+    if _numba_seeder is None:
+        from numba import njit, prange
+
+        @njit(parallel=True)
+        def seeder(value):  # pragma: no cover - compiled
+            for _ in prange(1):
+                np.random.seed(value)
+
+        _numba_seeder = seeder
+    _numba_seeder(seed)
+
+_numba_seeder = None
+
+def _delta_row(q: str, delta: float, base: dict, other: dict, metric: str) -> dict[str, Any]:
+    return {"id": q, "text": base["per_query"][q].get("text", ""), "delta": round(delta, 6),
+            "before": base["per_query"][q][metric], "after": other["per_query"][q][metric]}

@@ -1,0 +1,50 @@
+"""Retrieval metrics: ranx's (Bassani 2022), one definition for ``dimple demo``,
+``dimple eval`` and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+
+import numpy as np
+
+METRICS = ("ndcg@10", "recall@5", "recall@10", "recall@50", "mrr@10", "precision@5", "precision@10")
+
+# -- metrics (ranx) ------------------------------------------------------------------------
+def ranx_run(run: dict[str, list[str]], name: str = "run"):
+    from ranx import Run
+
+    # Rank-derived scores (n, n-1, ...): ranx sorts by score, so ties in fused
+    # scores must not reorder what was served.
+    return Run({q: {d: float(len(docs) - i) for i, d in enumerate(docs)} for q, docs in run.items()}, name=name)
+
+def ranx_qrels(qrels: dict[str, dict[str, int]]):
+    from ranx import Qrels
+
+    return Qrels({q: dict(docs) for q, docs in qrels.items()})
+
+def score(
+    run: dict[str, list[str]], qrels: dict[str, dict[str, int]], metrics: Iterable[str] = METRICS
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """ranx's figures: (mean per metric, per query per metric) over the judged
+    queries of ``qrels``; a judged query missing from the run scores 0."""
+    from ranx import evaluate
+
+    names = list(metrics)
+    judged = {q: d for q, d in qrels.items() if any(g > 0 for g in d.values())}
+    if not judged:
+        return {m: 0.0 for m in names}, {}
+    full = {q: run.get(q, []) for q in judged}
+    answered = {q: docs for q, docs in full.items() if docs}
+    per_query: dict[str, dict[str, float]] = {q: {m: 0.0 for m in names} for q in judged}
+    if answered:
+        scored = ranx_run(answered)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            evaluate(ranx_qrels({q: judged[q] for q in answered}), scored, names, save_results_in_run=True)
+        for m in names:
+            for q, v in scored.scores[m].items():
+                per_query[q][m] = float(v)
+    means = {m: float(np.mean([per_query[q][m] for q in judged])) for m in names}
+    return means, per_query

@@ -1,0 +1,63 @@
+"""Replaying the audit log: logged queries re-run with their recorded options
+against today's store and settings, each compared with what it was served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pipeline.audit.explain import diff_served, replay_options
+from pipeline.audit.record import AuditRecord
+from pipeline.errors import EvalInputError
+from pipeline.evaluation.queries import QuerySpec
+from pipeline.evaluation.runs import SearchMany, latency, run_queries
+
+
+# -- replay of the audit log ------------------------------------------------------------------
+def replay(
+    search_many: SearchMany,
+    records: list[AuditRecord],
+    *,
+    k: int = 10,
+    batch_size: int = 64,
+    in_flight: int | None = 8,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Re-run logged queries with their recorded options against the current
+    store and settings; per query, ``diff_served`` of what was served then
+    against what is served now (top ``k``). Rows without query text are
+    skipped (and counted)."""
+    usable = [r for r in records if r.query_text is not None]
+    skipped = [r.query_id for r in records if r.query_text is None]
+    if not usable:
+        raise EvalInputError("audit log", f"no replayable rows ({len(records)} row(s), {len(skipped)} without query text)")
+    specs = [QuerySpec(r.query_id, r.query_text or "", replay_options(r)) for r in usable]
+    runs, secs = run_queries(search_many, specs, batch_size=batch_size, in_flight=in_flight, progress=progress)
+    rows = []
+    for record, now in zip(usable, runs):
+        before = [s["id"] for s in record.sources]
+        if now.error is not None:
+            rows.append({"query_id": record.query_id, "text": record.query_text, "error": now.error})
+            continue
+        diff = diff_served(before, now.ranked, k)
+        rows.append({"query_id": record.query_id, "text": record.query_text, "logged_at": record.logged_at.isoformat(),
+                     "mode": record.requested_mode, "before": before[:k], "after": now.ranked[:k], **diff})
+    done = [r for r in rows if "error" not in r]
+    changed = sorted((r for r in done if not r["same"]), key=lambda r: (r["overlap"], r["query_id"]))
+    return {
+        "k": k,
+        "rows": len(records),
+        "replayed": len(done),
+        "failed": {r["query_id"]: r["error"] for r in rows if "error" in r},
+        "skipped": {"no_query_text": {"count": len(skipped), "ids": skipped[:50]}} if skipped else {},
+        "seconds": round(secs, 3),
+        "changed": len(changed),
+        "unchanged": len(done) - len(changed),
+        "mean_overlap": round(float(np.mean([r["overlap"] for r in done])), 4) if done else None,
+        "mean_moved": round(float(np.mean([r["moved"] for r in done])), 3) if done else None,
+        "changed_queries": changed,
+        "latency_ms": latency(runs),
+    }

@@ -1,0 +1,40 @@
+"""The ``search.embed`` stage: one batched encode for the queries of a batch
+that need a vector.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.contracts import Batch, LegRun
+from pipeline.embedders import Embedder
+from pipeline.identity import vector_identity
+
+
+def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
+    """The ``search.embed`` stage: one batched encode for every query that needs a vector.
+
+    Keyword-mode queries (vector weight 0) are skipped; a query already past
+    its deadline gets no vector and its vector leg reports the timeout.
+    """
+    t0 = time.perf_counter()
+    todo = []
+    for state in batch.states:
+        q = state.query
+        if not q.wants("vector") or q.vector is not None:
+            continue
+        if q.past_deadline():
+            state.legs["vector"] = LegRun(leg="vector", ran=False, profile={"timed_out": True})
+            continue
+        todo.append(state)
+    if todo:
+        vectors = embedder.embed([s.query.text for s in todo])
+        for state, vec in zip(todo, vectors):
+            state.query.vector = vec.tolist()
+            if not state.query.wants("fts"):  # semantic: the vector is the query's identity
+                state.query.identity = vector_identity(vec)
+                state.query.identity_of = "vector"
+    ms = round((time.perf_counter() - t0) * 1000, 3)
+    for state in todo:
+        state.timings["embed"] = ms
+    return batch

@@ -1,0 +1,148 @@
+"""The layout shows the architecture: no import circles, pure stages, one file per seed stage."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("pipeline", "workers", "schema")
+# The seed's boxes, each in a file of pipeline/stages named after it; all but
+# recency are tasks named search.<stage> (the recency boost is applied inside
+# search.fuse: it re-ranks the fused list, and a hop of its own would cost a message).
+SEED_STAGES = ("embed", "descend", "fulltext", "fuse", "recency", "augment", "scope", "budget")
+TASK_STAGES = tuple(s for s in SEED_STAGES if s != "recency")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Project modules ``name`` imports, at module level or inside functions.
+
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to
+    ``a.b``; the parent packages Python initialises on the way are not edges
+    (a package's ``__init__`` re-exporting its submodules is not a circle)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        edges |= {t for t in targets if t in known and t != name}
+    return edges
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_in_the_packages():
+    graph = _graph()
+    assert len(graph) > 40 and graph["workers.cli"], "the walk found the modules and their imports"
+    assert _cycles(graph) == []
+
+
+def test_pipeline_never_imports_celery_or_the_workers():
+    modules = _modules()
+    for name, path in modules.items():
+        if not name.startswith("pipeline"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                roots = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                roots = [(node.module or "").split(".")[0]]
+            else:
+                continue
+            assert not set(roots) & {"celery", "kombu", "redis", "workers"}, f"{name} imports {roots}"
+
+
+def _code_lines(path: Path) -> int:
+    """Lines of code: not blank, not comments, not docstrings."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return sum(1 for i, line in enumerate(lines, start=1)
+               if line.strip() and not line.strip().startswith("#") and i not in docs)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_above_500_lines_of_code(package):
+    sizes = {name: _code_lines(path) for name, path in _modules().items() if name.startswith(package)}
+    assert sizes
+    assert {name: n for name, n in sizes.items() if n > 500} == {}
+
+
+def test_each_seed_stage_is_a_task_in_a_file_named_after_it():
+    import workers.tasks  # noqa: F401  (registers the tasks)
+    from workers.app import app
+
+    names = {name for name in app.tasks if name.startswith("search.")}
+    assert names == {f"search.{stage}" for stage in TASK_STAGES}
+    for stage in SEED_STAGES:
+        assert (ROOT / "pipeline" / "stages" / f"{stage}.py").is_file(), stage

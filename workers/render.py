@@ -1,0 +1,37 @@
+"""Text for a person: results as a table, errors as one safe line."""
+
+from __future__ import annotations
+
+
+def one_line(text: str) -> str:
+    """An error message as one printable line: line breaks, control and
+    bidirectional characters and invalid Unicode (from non-UTF-8 arguments)
+    are written as escapes, so a hostile value cannot break or disguise it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def format_results(results) -> str:
+    """A readable table: rank, score, id, namespace, preview, graph marks."""
+    lines = []
+    if not results.results:
+        lines.append(f"no results for {results.query!r} ({results.mode})")
+    else:
+        width = max(len(r.id) for r in results.results)
+        lines.append(f"{'#':>3}  {'score':>8}  {'id':<{width}}  {'namespace':<12} preview")
+        for r in results.results:
+            marks = []
+            if r.superseded_by:
+                marks.append("superseded by " + ", ".join(l.id for l in r.superseded_by))
+            if r.conflicts:
+                marks.append("conflicts " + ", ".join(l.id for l in r.conflicts))
+            if r.supported_by:
+                marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
+            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
+            for mark in marks:
+                lines.append(f"{'':>3}  {'':>8}  {'':<{width}}  {'':<12}   ↳ {mark}")
+    tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
+    if results.truncated and results.truncation:
+        t = results.truncation
+        tail += f", truncated by {t.by} ({t.left_out} left out)"
+    lines.append(tail)
+    return "\n".join(lines)
