@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.errors import InputError
 from pipeline.identity import text_identity
@@ -143,8 +143,68 @@ class QueryOptions(_Strict):
         return value
 
 
+class Scope(_Strict):
+    """Where a query may look, resolved once from its options by ``make_query``.
+
+    The same scope is pushed into both legs before their top-k, held by
+    augment and the scope stage, recorded in the audit row as is and given
+    back by a replay (empty = no filter)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str | None = None
+    topics: tuple[str, ...] = ()
+    content_types: tuple[str, ...] = ()
+    concepts: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.namespace or self.topics or self.content_types or self.concepts)
+
+    @classmethod
+    def of(cls, options: QueryOptions) -> Scope:
+        return cls(
+            namespace=options.namespace,
+            topics=tuple(options.topics),
+            content_types=tuple(options.content_type),
+            concepts=tuple(options.concepts),
+        )
+
+
+class Budget(_Strict):
+    """The query's budgets, resolved once (its options, else the settings' defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_units: int | None = None
+    max_chars: int | None = None
+    max_ms: int | None = None
+
+
+def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Search options that ask again what ``Query.recorded`` recorded: the same
+    scope, budget, top-k, mode, weights as asked, recency boost and ``now``.
+
+    Rows written before the scope and budget were recorded on their own carry
+    the options flat (``namespace``, ``max_units``...); those are given back as they are.
+    """
+    if "scope" not in recorded:
+        return {k: v for k, v in recorded.items() if v not in (None, [], {})}
+    scope, budget = recorded["scope"], recorded["budget"]
+    options = {
+        "namespace": scope.get("namespace"),
+        "topics": list(scope.get("topics") or []),
+        "content_type": list(scope.get("content_types") or []),
+        "concepts": list(scope.get("concepts") or []),
+        **{k: budget.get(k) for k in ("max_units", "max_chars", "max_ms")},
+        **{k: recorded.get(k) for k in ("top_k", "mode", "weights", "recency_boost", "now")},
+    }
+    return {k: v for k, v in options.items() if v not in (None, [], {})}
+
+
 class Query(_Strict):
-    """One query in flight: text, options and what earlier stages resolved."""
+    """One query in flight: text, options as asked, what ``make_query``
+    resolved (weights, top-k, scope, budget) and what earlier stages added."""
 
     id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     text: str
@@ -152,9 +212,8 @@ class Query(_Strict):
     started_at: float = Field(default_factory=time.time, description="wall clock, seconds")
     weights: dict[str, float] = Field(default_factory=dict)
     top_k: int = 100
-    max_units: int | None = None
-    max_chars: int | None = None
-    max_ms: int | None = None
+    scope: Scope = Field(default_factory=Scope)
+    budget: Budget = Field(default_factory=Budget)
     vector: list[float] | None = None
     identity: str = Field("", description="FNV-1a 64 (hex) of the text, or of the vector in semantic mode")
     identity_of: Literal["text", "vector"] = "text"
@@ -166,14 +225,37 @@ class Query(_Strict):
 
     @property
     def deadline(self) -> float | None:
-        return None if self.max_ms is None else self.started_at + self.max_ms / 1000.0
+        max_ms = self.budget.max_ms
+        return None if max_ms is None else self.started_at + max_ms / 1000.0
 
     def past_deadline(self, now: float | None = None) -> bool:
         deadline = self.deadline
         return deadline is not None and (now if now is not None else time.time()) >= deadline
 
+    @model_validator(mode="after")
+    def _resolve_scope(self) -> Query:
+        # the scope is the options' unless given: resolved here, once, and carried
+        if "scope" not in self.model_fields_set:
+            self.scope = Scope.of(self.options)
+        return self
+
     def wants(self, leg: str) -> bool:
         return self.weights.get(leg, 0.0) > 0
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as resolved, for the audit row: scope, budget, top-k,
+        mode and weights as asked, recency boost and the recency ``now`` (the
+        query's start when none was given), so a replay asks the same."""
+        o = self.options
+        return {
+            "scope": self.scope.model_dump(mode="json"),
+            "budget": self.budget.model_dump(mode="json"),
+            "top_k": self.top_k,
+            "mode": o.mode.value,
+            "weights": o.weights.model_dump(mode="json") if o.weights is not None else None,
+            "recency_boost": o.recency_boost,
+            "now": (o.now or self.started_utc).isoformat(),
+        }
 
 
 class Hit(_Strict):
@@ -375,14 +457,16 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         weights = {"vector": settings.vector_weight, "fts": settings.fts_weight}
     if not any(w > 0 for w in weights.values()):
         raise InputError("weights", "at least one leg needs a weight above 0")
-    budget = settings.budget
+    defaults = settings.budget
     return Query(
         text=text,
         identity=text_identity(text),
         options=options,
         weights=weights,
         top_k=options.top_k or settings.leg_top_k,
-        max_units=options.max_units if options.max_units is not None else budget.max_units,
-        max_chars=options.max_chars if options.max_chars is not None else budget.max_chars,
-        max_ms=options.max_ms if options.max_ms is not None else budget.max_ms,
+        budget=Budget(
+            max_units=options.max_units if options.max_units is not None else defaults.max_units,
+            max_chars=options.max_chars if options.max_chars is not None else defaults.max_chars,
+            max_ms=options.max_ms if options.max_ms is not None else defaults.max_ms,
+        ),
     )

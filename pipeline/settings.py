@@ -170,7 +170,7 @@ class Settings(BaseSettings):
 
     @property
     def store_path(self) -> Path:
-        """The published store generation (see ``pipeline.generations``)."""
+        """The published store generation (see ``pipeline.store.generations``)."""
         from pipeline.store.generations import current_or_default
 
         return current_or_default(self.data_dir)

@@ -1,1 +1,1 @@
-"""Numbered SQL migrations, applied in order by ``pipeline.store``."""
+"""Numbered SQL migrations, applied in order by ``pipeline.store.database``."""

@@ -1,11 +1,17 @@
 """Heavy per-process resources, loaded lazily once: the embedder, the read-only
 store and the vector index (reloaded when the store's generation changes).
+
+The module is this process's ``pipeline.stages.registry.Resources``:
+``settings()``, ``embedder()``, ``index()`` and ``cursor()``.
 """
 
 from __future__ import annotations
 
 import atexit
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
@@ -56,13 +62,6 @@ def embedder() -> Embedder:
         if _embedder is None:
             _embedder = make_embedder(settings())
         return _embedder
-
-
-class LazyEmbedder:
-    """Loads the model on the first ``embed`` call, so keyword-only batches never do."""
-
-    def embed(self, texts):
-        return embedder().embed(texts)
 
 
 def audit_writer() -> AuditWriter:
@@ -128,10 +127,17 @@ def index() -> VectorIndex | None:
         return _index
 
 
-def cursor():
-    """A cursor for this thread on the read-only store, or None."""
+@contextmanager
+def cursor() -> Iterator[Any]:
+    """A cursor for this thread on the read-only store (None when none is
+    published yet), closed on exit."""
     st = store()
-    return st.cursor() if st is not None else None
+    cur = st.cursor() if st is not None else None
+    try:
+        yield cur
+    finally:
+        if cur is not None:
+            cur.close()
 
 
 def close_store() -> None:

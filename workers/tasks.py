@@ -1,48 +1,26 @@
-"""Thin Celery tasks: validate the batch, call the pipeline stage, return JSON."""
+"""Task registrations: each stage of ``pipeline.stages.registry.STAGES`` as a
+Celery task of the same name, plus ``audit.write`` and ``ingest.batch``.
+
+A stage task validates its message into a ``Batch`` (a malformed one is a
+``StageError`` naming the stage and the field), runs the stage with this
+process's resources and returns JSON.
+"""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from pydantic import ValidationError
 
-from pipeline.audit.record import AuditRecord
-from pipeline.contracts import Batch, vectors_consumed
+from pipeline.audit import AuditRecord
+from pipeline.contracts import Batch
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError
-from pipeline.stages.augment import augment_batch
-from pipeline.stages.budget import budget_batch
-from pipeline.stages.descend import descend_batch
-from pipeline.stages.embed import embed_batch
-from pipeline.stages.fulltext import fulltext_batch
-from pipeline.stages.fuse import fuse_batch
-from pipeline.stages.scope import scope_batch
-from pipeline.store.database import created_at_of
+from pipeline.stages.registry import STAGES, Stage
 from pipeline.store.ingest import parse_lines, write_parsed
 
 from . import audit, resources
 from .app import app
 
 
-@contextmanager
-def _cursor():
-    cur = resources.cursor()
-    try:
-        yield cur
-    finally:
-        if cur is not None:
-            cur.close()
-
-
-# Every stage but the last passes its batch on in the next task's message:
-# only the final result is stored (and failures, task_store_errors_even_if_ignored,
-# which the caller's parent check reads), not one stored copy per hop.
-
-
-def _out(batch: Batch) -> dict:
-    return batch.model_dump(mode="json")
-
-
-def _in(batch: dict, stage: str) -> Batch:
+def _in(batch: object, stage: str) -> Batch:
     """The batch a stage received; a malformed one is a ``StageError`` naming
     the stage and the field (it travels as JSON, unlike pydantic's own error)."""
     try:
@@ -50,51 +28,34 @@ def _in(batch: dict, stage: str) -> Batch:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise StageError(f"search.{stage} got a malformed batch: {where}: {err['msg']}") from None
+        raise StageError(f"{stage} got a malformed batch: {where}: {err['msg']}") from None
 
 
-@app.task(name="search.embed", ignore_result=True)
-def embed(batch: dict) -> dict:
-    return _out(embed_batch(_in(batch, "embed"), resources.LazyEmbedder()))
+# Every stage but the last passes its batch on in the next task's message:
+# only the final result is stored (and failures, task_store_errors_even_if_ignored,
+# which the caller's parent check reads), not one stored copy per hop.
+LAST = "search.budget"
 
 
-@app.task(name="search.descend", ignore_result=True)
-def descend(batch: dict) -> dict:
-    index = resources.index()
-    with _cursor() as cur:
-        return _out(vectors_consumed(descend_batch(_in(batch, "descend"), index, cur, resources.settings().tree)))
+def _register(stage: Stage):
+    def run(payload):
+        if stage.fan_in:
+            if not isinstance(payload, list):
+                raise StageError(f"{stage.name} got a malformed message: a list of leg batches expected")
+            batch = [_in(p, stage.name) for p in payload]
+        else:
+            batch = _in(payload, stage.name)
+        out = stage.run(batch, resources)
+        if stage.name == LAST:
+            audit.emit(out)
+        return out.model_dump(mode="json")
+
+    run.__name__ = run.__qualname__ = stage.name.rpartition(".")[2]
+    run.__doc__ = f"The {stage.name} stage (pipeline.stages.registry)."
+    return app.task(name=stage.name, ignore_result=stage.name != LAST)(run)
 
 
-@app.task(name="search.fulltext", ignore_result=True)
-def fulltext(batch: dict) -> dict:
-    with _cursor() as cur:
-        return _out(fulltext_batch(_in(batch, "fulltext"), cur, resources.settings().fulltext))
-
-
-@app.task(name="search.fuse", ignore_result=True)
-def fuse(parts: list[dict]) -> dict:
-    with _cursor() as cur:
-        created = (lambda ids: created_at_of(cur, ids)) if cur is not None else (lambda ids: {})
-        batch = fuse_batch([_in(p, "fuse") for p in parts], resources.settings().rrf_k, created)
-    return _out(batch)
-
-
-@app.task(name="search.augment", ignore_result=True)
-def augment(batch: dict) -> dict:
-    with _cursor() as cur:
-        return _out(augment_batch(_in(batch, "augment"), cur, resources.settings().preview_chars))
-
-
-@app.task(name="search.scope", ignore_result=True)
-def scope(batch: dict) -> dict:
-    return _out(scope_batch(_in(batch, "scope")))
-
-
-@app.task(name="search.budget")
-def budget(batch: dict) -> dict:
-    out = budget_batch(_in(batch, "budget"))
-    audit.emit(out)
-    return _out(out)
+STAGE_TASKS = {name: _register(stage) for name, stage in STAGES.items()}
 
 
 @app.task(name="audit.write", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
+from pipeline.contracts import Scope
 from pipeline.settings import FulltextSettings
-from pipeline.stages.scope import Scope
 
 REFERENCE_SQL = """
 SELECT id, score FROM (

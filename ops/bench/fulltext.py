@@ -1,4 +1,4 @@
-"""The full-text leg at scale: postings-bounded BM25 (``pipeline.fulltext``)
+"""The full-text leg at scale: postings-bounded BM25 (``pipeline.stages.fulltext``)
 against the FTS extension's ``match_bm25`` (what it replaced) and against
 ``bm25s`` (what a user would pick instead), on one store, in one run.
 
@@ -32,9 +32,9 @@ def pct(xs, q) -> float:
 def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, log=print) -> dict:
     from ops.bench import synth
     from ops.bench.bm25_reference import match_bm25, same_ranking
+    from pipeline.contracts import Scope
     from pipeline.settings import Settings
     from pipeline.stages import fulltext
-    from pipeline.stages.scope import Scope
     from pipeline.store.database import Store
 
     fts = Settings(_env_file=None).fulltext

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.contracts import Scope
 from pipeline.datasets.locomo import load_locomo
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 from pipeline.stages.descend import VectorIndex, descend, exact
-from pipeline.stages.scope import Scope
 from pipeline.store.database import Store
 
 

@@ -52,9 +52,9 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, log=pri
     import faiss
 
     from ops.bench import synth
+    from pipeline.contracts import Scope
     from pipeline.settings import Settings
     from pipeline.stages.descend import VectorIndex, descend
-    from pipeline.stages.scope import Scope
     from pipeline.store.database import Store
 
     faiss.omp_set_num_threads(1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.audit.record import AuditRecord
+from pipeline.contracts import options_from_recorded
 
 
 # -- explain --------------------------------------------------------------------------
@@ -34,10 +35,9 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
 # -- replay -----------------------------------------------------------------------------
 def replay_options(record: AuditRecord) -> dict[str, Any]:
     """The search options that re-run a logged query as it was asked (scope,
-    budgets, top-k, recency ``now``, requested mode)."""
-    options = {k: v for k, v in record.options.items() if v not in (None, [], {})}
-    options["mode"] = record.requested_mode
-    return options
+    budgets, top-k, recency ``now``, requested mode): ``Query.recorded``'s inverse."""
+    return {**options_from_recorded(record.options), "mode": record.requested_mode}
+
 
 def diff_served(before: list[str], after: list[str], k: int | None = None) -> dict[str, Any]:
     """How a served list changed: one line per added, moved or dropped id, plus

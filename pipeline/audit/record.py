@@ -51,10 +51,6 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
             "top_scores": [round(h.score, 6) for h in leg.hits[:TOP_HITS]],
             "profile": leg.profile,
         }
-    options = q.options.model_dump(mode="json")
-    options.update({"max_units": q.max_units, "max_chars": q.max_chars, "max_ms": q.max_ms, "top_k": q.top_k})
-    if options.get("now") is None:  # recency was measured from the start: record it so replays match
-        options["now"] = q.started_utc.isoformat()
     sources = [
         {
             "id": r.id,
@@ -76,7 +72,7 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         mode=state.mode,
         requested_mode=q.options.mode.value,
         query_text=q.text if store_text else None,
-        options=options,
+        options=q.recorded(),
         query_profile={"legs": legs, "weights": q.weights, "scope_dropped": state.scope_dropped},
         sources=sources,
         result_count=len(state.results),

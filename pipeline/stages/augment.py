@@ -12,8 +12,9 @@ import time
 from collections import defaultdict
 
 from pipeline.contracts import Batch, GraphLink, Result
-from pipeline.stages.scope import in_scope, scope_of
+from pipeline.stages.scope import in_scope
 from pipeline.store.database import ids_filter
+from pipeline.timing import ms_since
 
 # {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
 # pipeline.store.ids_filter (index lookups for one query's candidates).
@@ -45,7 +46,7 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
     if not wanted:
         for state in batch.states:
             state.results = []
-            state.timings["augment"] = round((time.perf_counter() - t0) * 1000, 3)
+            state.timings["augment"] = ms_since(t0)
         return batch
     edges = _by_ids(con, _EDGES, wanted)
     links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
@@ -81,7 +82,7 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
         # budget reports them as left out), not carried with content and
         # graph context through scope and budget. Out-of-scope ones still go
         # to the scope stage, which drops and counts them.
-        scope, cap = scope_of(state.query), state.query.max_units
+        scope, cap = state.query.scope, state.query.budget.max_units
         kept_in_scope = 0
         for fused in state.fused:
             if fused.id not in rows:  # deleted since the legs ran
@@ -107,5 +108,5 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
             )
         state.results = results
         state.fused = []
-        state.timings["augment"] = round((time.perf_counter() - t0) * 1000, 3)
+        state.timings["augment"] = ms_since(t0)
     return batch

@@ -11,30 +11,31 @@ from __future__ import annotations
 import time
 
 from pipeline.contracts import Batch, QueryState, Truncation
+from pipeline.timing import ms_since
 
 
 def apply_budget(state: QueryState) -> QueryState:
-    q = state.query
+    budget = state.query.budget
     results = state.results
     keep = len(results)
     # candidates augment counted but did not carry (past max_units) are left out too
     total = len(results) + state.beyond_budget
     cut: Truncation | None = None
-    if q.max_units is not None and total > q.max_units:
-        keep = min(keep, q.max_units)
-        cut = Truncation(by="maxUnits", left_out=total - keep, limit=q.max_units)
-    if q.max_chars is not None:
+    if budget.max_units is not None and total > budget.max_units:
+        keep = min(keep, budget.max_units)
+        cut = Truncation(by="maxUnits", left_out=total - keep, limit=budget.max_units)
+    if budget.max_chars is not None:
         used = 0
         for i, result in enumerate(results[:keep]):
             used += len(result.content)
-            if used > q.max_chars:
-                cut = Truncation(by="maxChars", left_out=total - i, limit=q.max_chars)
+            if used > budget.max_chars:
+                cut = Truncation(by="maxChars", left_out=total - i, limit=budget.max_chars)
                 keep = i
                 break
     slow = sorted(name for name, leg in state.legs.items() if leg.profile.get("timed_out"))
-    if slow and q.max_ms is not None:
+    if slow and budget.max_ms is not None:
         cut = Truncation(
-            by="maxMs", left_out=total - keep, limit=q.max_ms,
+            by="maxMs", left_out=total - keep, limit=budget.max_ms,
             detail=f"deadline reached before leg(s) finished: {', '.join(slow)}",
         )
     state.results = results[:keep]
@@ -48,5 +49,5 @@ def budget_batch(batch: Batch) -> Batch:
     for state in batch.states:
         t0 = time.perf_counter()
         apply_budget(state)
-        state.timings["budget"] = round((time.perf_counter() - t0) * 1000, 3)
+        state.timings["budget"] = ms_since(t0)
     return batch

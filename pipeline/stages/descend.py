@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.contracts import Batch, Hit, LegRun
+from pipeline.contracts import Batch, Hit, LegRun, Scope
 from pipeline.settings import TreeSettings
-from pipeline.stages.scope import Scope, scope_of
 from pipeline.store.tree import ROOT, namespace_key
+from pipeline.timing import ms_since
 
 
 @dataclass
@@ -249,14 +249,14 @@ def descend(
     profile["leaves_reached"] = len(leaves)
     profile["reached"] = [index.keys[t] for t in leaves]
     if not leaves or profile["timed_out"]:
-        profile["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        profile["ms"] = ms_since(t0)
         return [], profile
     rows = np.concatenate([np.arange(index.leaf_start[t], index.leaf_end[t]) for t in leaves])
     if mask is not None:
         rows = rows[mask[rows]]
     hits = _top(index, rows, query, top_k)
     profile["memories_scored"] = int(len(rows))
-    profile["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    profile["ms"] = ms_since(t0)
     return hits, profile
 
 
@@ -300,7 +300,7 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
         if index is None or index.size == 0 or q.vector is None:
             hits, profile = [], {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "timed_out": False}
         else:
-            scope = scope_of(q)
+            scope = q.scope
             hits, profile = descend(
                 index,
                 np.asarray(q.vector, dtype=np.float32),
@@ -317,5 +317,5 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
             hits=[Hit(id=m, score=s, rank=r) for r, (m, s) in enumerate(hits, start=1)],
             profile=profile,
         )
-        state.timings["descend"] = round((time.perf_counter() - t0) * 1000, 3)
+        state.timings["descend"] = ms_since(t0)
     return batch

@@ -9,6 +9,7 @@ import time
 from pipeline.contracts import Batch, LegRun
 from pipeline.embedders import Embedder
 from pipeline.identity import vector_identity
+from pipeline.timing import ms_since
 
 
 def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
@@ -34,7 +35,7 @@ def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
             if not state.query.wants("fts"):  # semantic: the vector is the query's identity
                 state.query.identity = vector_identity(vec)
                 state.query.identity_of = "vector"
-    ms = round((time.perf_counter() - t0) * 1000, 3)
+    ms = ms_since(t0)
     for state in todo:
         state.timings["embed"] = ms
     return batch

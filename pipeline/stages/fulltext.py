@@ -36,11 +36,11 @@ import time
 
 import duckdb
 
-from pipeline.contracts import Batch, Hit, LegRun
+from pipeline.contracts import Batch, Hit, LegRun, Scope
 from pipeline.settings import FulltextSettings
-from pipeline.stages.scope import Scope, scope_of
 from pipeline.store.database import placeholders
 from pipeline.store.fulltext_index import index_exists
+from pipeline.timing import ms_since
 
 # A query is three short statements, each with a small plan: its terms (the
 # index's own tokenizer and stemmer), their ids (point lookups in fts_terms'
@@ -141,10 +141,10 @@ def fulltext_batch(batch: Batch, con, settings: FulltextSettings) -> Batch:
             continue
         t0 = time.perf_counter()
         if has_index:
-            hits, timed_out = search_until(con, q.text, scope_of(q), q.top_k, settings, q.deadline)
+            hits, timed_out = search_until(con, q.text, q.scope, q.top_k, settings, q.deadline)
         else:
             hits, timed_out = [], False
-        ms = round((time.perf_counter() - t0) * 1000, 3)
+        ms = ms_since(t0)
         state.legs["fts"] = LegRun(
             leg="fts",
             ran=not timed_out,

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from pipeline.contracts import LEGS, Batch, Fused, LegRun, QueryState
 from pipeline.stages.recency import apply_recency
+from pipeline.timing import ms_since
 
 
 def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int) -> list[Fused]:
@@ -62,7 +63,7 @@ def fuse_state(state: QueryState, k: int) -> QueryState:
     state.query.vector = None
     for leg in state.legs.values():
         leg.keep_top()
-    state.timings["fuse"] = round((time.perf_counter() - t0) * 1000, 3)
+    state.timings["fuse"] = ms_since(t0)
     return state
 
 
@@ -76,5 +77,5 @@ def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], 
             t0 = time.perf_counter()
             now = state.query.options.now or state.query.started_utc
             state.fused = apply_recency(state.fused, created_at_of([f.id for f in state.fused]), boost, now)
-            state.timings["recency"] = round((time.perf_counter() - t0) * 1000, 3)
+            state.timings["recency"] = ms_since(t0)
     return batch

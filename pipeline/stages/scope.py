@@ -2,7 +2,7 @@
 and concepts.
 
 The same scope is pushed into both legs before their top-k
-(``pipeline.fulltext`` in SQL, ``pipeline.vector`` as a row mask and a
+(``pipeline.stages.fulltext`` in SQL, ``pipeline.stages.descend`` as a row mask and a
 restricted descent); this stage holds it again after augmentation, so no
 result and no graph context outside the scope ever leaves the pipeline.
 """
@@ -10,33 +10,9 @@ result and no graph context outside the scope ever leaves the pipeline.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
-from pipeline.contracts import Batch, GraphLink, Query, Result
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Filters pushed into a leg before its top-k (empty = no filter)."""
-
-    namespace: str | None = None
-    topics: tuple[str, ...] = ()
-    content_types: tuple[str, ...] = ()
-    concepts: tuple[str, ...] = ()
-
-    @property
-    def empty(self) -> bool:
-        return not (self.namespace or self.topics or self.content_types or self.concepts)
-
-
-def scope_of(query: Query) -> Scope:
-    o = query.options
-    return Scope(
-        namespace=o.namespace,
-        topics=tuple(o.topics),
-        content_types=tuple(o.content_type),
-        concepts=tuple(o.concepts),
-    )
+from pipeline.contracts import Batch, GraphLink, Result, Scope
+from pipeline.timing import ms_since
 
 
 def in_scope(item: Result | GraphLink, scope: Scope) -> bool:
@@ -55,7 +31,7 @@ def scope_batch(batch: Batch) -> Batch:
     """The ``search.scope`` stage: drop results and links outside each query's scope."""
     for state in batch.states:
         t0 = time.perf_counter()
-        scope = scope_of(state.query)
+        scope = state.query.scope
         kept = []
         for result in state.results:
             if not in_scope(result, scope):
@@ -67,5 +43,5 @@ def scope_batch(batch: Batch) -> Batch:
             result.rank = len(kept) + 1
             kept.append(result)
         state.results = kept
-        state.timings["scope"] = round((time.perf_counter() - t0) * 1000, 3)
+        state.timings["scope"] = ms_since(t0)
     return batch

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.contracts import Scope
 from pipeline.stages.descend import VectorIndex, descend, exact
-from pipeline.stages.scope import Scope
 from pipeline.store.database import Store
 from pipeline.store.stats import store_stats
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline.contracts import Batch, Fused, LegRun, Query, QueryOptions, QueryState
+from pipeline.contracts import Batch, Budget, Fused, LegRun, Query, QueryOptions, QueryState
 from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
@@ -36,8 +36,9 @@ budgets = st.fixed_dictionaries({
 
 def _state(opts: dict, budget: dict, order: list[str]) -> QueryState:
     q = Query(id="q", text="t", started_at=1.7e9, options=QueryOptions(**{k: v for k, v in opts.items() if v not in (None, [])}),
-              weights={"vector": 1.0, "fts": 1.0}, max_units=budget["max_units"], max_chars=budget["max_chars"],
-              max_ms=50 if budget["timed_out"] else None)
+              weights={"vector": 1.0, "fts": 1.0},
+              budget=Budget(max_units=budget["max_units"], max_chars=budget["max_chars"],
+                            max_ms=50 if budget["timed_out"] else None))
     legs = {"fts": LegRun(leg="fts", ran=True, profile={"timed_out": True} if budget["timed_out"] else {})}
     # every memory is a candidate, those outside the scope included, so scope has something to drop
     fused = [Fused(id=m, rrf=1.0 / (60 + i), score=1.0 / (60 + i), ranks={"fts": i}) for i, m in enumerate(order, 1)]
@@ -49,12 +50,12 @@ def _answer(state: QueryState) -> dict:
 
 
 def _run(con, state: QueryState, trim: bool) -> tuple[QueryState, int]:
-    cap = state.query.max_units
+    cap = state.query.budget
     if not trim:
-        state.query.max_units = None
+        state.query.budget = Budget()
     augmented = augment_batch(Batch(states=[state]), con, 40)
     carried = len(augmented.states[0].results)
-    augmented.states[0].query.max_units = cap
+    augmented.states[0].query.budget = cap
     return budget_batch(scope_batch(augmented)).states[0], carried
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline.contracts import Batch, LegRun, Query, QueryState, Result, Truncation
+from pipeline.contracts import Batch, Budget, LegRun, Query, QueryState, Result, Truncation
 from pipeline.stages.budget import apply_budget, budget_batch
 
 
@@ -21,7 +21,7 @@ def _result(rank: int, content: str, mid: str | None = None) -> Result:
 
 
 def _state(lengths, *, max_units=None, max_chars=None, max_ms=None, legs=None) -> QueryState:
-    q = Query(id="q", text="t", max_units=max_units, max_chars=max_chars, max_ms=max_ms)
+    q = Query(id="q", text="t", budget=Budget(max_units=max_units, max_chars=max_chars, max_ms=max_ms))
     results = [_result(i, "x" * n) for i, n in enumerate(lengths, start=1)]
     return QueryState(query=q, results=results, legs=legs or {})
 
@@ -68,7 +68,7 @@ def test_first_result_too_long_leaves_nothing():
 
 def test_characters_not_bytes_are_counted():
     # 10 "é" are 10 characters (20 bytes in UTF-8): two of them make 20 <= 20.
-    q = Query(id="q", text="t", max_chars=20)
+    q = Query(id="q", text="t", budget=Budget(max_chars=20))
     state = QueryState(query=q, results=[_result(1, "é" * 10), _result(2, "é" * 10)])
     apply_budget(state)
     assert len(state.results) == 2 and not state.truncated
@@ -95,7 +95,7 @@ def test_chars_cut_after_units_cut_reports_chars_and_counts_everything_left_out(
 
 
 def test_ranks_are_not_reordered():
-    q = Query(id="q", text="t", max_chars=12)
+    q = Query(id="q", text="t", budget=Budget(max_chars=12))
     # deliberately listed with ids out of order: the budget follows list order
     results = [_result(1, "x" * 6, "zz"), _result(2, "x" * 6, "aa"), _result(3, "x", "bb")]
     state = apply_budget(QueryState(query=q, results=results))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pipeline.contracts import (
     Batch,
+    Budget,
     Fused,
     GraphLink,
     Hit,
@@ -84,9 +85,9 @@ def test_budgets_and_top_k_default_from_settings(settings):
         "leg_top_k": 33,
     })
     q = make_query("x", None, s)
-    assert (q.max_units, q.max_chars, q.max_ms, q.top_k) == (7, 900, 250, 33)
+    assert (q.budget.max_units, q.budget.max_chars, q.budget.max_ms, q.top_k) == (7, 900, 250, 33)
     q = make_query("x", {"max_units": 2, "max_chars": 50, "max_ms": 10, "top_k": 5}, s)
-    assert (q.max_units, q.max_chars, q.max_ms, q.top_k) == (2, 50, 10, 5)
+    assert (q.budget.max_units, q.budget.max_chars, q.budget.max_ms, q.top_k) == (2, 50, 10, 5)
 
 
 @pytest.mark.parametrize(
@@ -263,7 +264,7 @@ def test_hybrid_request_whose_vector_leg_timed_out_reports_keyword(settings):
 
 
 def test_query_deadline(settings):
-    q = Query(text="x", started_at=1000.0, max_ms=250)
+    q = Query(text="x", started_at=1000.0, budget=Budget(max_ms=250))
     assert q.deadline == 1000.25
     assert not q.past_deadline(1000.2) and q.past_deadline(1000.25)
     assert Query(text="x").deadline is None and not Query(text="x").past_deadline()

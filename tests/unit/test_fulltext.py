@@ -13,8 +13,8 @@ import pytest
 
 from ops.bench import synth
 from ops.bench.bm25_reference import match_bm25, same_ranking
+from pipeline.contracts import Scope
 from pipeline.stages import fulltext
-from pipeline.stages.scope import Scope
 from pipeline.store.database import Store
 from pipeline.store.fulltext_index import index_exists
 

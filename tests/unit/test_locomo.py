@@ -146,7 +146,7 @@ def test_loader_is_deterministic(fixture_path: Path) -> None:
 
 
 def test_records_pass_the_ingest_model(fixture_path: Path) -> None:
-    ingest = pytest.importorskip("pipeline.ingest")
+    from pipeline.store import ingest
     for record in load_locomo(fixture_path).records:
         ingest.MemoryRecord.model_validate(record)
 

@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result
+from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result, Scope, make_query
 from pipeline.embedders import HashEmbedder
 from pipeline.settings import Settings, TreeSettings
-from pipeline.stages.scope import Scope, in_scope, scope_batch, scope_of
+from pipeline.stages.scope import in_scope, scope_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
 from pipeline.store.tree import load_tree
@@ -75,9 +75,13 @@ def test_memory_without_topics_is_outside_a_topic_scope():
     assert not in_scope(_link("m", concepts=()), Scope(concepts=("c1",)))
 
 
-def test_scope_of_reads_the_query_options():
-    q = Query(text="t", options=QueryOptions(namespace="a", topics=["y", "x"], content_type="code", concepts=["c"]))
-    assert scope_of(q) == Scope(namespace="a", topics=("x", "y"), content_types=("code",), concepts=("c",))
+def test_the_scope_is_resolved_once_from_the_options_and_carried(settings):
+    q = make_query("t", {"namespace": "a", "topics": ["y", "x"], "content_type": "code", "concepts": ["c"]}, settings)
+    assert q.scope == Scope(namespace="a", topics=("x", "y"), content_types=("code",), concepts=("c",))
+    # it travels with the query as JSON and comes back equal, not re-derived
+    again = Query.model_validate_json(q.model_dump_json())
+    assert again.scope == q.scope and "scope" in again.model_fields_set
+    assert Query(text="t", options=q.options, scope=Scope()).scope.empty  # a given scope is kept as given
 
 
 # -- scope_batch ---------------------------------------------------------------------
@@ -342,10 +346,10 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
                         row = audit_rows.get(settings.audit_path, out.query_id)
                         assert row is not None, out.query_id
                         o = row.options
-                        assert o["namespace"] == q["namespace"]
-                        assert o["topics"] == sorted(set(q["topics"]))
-                        assert o["content_type"] == sorted(set(q["content_type"]))
-                        assert o["concepts"] == sorted(set(q["concepts"]))
+                        assert o["scope"]["namespace"] == q["namespace"]
+                        assert o["scope"]["topics"] == sorted(set(q["topics"]))
+                        assert o["scope"]["content_types"] == sorted(set(q["content_type"]))
+                        assert o["scope"]["concepts"] == sorted(set(q["concepts"]))
                         assert [s["id"] for s in row.sources] == [r.id for r in out.results]
         finally:
             resources.configure(before)

@@ -9,11 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.contracts import Batch, LegRun, Query, QueryOptions, QueryState
+from pipeline.contracts import Batch, Budget, LegRun, Query, QueryOptions, QueryState, Scope
 from pipeline.embedders import HashEmbedder
 from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.descend import VectorIndex, descend, descend_batch, exact
-from pipeline.stages.scope import Scope
 from pipeline.store import ingest
 from pipeline.store.database import Store
 from pipeline.store.tree import ROOT, load_tree
@@ -157,7 +156,7 @@ def test_descend_batch_reports_a_timed_out_leg_as_not_run():
         [("m1", "x", "t", "leaf", E0)],
     )
     q = Query(id="q", text="t", weights={"vector": 1.0, "fts": 1.0}, vector=E0.tolist(),
-              started_at=time.time() - 10, max_ms=1)
+              started_at=time.time() - 10, budget=Budget(max_ms=1))
     out = descend_batch(Batch(states=[QueryState(query=q)]), index, None, TreeSettings())
     leg = out.states[0].legs["vector"]
     assert leg.ran is False and leg.hits == [] and leg.profile["timed_out"] is True

@@ -1,0 +1,134 @@
+"""How a stage is declared: its task name, the pure function that runs it and
+the per-process resources it needs, in one table, ``STAGES``.
+
+``workers.tasks`` registers each entry as a Celery task; ``run_local`` runs
+the same table in the canvas's order and shape without Celery (two legs on
+their own copies of the batch, fused), so a unit test exercises the stages as
+the workers chain them, with no app, broker or eager mode.
+
+Each stage takes a ``Batch`` (``search.fuse``: the legs' batches) and the
+process's ``Resources`` and returns a ``Batch``; timing is recorded by each
+stage in ``QueryState.timings`` (``pipeline.timing.ms_since``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipeline.contracts import Batch, vectors_consumed
+from pipeline.embedders import Embedder
+from pipeline.settings import Settings
+from pipeline.stages.augment import augment_batch
+from pipeline.stages.budget import budget_batch
+from pipeline.stages.descend import VectorIndex, descend_batch
+from pipeline.stages.embed import embed_batch
+from pipeline.stages.fulltext import fulltext_batch
+from pipeline.stages.fuse import fuse_batch
+from pipeline.stages.scope import scope_batch
+from pipeline.store.database import created_at_of
+
+
+class Resources(Protocol):
+    """What a process lends its stages; each is loaded on first use."""
+
+    def settings(self) -> Settings: ...
+
+    def embedder(self) -> Embedder: ...
+
+    def index(self) -> VectorIndex | None: ...
+
+    def cursor(self) -> AbstractContextManager[Any]:
+        """A DuckDB cursor on the published store for this thread (None when there is no store), closed on exit."""
+        ...
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One box of the seed's pipeline: ``name`` is the task name (``search.fuse``)."""
+
+    name: str
+    run: Callable[[Any, Resources], Batch]
+    fan_in: bool = False  # takes the list of the chord's leg batches
+
+
+def _embed(batch: Batch, res: Resources) -> Batch:
+    return embed_batch(batch, _LazyEmbedder(res))
+
+
+def _descend(batch: Batch, res: Resources) -> Batch:
+    index = res.index()
+    with res.cursor() as cur:
+        return vectors_consumed(descend_batch(batch, index, cur, res.settings().tree))
+
+
+def _fulltext(batch: Batch, res: Resources) -> Batch:
+    with res.cursor() as cur:
+        return fulltext_batch(batch, cur, res.settings().fulltext)
+
+
+def _fuse(parts: list[Batch], res: Resources) -> Batch:
+    with res.cursor() as cur:
+        created = (lambda ids: created_at_of(cur, ids)) if cur is not None else (lambda ids: {})
+        return fuse_batch(parts, res.settings().rrf_k, created)
+
+
+def _augment(batch: Batch, res: Resources) -> Batch:
+    with res.cursor() as cur:
+        return augment_batch(batch, cur, res.settings().preview_chars)
+
+
+def _scope(batch: Batch, res: Resources) -> Batch:
+    return scope_batch(batch)
+
+
+def _budget(batch: Batch, res: Resources) -> Batch:
+    return budget_batch(batch)
+
+
+class _LazyEmbedder:
+    """Loads the model on the first ``embed`` call, so keyword-only batches never do."""
+
+    def __init__(self, res: Resources):
+        self._res = res
+
+    def embed(self, texts):
+        return self._res.embedder().embed(texts)
+
+
+STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in (
+        Stage("search.embed", _embed),
+        Stage("search.descend", _descend),
+        Stage("search.fulltext", _fulltext),
+        Stage("search.fuse", _fuse, fan_in=True),
+        Stage("search.augment", _augment),
+        Stage("search.scope", _scope),
+        Stage("search.budget", _budget),
+    )
+}
+# The canvas: chain(chord(group(chain(embed, descend), fulltext), fuse), augment, scope, budget)
+VECTOR_LEG = ("search.embed", "search.descend")
+FULLTEXT_LEG = ("search.fulltext",)
+FUSION = "search.fuse"
+AFTER_FUSION = ("search.augment", "search.scope", "search.budget")
+
+
+def run_local(batch: Batch, res: Resources) -> Batch:
+    """The query canvas in this process, without Celery: each leg gets its own
+    copy of the batch, as each gets its own message on the workers."""
+    legs = []
+    for leg in (VECTOR_LEG, FULLTEXT_LEG):
+        part = batch.model_copy(deep=True)
+        for name in leg:
+            part = STAGES[name].run(part, res)
+        legs.append(part)
+    out = STAGES[FUSION].run(legs, res)
+    for name in AFTER_FUSION:
+        out = STAGES[name].run(out, res)
+    return out
+
+
