@@ -146,3 +146,17 @@ def test_each_seed_stage_is_a_task_in_a_file_named_after_it():
     assert names == {f"search.{stage}" for stage in TASK_STAGES}
     for stage in SEED_STAGES:
         assert (ROOT / "pipeline" / "stages" / f"{stage}.py").is_file(), stage
+
+
+def test_every_package_and_data_file_is_installed():
+    """A non-editable install gets only what pyproject lists: a new subpackage
+    missing from it would import here and fail on a user's machine."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for pkg in PACKAGES for p in (ROOT / pkg).rglob("__init__.py")}
+    assert set(config["packages"]) == on_disk
+    data = config["package-data"]
+    for folder in (ROOT / "pipeline").rglob("*_data"):
+        package = ".".join(folder.parent.relative_to(ROOT).parts)
+        assert f"{folder.name}/*.json" in data.get(package, []), folder
