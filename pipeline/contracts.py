@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, problems
 from pipeline.identity import text_identity
 from pipeline.settings import Settings
 
@@ -409,12 +409,8 @@ def validation_error(exc: ValidationError, default: str) -> InputError:
 
     Raise it ``from exc``: a caller who wants every problem, not just the
     first, finds pydantic's ``ValidationError`` on ``__cause__``."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or default
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown option"
-    return InputError(where, msg)
+    where, msg = problems(exc, default)[0]
+    return InputError(where, "unknown option" if msg == "unknown field" else msg)
 
 
 def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, settings: Settings) -> Query:

@@ -92,10 +92,20 @@ class HashEmbedder:
                 out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         return normalize(out)
 
-def make_embedder(settings: Settings) -> Embedder:
-    """The configured embedder (``hash-N`` names the test fake)."""
+def make_embedder(settings: Settings, bulk: bool = False) -> Embedder:
+    """The configured embedder (``hash-N`` names the test fake).
+
+    The packaged MiniLM on the CPU is computed in numpy (``pipeline.minilm``:
+    the same vectors, with none of torch's ~7 s of imports) for queries;
+    ``bulk`` work (ingest: thousands of texts) goes through
+    sentence-transformers, which is the faster of the two in bulk here.
+    """
     name = settings.embedding_model
     match = re.fullmatch(r"hash-(\d+)", name)
     if match:
         return HashEmbedder(int(match.group(1)))
+    if name == PACKAGED_MODEL and settings.embedding_device == "cpu" and not bulk:
+        from pipeline.minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder(batch_size=settings.embed_batch_size)
     return SentenceTransformerEmbedder(name, settings.embedding_device, settings.embed_batch_size)

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def problems(exc: Any, default: str = "") -> list[tuple[str, str]]:
+    """A pydantic ``ValidationError``'s problems as (dotted field path, message)
+    pairs, in pydantic's order: the one place such an error becomes field names."""
+    out = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or default
+        msg = err["msg"].removeprefix("Value error, ")
+        out.append((where, "unknown field" if err["type"] == "extra_forbidden" else msg))
+    return out
 
 
 class DimpleError(Exception):

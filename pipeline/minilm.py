@@ -145,7 +145,10 @@ class MiniLMEmbedder:
         # Weights, laid out for x @ W: Q, K and V fused into one (d, 3d) matrix per layer.
         w = load_file(str(root / "model.safetensors"))
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
-        g = lambda name: np.ascontiguousarray(w[prefix + name], dtype=np.float32)
+
+        def g(name: str) -> np.ndarray:
+            return np.ascontiguousarray(w[prefix + name], dtype=np.float32)
+
         self.word, self.pos, self.type = (g(f"embeddings.{n}_embeddings.weight") for n in ("word", "position", "token_type"))
         self.emb_ln = (g("embeddings.LayerNorm.weight"), g("embeddings.LayerNorm.bias"))
         self.layers = []

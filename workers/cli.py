@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import DimpleError, IngestValidationError, InputError
+from pipeline.errors import DimpleError, IngestValidationError, InputError, problems
 from workers.render import format_results, one_line
 from workers.service import cli_settings, ingest_file, ingest_via_broker, need_broker, replay_row
 
@@ -37,9 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dimple: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER
     except ValidationError as exc:  # settings from the environment
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        print(f"dimple: error: setting {one_line(where)}: {one_line(err['msg'])}", file=sys.stderr)
+        where, msg = problems(exc)[0]
+        print(f"dimple: error: setting {one_line(where)}: {one_line(msg)}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("dimple: interrupted", file=sys.stderr)

@@ -45,13 +45,11 @@ def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Pat
 
 
 def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str, int]]]:
-    queries = [json.loads(line) for line in files["queries"].read_text(encoding="utf-8").splitlines() if line.strip()]
-    qrels: dict[str, dict[str, int]] = {}
-    for line in files["qrels"].read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            qid, _, doc, grade = line.split()
-            qrels.setdefault(qid, {})[doc] = int(grade)
-    return queries, qrels
+    from pipeline.evaluation.queries import read_qrels
+    from pipeline.textfiles import read_lines
+
+    queries = [json.loads(line) for line in read_lines(files["queries"]) if line.strip()]
+    return queries, read_qrels(files["qrels"])
 
 
 def run_demo(settings: Settings, rebuild: bool = False) -> int:

@@ -23,7 +23,7 @@ from pipeline.store.database import Store
 
 _lock = threading.RLock()
 _settings: Settings | None = None
-_embedder: Embedder | None = None
+_embedders: dict[bool, Embedder] = {}  # by bulk: the query embedder, the ingest embedder
 _store: Store | None = None
 _index: VectorIndex | None = None
 _audit_writer: AuditWriter | None = None
@@ -35,14 +35,14 @@ def configure(settings: Settings) -> None:
     The open store is kept unless the data dir changes; the model is kept
     unless the model or device changes.
     """
-    global _settings, _embedder
+    global _settings
     with _lock:
         previous = _settings
         if previous is not None and (
             settings.embedding_model != previous.embedding_model
             or settings.embedding_device != previous.embedding_device
         ):
-            _embedder = None
+            _embedders.clear()
         _settings = settings
         if previous is None or previous.data_dir != settings.data_dir:
             close_store()
@@ -56,12 +56,12 @@ def settings() -> Settings:
         return _settings
 
 
-def embedder() -> Embedder:
-    global _embedder
+def embedder(bulk: bool = False) -> Embedder:
+    """This process's embedder for queries, or (``bulk``) for ingest (``make_embedder``)."""
     with _lock:
-        if _embedder is None:
-            _embedder = make_embedder(settings())
-        return _embedder
+        if bulk not in _embedders:
+            _embedders[bulk] = make_embedder(settings(), bulk=bulk)
+        return _embedders[bulk]
 
 
 def audit_writer() -> AuditWriter:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from pipeline.audit import AuditRecord
 from pipeline.contracts import Batch
-from pipeline.errors import AuditWriteError, IngestValidationError, StageError
+from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
 from pipeline.store.ingest import parse_lines, write_parsed
 
@@ -26,9 +26,8 @@ def _in(batch: object, stage: str) -> Batch:
     try:
         return Batch.model_validate(batch)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise StageError(f"{stage} got a malformed batch: {where}: {err['msg']}") from None
+        where, msg = problems(exc)[0]
+        raise StageError(f"{stage} got a malformed batch: {where}: {msg}") from None
 
 
 # Every stage but the last passes its batch on in the next task's message:
@@ -83,7 +82,7 @@ def ingest_batch(lines: list[str], first_line: int = 1, skip_invalid: bool = Fal
     settings = resources.settings()
     parsed = parse_lines(lines, settings.limits, start=first_line)
     try:
-        report = write_parsed(parsed, settings, skip_invalid=skip_invalid, embedder=resources.embedder())
+        report = write_parsed(parsed, settings, skip_invalid=skip_invalid, embedder=resources.embedder(bulk=True))
     except IngestValidationError as exc:
         return {"ok": False, "errors": [str(e) for e in exc.errors]}
     return {"ok": True, **report.as_dict()}

@@ -22,7 +22,7 @@ import duckdb
 
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
 from pipeline.errors import AuditStoreUnavailable
-from pipeline.store.database import migrate_package
+from pipeline.store.database import migrate_package, transaction
 
 
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -40,20 +40,12 @@ def _insert(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> int:
     for record in records:
         row = record.model_dump(mode="json")
         rows.append([json.dumps(row[c]) if c in JSON_COLUMNS and row[c] is not None else row[c] for c in COLUMNS])
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         before = con.execute("SELECT count(*) FROM retrieval_log").fetchone()[0]
         con.executemany(
             f"INSERT INTO retrieval_log ({', '.join(COLUMNS)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING", rows
         )
         after = con.execute("SELECT count(*) FROM retrieval_log").fetchone()[0]
-        con.execute("COMMIT")
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.Error:
-            pass
-        raise
     return after - before
 
 def write_records(path: Path, records: list[AuditRecord]) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pipeline.errors import EvalInputError
 from pipeline.evaluation.queries import QuerySpec, json_line, read_qrels
+from pipeline.textfiles import lines_of
 
 
 def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], list[QuerySpec], dict[str, dict[str, int]]]:
@@ -22,7 +23,7 @@ def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], 
     namespace = folder.name or "beir"
     records = []
     corpus = folder / "corpus.jsonl"
-    for number, line in enumerate(corpus.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines_of(corpus.read_text(encoding="utf-8")), start=1):
         if not line.strip():
             continue
         row = json_line(corpus, number, line)
@@ -34,7 +35,7 @@ def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], 
         records.append({"id": str(row["_id"]), "namespace": namespace, "content": content, "content_type": "text"})
     queries = []
     qfile = folder / "queries.jsonl"
-    for number, line in enumerate(qfile.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines_of(qfile.read_text(encoding="utf-8")), start=1):
         if not line.strip():
             continue
         row = json_line(qfile, number, line)

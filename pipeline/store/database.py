@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -211,12 +212,27 @@ def _current_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0] or 0)
 
 
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """``BEGIN`` ... ``COMMIT``; on any exception (a failed commit included)
+    ``ROLLBACK`` and re-raise, so nothing is half-written."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # the transaction is already gone (the connection failed)
+        raise
+
+
 def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int, package: str = "schema") -> None:
     """Apply every migration of ``package`` above ``current`` in one transaction."""
     if not (1 <= dim <= 8192):
         raise StoreError(f"embedding dimension {dim} out of range")
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         con.execute(
             "CREATE TABLE IF NOT EXISTS schema_version ("
             "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)"
@@ -227,10 +243,6 @@ def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int, package: st
             # {dim} is the only template slot: an int checked above, never user text.
             con.execute(sql.replace("{dim}", str(dim)))
             con.execute("INSERT INTO schema_version VALUES (?, ?, ?)", [version, name, utcnow()])
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
 
 
 def _meta(con: duckdb.DuckDBPyConnection, key: str, cast: type):

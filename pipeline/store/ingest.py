@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pipeline import textfiles
 from pipeline.contracts import clean_labels, clean_text, naive_utc, text_problem
 from pipeline.embedders import Embedder
-from pipeline.errors import IngestValidationError, InputError, LineError
+from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
 from pipeline.store import fulltext_index
-from pipeline.store.database import Store, utcnow
+from pipeline.store.database import Store, transaction, utcnow
 from pipeline.store.tree import Tree, load_tree, save_namespaces
 
 _ID_LIST = Field(default_factory=list)
@@ -119,9 +120,7 @@ def parse_lines(lines: Iterable[str], limits: LimitSettings, start: int = 1) -> 
         try:
             record = MemoryRecord.model_validate(data)
         except ValidationError as exc:
-            for err in exc.errors():
-                where = ".".join(str(p) for p in err["loc"]) or "<record>"
-                errors.append(LineError(number, where, err["msg"]))
+            errors.extend(LineError(number, where, msg) for where, msg in problems(exc, "<record>"))
             continue
         line_errors = _check_limits(record, limits, number)
         if line_errors:
@@ -185,23 +184,10 @@ def check_edges(parsed: ParsedFile, store: Store | None) -> None:
 
 
 def read_lines(path: Path) -> list[str]:
-    """The lines of a JSONL file, split only at line ends (``\n``, ``\r\n``, ``\r``).
-
-    Not ``str.splitlines``: that also splits at U+2028, U+0085 and other
-    characters JSON allows raw inside a string, which would cut a valid
-    record in two. Local validation and ``--via-broker`` batches use this one
-    reader, so both see the same lines with the same numbers.
-    """
-    path = Path(path)
-    try:
-        if not path.is_file():
-            raise InputError("FILE", f"no such file: {path}")
-        with path.open("r", encoding="utf-8") as fh:
-            return [line.removesuffix("\n") for line in fh]
-    except UnicodeDecodeError as exc:
-        raise InputError("FILE", f"not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
-    except OSError as exc:  # a name too long, no permission, ...
-        raise InputError("FILE", f"cannot read {path}: {exc.strerror or exc}") from None
+    """The lines of a JSONL file (``pipeline.textfiles``: split at ``\n`` only).
+    Local validation and ``--via-broker`` batches use this one reader, so both
+    see the same lines with the same numbers."""
+    return textfiles.read_lines(path)
 
 
 def read_file(path: Path, limits: LimitSettings) -> ParsedFile:
@@ -304,8 +290,7 @@ def ingest_records(
     t2 = time.perf_counter()
     now = now or utcnow()
     changed = set(to_embed)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         tree = load_tree(con, settings.tree)
         touched_ns: set[str] = set()
         new_rows = [i for i, r in enumerate(records) if r.id not in existing]
@@ -329,10 +314,6 @@ def ingest_records(
             store.set_meta("fts_generation", str(store.generation + 1))
             store.set_meta("generation", str(store.generation + 1))
         report.seconds["fulltext"] = time.perf_counter() - t3
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     report.namespaces = sorted(touched_ns)
     report.seconds["write"] = time.perf_counter() - t2
     report.seconds["total"] = time.perf_counter() - t0
@@ -355,7 +336,7 @@ def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool =
     finally:
         if existing is not None:
             existing.close()
-    embedder = embedder or make_embedder(settings)
+    embedder = embedder or make_embedder(settings, bulk=True)
     with generations.writing(settings.data_dir) as path:
         with Store.open(path, read_only=False, embedding_model=embedder.name, embedding_dim=embedder.dim) as store:
             report = ingest_records(store, parsed.records, embedder, settings, progress=progress)
@@ -509,8 +490,7 @@ def _place_in_tree(con, tree: Tree, records, vectors, rows: list[int], touched: 
 def rebuild_tree(store: Store, settings: Settings) -> Tree:
     """``dimple reindex``: cluster every namespace from scratch and rebuild the index."""
     con = store.con
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with transaction(con):
         tree = Tree(settings.tree)
         namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
         for ns in namespaces:
@@ -526,8 +506,4 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
         fulltext_index.rebuild_index(con, settings.fulltext)
         store.set_meta("fts_generation", str(store.generation + 1))
         store.set_meta("generation", str(store.generation + 1))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
     return tree
