@@ -409,8 +409,8 @@ def validation_error(exc: ValidationError, default: str) -> InputError:
 
     Raise it ``from exc``: a caller who wants every problem, not just the
     first, finds pydantic's ``ValidationError`` on ``__cause__``."""
-    where, msg = problems(exc, default)[0]
-    return InputError(where, "unknown option" if msg == "unknown field" else msg)
+    where, msg, kind = problems(exc, default)[0]
+    return InputError(where, "unknown option" if kind == "extra_forbidden" else msg.removeprefix("Value error, "))
 
 
 def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, settings: Settings) -> Query:

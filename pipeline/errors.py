@@ -6,15 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def problems(exc: Any, default: str = "") -> list[tuple[str, str]]:
-    """A pydantic ``ValidationError``'s problems as (dotted field path, message)
-    pairs, in pydantic's order: the one place such an error becomes field names."""
-    out = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or default
-        msg = err["msg"].removeprefix("Value error, ")
-        out.append((where, "unknown field" if err["type"] == "extra_forbidden" else msg))
-    return out
+def problems(exc: Any, default: str = "") -> list[tuple[str, str, str]]:
+    """A pydantic ``ValidationError``'s problems as (dotted field path, message,
+    error type), in pydantic's order: the one place such an error becomes field names."""
+    return [(".".join(str(p) for p in err["loc"]) or default, err["msg"], err["type"]) for err in exc.errors()]
 
 
 class DimpleError(Exception):

@@ -21,8 +21,9 @@ from pipeline.contracts import Batch, QueryOptions, Results, make_query
 from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, QueryTimeoutError, StageError
 
 from . import resources
-from .app import app, reset_connections
+from .app import app
 from .canvas import query_canvas
+from .celery_compat import ThrottledParentCheck, reset_connections
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 _BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
@@ -40,24 +41,12 @@ class _DecodesResults:
     """
 
     single = True
-    # Celery re-reads every parent stage's state (one GET each) after each
-    # message the result consumer receives, to notice a failed stage early:
-    # six GETs per message, dozens per query. Once per 50 ms is enough.
-    _parent_check_s = 0.05
-    _parents_checked = float("-inf")
-
-    def _maybe_reraise_parent_error(self) -> None:
-        now = time.monotonic()
-        if now - self._parents_checked < self._parent_check_s:
-            return
-        self._parents_checked = now
-        super()._maybe_reraise_parent_error()  # type: ignore[misc]
 
     def get(self, *args: Any, **kwargs: Any):  # type: ignore[override]
         try:
             value = super().get(*args, **kwargs)  # type: ignore[misc]
         except _BROKER_DOWN as exc:
-            reset_connections()
+            reset_connections(app)
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:
             raise QueryTimeoutError(
@@ -72,7 +61,7 @@ class _DecodesResults:
         return results[0] if self.single else results
 
 
-class SearchAsyncResult(_DecodesResults, AsyncResult):
+class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
     """An ``AsyncResult`` for a query canvas running on workers."""
 
 
@@ -99,7 +88,7 @@ def _dispatch(batch: dict, single: bool):
         try:
             res = canvas.apply_async()
         except _BROKER_DOWN as exc:
-            reset_connections()
+            reset_connections(app)
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
         out = SearchAsyncResult(res.id, app=app, parent=res.parent)
     out.single = single

@@ -6,11 +6,11 @@
 
 from __future__ import annotations
 
-import threading
-
 from celery import Celery
 
 from pipeline.settings import Settings, get_settings
+
+from .celery_compat import reset_connections
 
 QUEUES = ("embed", "search", "audit", "ingest")
 
@@ -78,26 +78,7 @@ def reconfigure(settings: Settings) -> None:
     uses the new URLs.
     """
     app.conf.update(conf_for(settings))
-    reset_connections()
-
-
-def reset_connections() -> None:
-    """Forget cached broker pools and the result backend; the next call reconnects.
-
-    Celery's result consumer gives up for good after a failed reconnect
-    ("the application must be restarted"); this is that restart.
-    """
-    app._pool = None
-    if "amqp" in app.__dict__:
-        app.amqp._producer_pool = None
-    old = app._backend_cache or getattr(app._local, "backend", None)
-    if old is not None:
-        # Results still holding the abandoned backend unsubscribe through it
-        # when garbage-collected; with its connection gone that would raise
-        # inside __del__. They need nothing from it any more.
-        old.remove_pending_result = lambda *args, **kwargs: None
-    app._backend_cache = None
-    app._local = threading.local()
+    reset_connections(app)
 
 
 app = make_app(get_settings())

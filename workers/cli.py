@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dimple: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER
     except ValidationError as exc:  # settings from the environment
-        where, msg = problems(exc)[0]
+        where, msg, _ = problems(exc)[0]
         print(f"dimple: error: setting {one_line(where)}: {one_line(msg)}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ def _in(batch: object, stage: str) -> Batch:
     try:
         return Batch.model_validate(batch)
     except ValidationError as exc:
-        where, msg = problems(exc)[0]
+        where, msg, _ = problems(exc)[0]
         raise StageError(f"{stage} got a malformed batch: {where}: {msg}") from None
 
 

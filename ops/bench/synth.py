@@ -167,7 +167,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     cols = ", ".join(f"column{j}" for j in range(1, dim + 1))
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
-        # DuckDB scans this local numpy array by name (as pipeline.store.ingest.embedding_rows does)
+        # DuckDB scans this local numpy array by name (pipeline.store.ingest.embedding_rows registers its columns on the connection instead)
         _synth_vectors = np.empty((dim + 1, stop - start), dtype=np.float32)
         _synth_vectors[0] = np.arange(stop - start)
         _synth_vectors[1:] = emb[start:stop].T

@@ -120,7 +120,7 @@ def parse_lines(lines: Iterable[str], limits: LimitSettings, start: int = 1) -> 
         try:
             record = MemoryRecord.model_validate(data)
         except ValidationError as exc:
-            errors.extend(LineError(number, where, msg) for where, msg in problems(exc, "<record>"))
+            errors.extend(LineError(number, where, msg) for where, msg, _ in problems(exc, "<record>"))
             continue
         line_errors = _check_limits(record, limits, number)
         if line_errors:
@@ -365,7 +365,7 @@ def _upsert_memories(con, records, hashes, vectors, changed, existing, now) -> N
     meta_only = [i for i, r in enumerate(records) if r.id in existing and i not in changed]
     if rows:
         con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [[records[i].id for i in rows]])
-        with embedding_rows(vectors[rows]) as emb_sql:
+        with embedding_rows(con, vectors[rows]) as emb_sql:
             con.execute(
                 "INSERT INTO memories (id, namespace, content, content_type, created_at, content_hash, embedding, "
                 "metadata, ingested_at, context, fts_text) "
@@ -398,28 +398,25 @@ def _upsert_memories(con, records, hashes, vectors, changed, existing, now) -> N
 
 
 @contextmanager
-def embedding_rows(matrix: np.ndarray) -> Iterator[str]:
-    """SQL selecting ``(pos, embedding)`` rows from the numpy matrix ``_dimple_vectors``.
+def embedding_rows(con, matrix: np.ndarray) -> Iterator[str]:
+    """SQL selecting ``(pos, embedding)`` rows from the numpy matrix, registered
+    on ``con`` as a view for the ``with`` block.
 
     Binding vectors as nested-list parameters costs ~1 s per 1,000 x 384
-    floats; DuckDB scans a numpy array directly (a replacement scan of the
-    module-level name below), ~100x faster. The SQL holds only column names.
+    floats; DuckDB scans registered numpy columns directly, ~100x faster. The
+    SQL holds only column names.
     """
-    global _dimple_vectors
     n, dim = matrix.shape
-    # DuckDB reads a 2-D array's first axis as columns: row j is column j.
-    table = np.empty((dim + 1, n), dtype=np.float64)
-    table[0] = np.arange(n)
-    table[1:] = matrix.T
-    _dimple_vectors = table
-    cols = ", ".join(f"column{j}" for j in range(1, dim + 1))
+    columns = np.ascontiguousarray(matrix.T, dtype=np.float64)  # one contiguous column per dimension
+    con.register(_VECTORS_VIEW, {"pos": np.arange(n, dtype=np.int64), **{f"e{j}": columns[j] for j in range(dim)}})
+    cols = ", ".join(f"e{j}" for j in range(dim))
     try:
-        yield f"SELECT column0::BIGINT AS pos, [{cols}]::FLOAT[{dim}] AS embedding FROM _dimple_vectors"
+        yield f"SELECT pos, [{cols}]::FLOAT[{dim}] AS embedding FROM {_VECTORS_VIEW}"
     finally:
-        _dimple_vectors = None
+        con.unregister(_VECTORS_VIEW)
 
 
-_dimple_vectors: np.ndarray | None = None
+_VECTORS_VIEW = "dimple_ingest_vectors"
 
 
 def _json(value: Any) -> str | None:
