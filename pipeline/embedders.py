@@ -18,13 +18,17 @@ import numpy as np
 from pipeline.settings import PACKAGED_MODEL, Settings
 
 
-class Embedder(Protocol):
+class Encoder(Protocol):
     """Maps texts to an ``(n, dim)`` float32 array of unit-length rows."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class Embedder(Encoder, Protocol):
+    """An ``Encoder`` that names its model and dimension (what a store records)."""
 
     name: str
     dim: int
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 def normalize(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero)."""

@@ -41,8 +41,9 @@ class _DecodesResults:
     """
 
     single = True
+    id: str  # from AsyncResult / EagerResult
 
-    def get(self, *args: Any, **kwargs: Any):  # type: ignore[override]
+    def get(self, *args: Any, **kwargs: Any):
         try:
             value = super().get(*args, **kwargs)  # type: ignore[misc]
         except _BROKER_DOWN as exc:

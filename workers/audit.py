@@ -29,7 +29,7 @@ from .app import app
 search_log = logging.getLogger("dimple.search")
 log = logging.getLogger("dimple.audit")
 
-_queue: queue.Queue[tuple[Settings, dict]] = queue.Queue()
+_queue: queue.Queue[tuple[Settings, list[dict]]] = queue.Queue()
 _thread: threading.Thread | None = None
 _lock = threading.Lock()
 

@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 class _Parser(argparse.ArgumentParser):
     """A bad argument is a user error like any other: one line, exit code 2 (no usage dump)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str):
         where = self.prog.removeprefix("dimple").strip()
         self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{one_line(message)}\n")
 

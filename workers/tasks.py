@@ -38,6 +38,7 @@ LAST = "search.budget"
 
 def _register(stage: Stage):
     def run(payload):
+        batch: Batch | list[Batch]
         if stage.fan_in:
             if not isinstance(payload, list):
                 raise StageError(f"{stage.name} got a malformed message: a list of leg batches expected")

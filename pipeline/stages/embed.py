@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 
 from pipeline.contracts import Batch, LegRun
-from pipeline.embedders import Embedder
+from pipeline.embedders import Encoder
 from pipeline.identity import vector_identity
 from pipeline.timing import ms_since
 
 
-def embed_batch(batch: Batch, embedder: Embedder) -> Batch:
+def embed_batch(batch: Batch, embedder: Encoder) -> Batch:
     """The ``search.embed`` stage: one batched encode for every query that needs a vector.
 
     Keyword-mode queries (vector weight 0) are skipped; a query already past
