@@ -1,5 +1,12 @@
-"""Shared fixtures. Unit tests use the hash embedder and a temp data dir;
-integration tests (tests/integration) use the real model and real Redis."""
+"""Shared fixtures, and the tiers, one per directory:
+
+- ``tests/unit``: pure functions and single stages, the hash embedder, temp data dirs; no canvas.
+- ``tests/embedded``: the query canvas run in-process (no broker), the CLI and the Python API.
+- ``tests/integration``: real ``redis-server`` on a free loopback port, real Celery workers, the real model.
+- ``tests/slow``: LoCoMo, large fuzzing and scale checks; CI runs them, ``bash ops/test.sh`` does not.
+
+The ``slow`` and ``integration`` markers follow the directory (``-m "not slow"`` selects the rest).
+"""
 
 from __future__ import annotations
 
@@ -33,6 +40,19 @@ def embedded(settings: Settings):
     yield settings
     audit.flush()  # this test's audit rows belong to its data dir
     resources.close_store()
+
+
+_TIER_MARKS = {"slow": "slow", "integration": "integration"}
+
+
+def pytest_collection_modifyitems(items):
+    """Each test carries its directory's tier marker."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(root).parts
+        mark = _TIER_MARKS.get(parts[0]) if len(parts) > 1 else None
+        if mark:
+            item.add_marker(getattr(pytest.mark, mark))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -81,28 +81,3 @@ def test_trimmed_augment_gives_the_answer_of_carrying_everything(records, cases)
             store.close()
 
 
-def test_candidates_past_max_units_are_counted_not_carried(embedded):
-    """Hand-worked: 5 candidates in scope, max_units 2 -> 2 carried, 3 counted,
-    and the budget reports all 3 as left out."""
-    import json
-
-    from pipeline.embedders import HashEmbedder
-    from pipeline.store import ingest
-
-    records = [{"id": f"m{i}", "namespace": "a", "content": f"deploy item{i}"} for i in range(5)]
-    records.append({"id": "x", "namespace": "b", "content": "deploy elsewhere"})
-    store = Store.open(embedded.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64)
-    parsed = ingest.parse_lines([json.dumps(r) for r in records], embedded.limits)
-    ingest.ingest_records(store, parsed.records, HashEmbedder(64), embedded)
-    try:
-        order = ["m0", "x", "m1", "m2", "m3", "m4"]
-        state = _state({"namespace": "a"}, {"max_units": 2, "max_chars": None, "timed_out": False}, order)
-        out = augment_batch(Batch(states=[state]), store.cursor(), 40).states[0]
-        assert [r.id for r in out.results] == ["m0", "x", "m1"]  # x is left to the scope stage
-        assert out.beyond_budget == 3
-        final = budget_batch(scope_batch(Batch(states=[out]))).states[0]
-        assert [r.id for r in final.results] == ["m0", "m1"]
-        assert final.scope_dropped == 1
-        assert final.truncated and final.truncation.by == "maxUnits" and final.truncation.left_out == 3
-    finally:
-        store.close()

@@ -125,15 +125,3 @@ def test_postings_follow_ingest(settings, tmp_path):
         assert same_ranking(ref, fulltext.search(st.con, "alpha gamma again", Scope(), 10, settings.fulltext), 10)[0]
 
 
-@pytest.mark.slow
-def test_rankings_equal_match_bm25_at_20k(tmp_path):
-    from pipeline.settings import Settings
-
-    settings = Settings(data_dir=tmp_path, embedding_model="hash-64", _env_file=None)
-    path = tmp_path / "store.duckdb"
-    synth.build_store(path, 20_000, settings, namespaces=4, dim=8, seed=9, log=lambda *_: None)
-    with Store.open(path, read_only=True) as store:
-        for q in _queries(500, seed=9):
-            same, why = same_ranking(match_bm25(store.con, q, Scope(), 30, settings.fulltext),
-                                     fulltext.search(store.con, q, Scope(), 10, settings.fulltext), 10)
-            assert same, (q, why)

@@ -211,18 +211,8 @@ def _many(items: list, batch_size, return_exceptions: bool) -> None:
         count("api.search_many", "queries answered", len(out))
 
 
-# -- search / search_async -------------------------------------------------------------
-@hsettings(max_examples=100, **_PROPERTY)
-@given(text=queries, opts=options(), use_async=st.booleans())
-def test_fuzz_search(fz, text, opts, use_async):
-    _one_search(text, opts, use_async)
 
 
-@pytest.mark.slow
-@hsettings(max_examples=2_500, **_PROPERTY)
-@given(text=queries, opts=options(), use_async=st.booleans())
-def test_fuzz_search_many_cases(fz, text, opts, use_async):
-    _one_search(text, opts, use_async)
 
 
 # -- search_many -----------------------------------------------------------------------
@@ -239,17 +229,8 @@ many_items = st.lists(
 batch_sizes = mostly(st.one_of(st.none(), st.integers(1, 3)), st.one_of(st.integers(-2, 6), hostile.junk()))
 
 
-@hsettings(max_examples=30, **_PROPERTY)
-@given(items=many_items, batch_size=batch_sizes, return_exceptions=st.booleans())
-def test_fuzz_search_many(fz, items, batch_size, return_exceptions):
-    _many(items, batch_size, return_exceptions)
 
 
-@pytest.mark.slow
-@hsettings(max_examples=400, **_PROPERTY)
-@given(items=many_items, batch_size=batch_sizes, return_exceptions=st.booleans())
-def test_fuzz_search_many_many_cases(fz, items, batch_size, return_exceptions):
-    _many(items, batch_size, return_exceptions)
 
 
 # -- ingest records ----------------------------------------------------------------------
@@ -360,11 +341,6 @@ def test_fuzz_ingest(ingest_store, tmp_path, lines, skip_invalid):
     _ingest_case(ingest_store, tmp_path, lines, skip_invalid)
 
 
-@pytest.mark.slow
-@hsettings(max_examples=100, **_PROPERTY)
-@given(lines=ingest_files, skip_invalid=st.booleans())
-def test_fuzz_ingest_many_cases(ingest_store, tmp_path, lines, skip_invalid):
-    _ingest_case(ingest_store, tmp_path, lines, skip_invalid)
 
 
 # -- CLI arguments -------------------------------------------------------------------------
@@ -443,8 +419,3 @@ def test_fuzz_cli(cli_env, capsys, argv):
     _cli_case(argv, capsys)
 
 
-@pytest.mark.slow
-@hsettings(max_examples=2_000, **_PROPERTY)
-@given(argv=argvs)
-def test_fuzz_cli_many_cases(cli_env, capsys, argv):
-    _cli_case(argv, capsys)

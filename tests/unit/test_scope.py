@@ -11,8 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hsettings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result, Scope, make_query
@@ -268,45 +267,13 @@ HAND_PICKED = [
 ]
 
 
-def test_scoped_search_through_the_pipeline_hand_picked(embedded, tmp_path):
-    from workers import api, resources
-
-    settings, membership = _ingest(tmp_path / "hand", HAND_PICKED)
-    resources.configure(settings)
-    # Unscoped, m0 carries its links: superseded by m1 and m2, in conflict with m2 and m3.
-    out = api.search("deploy window tuesday", max_units=100)
-    m0 = next(r for r in out.results if r.id == "m0")
-    assert [l.id for l in m0.superseded_by] == ["m1", "m2"]
-    assert [l.id for l in m0.conflicts] == ["m2", "m3"]
-    # Scoped to namespace a, type code, topic t1: m0 is the only memory inside, and every
-    # link is outside (m1 is text, m2 is in namespace b, m3 has topic t2).
-    out = api.search("deploy window", namespace="a", topics=["t1"], content_type="code", max_units=100)
-    assert [r.id for r in out.results] == ["m0"]
-    assert out.results[0].superseded_by == [] and out.results[0].conflicts == []
-    # Topic scope by the namespace's tree node: everything in a, nothing from b.
-    out = api.search("deploy window", topics=["ns:a"], max_units=100)
-    assert sorted(r.id for r in out.results) == ["m0", "m1", "m3"]
-    # Topic scope by a tree leaf: only the memories the tree put in that leaf.
-    leaf_of_m2 = next(k for k in membership["m2"] if not k.startswith("ns:"))
-    out = api.search("deploy window", topics=[leaf_of_m2], max_units=100)
-    assert [r.id for r in out.results] == ["m2"]
-    resources.configure(embedded)
 
 
 _PROPERTY = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@hsettings(max_examples=10, **_PROPERTY)
-@given(records=stores(), qs=st.lists(queries, min_size=1, max_size=3))
-def test_no_result_or_link_outside_the_scope(embedded, records, qs):
-    _check_store(records, qs)
 
 
-@pytest.mark.slow
-@hsettings(max_examples=300, **_PROPERTY)
-@given(records=stores(max_size=25), qs=st.lists(queries, min_size=3, max_size=8))
-def test_no_result_or_link_outside_the_scope_many(embedded, records, qs):
-    _check_store(records, qs)
 
 
 # -- many scoped queries per store, in search_many batches (issue 8) -------------------
@@ -356,16 +323,5 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
     return checked
 
 
-@hsettings(max_examples=4, **_PROPERTY)
-@given(records=stores(), qs=st.lists(queries, min_size=10, max_size=15))
-def test_audit_rows_record_the_scope(embedded, records, qs):
-    _check_store_batched(records, qs, audit=True)
 
 
-@pytest.mark.slow
-@hsettings(max_examples=50, deadline=None,
-           suppress_health_check=[*_PROPERTY["suppress_health_check"], HealthCheck.large_base_example])
-@given(records=stores(max_size=25), qs=st.lists(queries, min_size=200, max_size=200))
-def test_no_result_or_link_outside_the_scope_10k_queries(embedded, records, qs):
-    """50 random stores x 200 scoped queries = 10,000 queries (the figure is in the summary)."""
-    _check_store_batched(records, qs)

@@ -1,0 +1,60 @@
+"""The demo corpus generator keeps its promises: deterministic, valid, judged.
+
+The tests of this concern that run the query canvas in-process (the embedded tier).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pipeline.datasets.demo import write_demo
+from tests.unit.test_demo import corpus, judged, seed  # noqa: F401  (helpers and fixtures shared with the unit tests)
+
+
+def test_write_demo_round_trips(tmp_path: Path, corpus: list[dict], judged: tuple, seed: int) -> None:
+    queries, qrels = judged
+    paths = write_demo(tmp_path / "demo" / "nested", seed=seed)
+    assert set(paths) == {"memories", "queries", "qrels"}
+    assert all(p.parent == tmp_path / "demo" / "nested" for p in paths.values())
+    memories = [json.loads(line) for line in paths["memories"].read_text(encoding="utf-8").splitlines()]
+    assert memories == corpus
+    read_queries = [json.loads(line) for line in paths["queries"].read_text(encoding="utf-8").splitlines()]
+    assert read_queries == queries
+    back: dict[str, dict[str, int]] = {}
+    for line in paths["qrels"].read_text(encoding="utf-8").splitlines():
+        qid, zero, doc, grade = line.split("\t")
+        assert zero == "0"
+        back.setdefault(qid, {})[doc] = int(grade)
+    assert back == qrels
+    # Non-ASCII text (£, é) is written as is, and a second write gives the same bytes.
+    raw = paths["memories"].read_bytes()
+    assert "£".encode() in raw and b"\\u00a3" not in raw
+    again = write_demo(tmp_path / "again", seed=seed)
+    for name, path in paths.items():
+        assert again[name].read_bytes() == path.read_bytes()
+
+def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, tmp_path, monkeypatch, capsys):
+    """The main job end to end (hash embedder): store built once, showcase
+    results with graph marks, the quality table for every mode."""
+    from pipeline.settings import get_settings
+    from workers.cli import main
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        assert main(["demo"]) == 0
+        first = capsys.readouterr().out
+        assert "building the demo store" in first
+        table = first[first.index("quality on the demo set"):]
+        for mode in ("keyword", "semantic", "hybrid"):
+            figures = re.search(rf"^\s+{mode}\s+([0-9.]+)\s", table, re.M)
+            assert figures and 0 < float(figures.group(1)) <= 1, mode
+        assert re.search(r"^query q\d+ \[", first, re.M) and "mode hybrid" in first
+        assert main(["demo"]) == 0  # second run reuses the store
+        assert "building the demo store" not in capsys.readouterr().out
+    finally:
+        get_settings.cache_clear()

@@ -1,0 +1,33 @@
+"""Fuzzing the public surface: ``search``, ``search_async``, ``search_many``,
+ingest records and the CLI's arguments (issue 8).
+
+Each generated case must end in an answer that keeps dimple's promises or in
+the typed error bad input gets (``InputError`` naming a real field,
+``IngestValidationError`` with line and field, exit code 2 with one line);
+never an uncaught exception, never a query running past its ``max_ms`` plus a
+margin, never a store changed by a failed call. The default tier runs a few
+hundred cases; the slow tier (``-m slow``) 5,000. Both print their
+figures in the "hardening figures" section of pytest's summary.
+
+The tests of this concern that run the query canvas in-process (the embedded tier).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from tests.unit.test_fuzz import _PROPERTY, _many, _one_search, batch_sizes, fz, many_items, options, queries  # noqa: F401  (helpers and fixtures shared with the unit tests)
+
+
+# -- search / search_async -------------------------------------------------------------
+@hsettings(max_examples=100, **_PROPERTY)
+@given(text=queries, opts=options(), use_async=st.booleans())
+def test_fuzz_search(fz, text, opts, use_async):
+    _one_search(text, opts, use_async)
+
+@hsettings(max_examples=30, **_PROPERTY)
+@given(items=many_items, batch_size=batch_sizes, return_exceptions=st.booleans())
+def test_fuzz_search_many(fz, items, batch_size, return_exceptions):
+    _many(items, batch_size, return_exceptions)

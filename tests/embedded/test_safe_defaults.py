@@ -1,0 +1,62 @@
+"""Safe defaults (issue 8): JSON-only messages, Flower behind auth, no secrets
+in ``dimple config`` or logs, data folders readable by their owner only.
+(An unreachable broker's error and log lines without its password:
+tests/unit/test_api.py::test_unreachable_broker_is_a_clear_error.)
+
+The refusal by a real worker is tested with Redis in
+tests/integration/test_distributed.py::test_a_pickled_message_is_refused; here
+the same configuration is checked without a broker, through kombu's own
+decoder (what the worker calls on every message).
+
+The tests of this concern that run the query canvas in-process (the embedded tier).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from pipeline.settings import Settings
+from tests.unit.test_safe_defaults import SECRET, _mode  # noqa: F401  (helpers and fixtures shared with the unit tests)
+from workers.cli import worker_argv
+
+
+def test_worker_arguments_carry_no_secret():
+    s = Settings(_env_file=None, broker_url=f"redis://:{SECRET}@h:6379/0", flower_password=SECRET)
+    assert SECRET not in " ".join(worker_argv(s, "search", None, None))
+
+def test_query_log_line_has_no_query_text_or_secret(embedded, caplog, tmp_path):
+    """The hybrid.search INFO line carries a hash of the query, not the query."""
+    from workers.api import search
+
+    caplog.set_level(logging.INFO, logger="dimple.search")
+    search(f"my password is {SECRET}")
+    lines = [r.getMessage() for r in caplog.records if r.name == "dimple.search"]
+    assert lines and all(SECRET not in line for line in lines)
+
+def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
+    """Created 0o700 even under a permissive umask (0o000): memories, audit rows
+    (query texts) and dead letters are readable by their owner only."""
+    import workers
+    from pipeline import audit as audit_rows
+    from tests.conftest import write_jsonl
+    from workers import audit, resources
+    from workers.api import search
+    from workers.cli import ingest_file
+
+    settings = Settings(data_dir=tmp_path / "nested" / "data", audit_dir=tmp_path / "audit",
+                        embedding_model="hash-64", _env_file=None)
+    old = os.umask(0)
+    try:
+        ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"namespace": "a", "content": "deploy window"}]), settings,
+                    progress=False)
+        workers.configure(settings)
+        res = search("deploy window")
+        assert audit.flush(30)
+        letter = audit_rows.dead_letter(settings.dead_letter_dir, audit_rows.get(settings.audit_path, res.query_id), "test")
+    finally:
+        os.umask(old)
+        resources.close_store()
+    for folder in (settings.data_dir, settings.data_dir / "generations", settings.audit_dir, settings.dead_letter_dir):
+        assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
+    assert letter.exists()

@@ -1,0 +1,46 @@
+"""A stage task that receives a malformed message fails with a ``StageError``
+naming the stage and the field, before it touches any resource; the in-process
+runner runs the declared stages in the canvas's shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.contracts import Batch, make_query
+from pipeline.errors import StageError
+from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, STAGES, VECTOR_LEG
+from workers.tasks import STAGE_TASKS
+
+
+def test_every_declared_stage_is_a_registered_task():
+    assert set(STAGE_TASKS) == set(STAGES)
+    assert [*VECTOR_LEG, *FULLTEXT_LEG, FUSION, *AFTER_FUSION] == list(STAGES)
+    for name, task in STAGE_TASKS.items():
+        assert task.name == name
+
+
+@pytest.mark.parametrize("name", sorted(n for n in STAGES if not STAGES[n].fan_in))
+@pytest.mark.parametrize("payload,field", [
+    ({"states": [{"query": {"text": 5}}]}, "states.0.query.text"),
+    ({"states": "nope"}, "states"),
+    ({"states": [], "extra": 1}, "extra"),
+    ([1, 2, 3], ""),
+    (None, ""),
+])
+def test_a_malformed_batch_is_a_stage_error_naming_stage_and_field(name, payload, field):
+    with pytest.raises(StageError) as err:
+        STAGE_TASKS[name](payload)
+    assert str(err.value).startswith(f"{name} got a malformed")
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize("payload", [{"states": []}, "legs", None, [{"states": [{"query": {}}]}]])
+def test_fusion_wants_a_list_of_leg_batches(payload):
+    with pytest.raises(StageError, match="search.fuse got a malformed"):
+        STAGE_TASKS[FUSION](payload)
+
+
+def test_a_well_formed_batch_goes_through_json_unchanged_in_shape(settings):
+    batch = Batch(states=[{"query": make_query("deploy window", {"mode": "keyword"}, settings)}])
+    again = Batch.model_validate_json(batch.model_dump_json())
+    assert again == batch and again.states[0].query.scope == batch.states[0].query.scope
