@@ -59,7 +59,7 @@ def _horner(z2: np.ndarray, coeffs: np.ndarray) -> np.ndarray:
 def gelu_(x: np.ndarray, rows: int = 64) -> np.ndarray:
     """BERT's "gelu", in place: the exact x * Phi(x) = x/2 (1 + erf(x / sqrt 2)), not the tanh form.
 
-    Worked ``rows`` rows at a time so the temporaries stay in cache (2-3x faster than whole-array ops).
+    Worked ``rows`` rows at a time so the temporaries stay in cache (faster than whole-array ops).
     """
     for s in range(0, len(x), rows):
         blk = x[s:s + rows]

@@ -76,7 +76,7 @@ class LimitSettings(BaseModel):
     max_batch_queries: int = Field(10_000, ge=1)
     max_metadata_bytes: int = Field(16_384, ge=2, description="UTF-8 bytes of one memory's metadata as JSON")
     max_line_bytes: int = Field(1_048_576, ge=64)
-    # limits: budget ranges a query may ask for (issue 8)
+    # limits: budget ranges a query may ask for
     max_result_units: int = Field(10_000, ge=1, description="largest max_units of one query")
     max_result_chars: int = Field(10_000_000, ge=1, description="largest max_chars of one query")
     max_query_ms: int = Field(600_000, ge=1, description="largest max_ms of one query")

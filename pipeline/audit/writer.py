@@ -3,7 +3,7 @@ never waits on the memory store's lock and the store's readers never wait on
 audit writes.
 
 ``AuditWriter`` keeps its connection open between writes for a bounded time
-(opening and closing cost ~22 ms of CPU per write) and closes it at once when
+(opening and closing cost more CPU than the write itself) and closes it at once when
 a reader knocks (``knock_path``), so readers such as ``dimple audit tail``
 get their turn within one write. Writes are idempotent by query id.
 """

@@ -4,7 +4,7 @@ the postings of the query's terms, not by the number of memories.
 The DuckDB FTS extension builds the index (tokenizer, Porter stemmer,
 stopwords; ``fts_main_memories``: ``dict``, ``terms``, ``docs``, ``stats``),
 but its ``match_bm25(id, q)`` is a macro evaluated for every row of the table
-it is called on: a full scan (3.2 s per query at 1M memories). So
+it is called on: a full scan, whose cost grows with the store. So
 ``pipeline.store.fulltext_index`` derives, from the extension's own tables,
 one posting list per term, and ``search`` reads only the lists of the query's
 terms, by primary key.

@@ -273,15 +273,13 @@ def ids_filter(column: str, ids: list[str]) -> tuple[str, dict]:
     """A SQL condition "``column`` is one of ``ids``" and its parameters.
 
     Up to ``IN_LIST_MAX`` ids (one query's candidates): an IN list of
-    parameters, which DuckDB answers from the column's index (~10 ms for 100
-    ids in ``memories`` at 1M rows). More (a batch replay's candidates): a
-    semi-join against the ids as one list parameter, one hash-join scan shared
-    by the whole batch (640 ids at 1M rows: 20 ms in ``memories``, 60 ms in
-    ``memory_topics``), cheaper there than parsing thousands of parameters
-    (~1 s for 7,000). Not ``list_contains(ids, column)``: that compares every
-    row with every id (the same 640: 0.37 s and 1.2 s; a 64-query batch's
-    ~6,600 ids made augment take 27 s at 1M). ``column`` is a fixed name from
-    the caller, never user text.
+    parameters, which DuckDB answers from the column's index. More (a batch
+    replay's candidates): a semi-join against the ids as one list parameter,
+    one hash-join scan shared by the whole batch, cheaper there than parsing
+    thousands of parameters. Not ``list_contains(ids, column)``: that compares
+    every row with every id (BENCHMARKS.md, "Scale": a batch's augment at 1M
+    went from seconds to under one). ``column`` is a fixed name from the
+    caller, never user text.
     """
     if len(ids) <= IN_LIST_MAX:
         slots, params = placeholders("i", ids)

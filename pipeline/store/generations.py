@@ -12,8 +12,9 @@ reader that read ``CURRENT`` just before the switch can still open it; a
 reader holding a deleted file keeps reading it (POSIX unlink semantics) until
 it switches. One writer at a time is enforced with an exclusive ``flock``.
 
-A whole-file copy per write costs ~2.4 ms/MB; at 100k memories (~235 MB)
-that is the delay a small delta would avoid (an LSM shape; see issue 7).
+A write costs a whole-file copy, so its delay grows with the store (figures
+in BENCHMARKS.md, "Ingest freshness"); a small delta beside a base compacted
+in the background (an LSM shape) would keep it flat.
 """
 
 from __future__ import annotations

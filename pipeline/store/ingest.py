@@ -402,8 +402,8 @@ def embedding_rows(con, matrix: np.ndarray) -> Iterator[str]:
     """SQL selecting ``(pos, embedding)`` rows from the numpy matrix, registered
     on ``con`` as a view for the ``with`` block.
 
-    Binding vectors as nested-list parameters costs ~1 s per 1,000 x 384
-    floats; DuckDB scans registered numpy columns directly, ~100x faster. The
+    Binding vectors as nested-list parameters is slow (every float parsed as a
+    parameter); DuckDB scans registered numpy columns directly. The
     SQL holds only column names.
     """
     n, dim = matrix.shape
