@@ -6,19 +6,19 @@ rank changes against the baseline.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 
 from pipeline.audit.explain import diff_served
 from pipeline.errors import InputError
 from pipeline.evaluation.metrics import METRICS, ranx_qrels, ranx_run
+from pipeline.evaluation.models import Comparison, DeltaRow, Pair, RunReport
 from pipeline.evaluation.runs import first_relevant
 
 
 # -- comparisons -------------------------------------------------------------------------------
 def compare(
-    reports: list[dict[str, Any]],
+    reports: list[RunReport],
     runs: list[dict[str, list[str]]],
     qrels: dict[str, dict[str, int]],
     *,
@@ -28,7 +28,7 @@ def compare(
     max_p: float = 0.05,
     top: int = 10,
     k: int = 10,
-) -> dict[str, Any]:
+) -> Comparison:
     """Compare runs of the same judged queries, the first being the baseline.
 
     Paired significance with ranx's ``compare`` (``fisher``: randomised
@@ -68,7 +68,7 @@ def compare(
         numba.set_num_threads(threads)
     table = report.to_dict()
     base_scores = reports[0]["per_query"]
-    pairs = []
+    pairs: list[Pair] = []
     for other, run in zip(reports[1:], runs[1:]):
         deltas = sorted(
             ((q, other["per_query"][q][metric] - base_scores[q][metric]) for q in common),
@@ -132,6 +132,6 @@ def _seed_numba_threads(seed: int) -> None:
 
 _numba_seeder = None
 
-def _delta_row(q: str, delta: float, base: dict, other: dict, metric: str) -> dict[str, Any]:
+def _delta_row(q: str, delta: float, base: RunReport, other: RunReport, metric: str) -> DeltaRow:
     return {"id": q, "text": base["per_query"][q].get("text", ""), "delta": round(delta, 6),
             "before": base["per_query"][q][metric], "after": other["per_query"][q][metric]}

@@ -5,13 +5,13 @@ against today's store and settings, each compared with what it was served.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from pipeline.audit.explain import diff_served, replay_options
 from pipeline.audit.record import AuditRecord
 from pipeline.errors import EvalInputError
+from pipeline.evaluation.models import ReplayReport
 from pipeline.evaluation.queries import QuerySpec
 from pipeline.evaluation.runs import SearchMany, latency, run_queries
 
@@ -25,7 +25,7 @@ def replay(
     batch_size: int = 64,
     in_flight: int | None = 8,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> ReplayReport:
     """Re-run logged queries with their recorded options against the current
     store and settings; per query, ``diff_served`` of what was served then
     against what is served now (top ``k``). Rows without query text are

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.evaluation.metrics import METRICS
+from pipeline.evaluation.models import Comparison, Latency, ReplayReport, RunReport, Skipped
 from pipeline.evaluation.trec import qrels_lines, trec_lines
 
 _NAME = re.compile(r"[^A-Za-z0-9._=,:+-]+")
@@ -35,7 +36,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 # -- one run ----------------------------------------------------------------------------------
-def write_run(folder: Path, report: dict[str, Any], run: dict[str, list[str]], qrels: dict[str, dict[str, int]],
+def write_run(folder: Path, report: RunReport, run: dict[str, list[str]], qrels: dict[str, dict[str, int]],
               runs_detail: list[Any] | None = None) -> dict[str, Path]:
     """``run.trec``, ``qrels.trec``, ``report.json``, ``summary.md`` and plots
     under ``folder`` (created)."""
@@ -65,14 +66,14 @@ def _metric_table(rows: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def _latency_table(latency: dict[str, dict[str, float]]) -> list[str]:
+def _latency_table(latency: Latency) -> list[str]:
     lines = ["| stage | n | mean | p50 | p95 | p99 | max |", "|---|---|---|---|---|---|---|"]
     for stage, p in latency.items():
         lines.append(f"| {stage} | {p.get('n')} | " + " | ".join(_fmt(p.get(k)) for k in ("mean", "p50", "p95", "p99", "max")) + " |")
     return lines
 
 
-def _skipped_lines(skipped: dict[str, dict[str, Any]], failed: dict[str, str]) -> list[str]:
+def _skipped_lines(skipped: dict[str, Skipped], failed: dict[str, str]) -> list[str]:
     lines = []
     for reason, info in skipped.items():
         shown = ", ".join(info["ids"][:10]) + (", ..." if len(info["ids"]) > 10 else "")
@@ -82,7 +83,7 @@ def _skipped_lines(skipped: dict[str, dict[str, Any]], failed: dict[str, str]) -
     return lines or ["- nothing skipped, nothing failed"]
 
 
-def run_summary(report: dict[str, Any], paths: dict[str, Path]) -> str:
+def run_summary(report: RunReport, paths: dict[str, Path]) -> str:
     lines = [f"# Evaluation run `{report['name']}`", "",
              f"Query set **{report['query_set']}**: {report['queries']} judged queries, {report['answered']} answered "
              f"in {report['seconds']:.1f} s ({report['queries_per_s']} queries/s).", "",
@@ -101,7 +102,7 @@ def run_summary(report: dict[str, Any], paths: dict[str, Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_plots(folder: Path, report: dict[str, Any], runs_detail: list[Any]) -> dict[str, Path]:
+def _run_plots(folder: Path, report: RunReport, runs_detail: list[Any]) -> dict[str, Path]:
     plt = _plt()
     out = {}
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -151,7 +152,7 @@ def _latency_plot(path: Path, detail: dict[str, list[Any]], plt) -> None:
 
 
 # -- comparisons ------------------------------------------------------------------------------
-def write_comparison(folder: Path, comparison: dict[str, Any], title: str = "Comparison") -> dict[str, Path]:
+def write_comparison(folder: Path, comparison: Comparison, title: str = "Comparison") -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"report": folder / "compare.json", "summary": folder / "compare.md"}
     _write_json(paths["report"], comparison)
@@ -203,7 +204,7 @@ def write_comparison(folder: Path, comparison: dict[str, Any], title: str = "Com
     return paths
 
 
-def comparison_summary(c: dict[str, Any], title: str) -> str:
+def comparison_summary(c: Comparison, title: str) -> str:
     lines = [f"# {title}", "", f"{len(c['runs'])} runs over {c['queries']} judged queries every run answered; "
              f"baseline `{c['runs'][0]}`; paired test `{c['stat_test']}` (seed {c['seed']}), "
              f"marked * where p < {c['max_p']} against the baseline.", ""]
@@ -231,7 +232,7 @@ def comparison_summary(c: dict[str, Any], title: str) -> str:
 
 
 # -- replay -----------------------------------------------------------------------------------
-def write_replay(folder: Path, report: dict[str, Any]) -> dict[str, Path]:
+def write_replay(folder: Path, report: ReplayReport) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"report": folder / "replay.json", "summary": folder / "replay.md"}
     _write_json(paths["report"], report)

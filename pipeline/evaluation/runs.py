@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.errors import EvalFailed
 from pipeline.evaluation.metrics import METRICS, score
+from pipeline.evaluation.models import Latency, RunReport
 from pipeline.evaluation.queries import QuerySet, QuerySpec
 
 DEFAULT_MAX_UNITS = 100  # Recall@50 needs at least 50 results; the search default is 10
@@ -77,7 +78,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "p95": round(float(np.percentile(a, 95)), 3), "p99": round(float(np.percentile(a, 99)), 3),
             "max": round(float(a.max()), 3)}
 
-def latency(runs: list[QueryRun]) -> dict[str, dict[str, float]]:
+def latency(runs: list[QueryRun]) -> Latency:
     """Percentiles per stage (ms) over answered queries, and of ``total``
     (dispatch to results in hand). ``embed`` and ``augment`` are batch-wide:
     every query of a batch carries its batch's figure."""
@@ -98,7 +99,7 @@ def evaluate_run(
     *,
     config: dict[str, Any],
     name: str,
-) -> dict[str, Any]:
+) -> RunReport:
     """The JSON report of one run: overall and per-query metrics, latency,
     throughput, what was skipped and which queries failed."""
     failed = {r.id: r.error for r in runs if r.error is not None}
