@@ -60,6 +60,8 @@ class SentenceTransformerEmbedder:
         dim = self._model.get_embedding_dimension() if hasattr(
             self._model, "get_embedding_dimension"
         ) else self._model.get_sentence_embedding_dimension()
+        if dim is None:  # a store records its dimension, so a model must state one
+            raise ValueError(f"sentence-transformers model {model!r} does not report its embedding dimension")
         self.dim = int(dim)
 
     def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,22 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One encoder layer's float32 weights, laid out for ``x @ W``; ``ln1``/``ln2`` are (gamma, beta)."""
+
+    qkv_w: np.ndarray
+    qkv_b: np.ndarray
+    out_w: np.ndarray
+    out_b: np.ndarray
+    ln1: tuple[np.ndarray, np.ndarray]
+    up_w: np.ndarray
+    up_b: np.ndarray
+    down_w: np.ndarray
+    down_b: np.ndarray
+    ln2: tuple[np.ndarray, np.ndarray]
+
+
 class MiniLMEmbedder:
     """Text to unit-length float32 vectors with the packaged all-MiniLM-L6-v2 (or a model like it)."""
 
@@ -151,22 +168,22 @@ class MiniLMEmbedder:
 
         self.word, self.pos, self.type = (g(f"embeddings.{n}_embeddings.weight") for n in ("word", "position", "token_type"))
         self.emb_ln = (g("embeddings.LayerNorm.weight"), g("embeddings.LayerNorm.bias"))
-        self.layers = []
+        self.layers: list[_Layer] = []
         for i in range(int(cfg["num_hidden_layers"])):
             p = f"encoder.layer.{i}."
             att = p + "attention.self."
-            self.layers.append({
-                "qkv_w": np.ascontiguousarray(np.concatenate([g(att + n + ".weight") for n in ("query", "key", "value")]).T),
-                "qkv_b": np.concatenate([g(att + n + ".bias") for n in ("query", "key", "value")]),
-                "out_w": np.ascontiguousarray(g(p + "attention.output.dense.weight").T),
-                "out_b": g(p + "attention.output.dense.bias"),
-                "ln1": (g(p + "attention.output.LayerNorm.weight"), g(p + "attention.output.LayerNorm.bias")),
-                "up_w": np.ascontiguousarray(g(p + "intermediate.dense.weight").T),
-                "up_b": g(p + "intermediate.dense.bias"),
-                "down_w": np.ascontiguousarray(g(p + "output.dense.weight").T),
-                "down_b": g(p + "output.dense.bias"),
-                "ln2": (g(p + "output.LayerNorm.weight"), g(p + "output.LayerNorm.bias")),
-            })
+            self.layers.append(_Layer(
+                qkv_w=np.ascontiguousarray(np.concatenate([g(att + n + ".weight") for n in ("query", "key", "value")]).T),
+                qkv_b=np.concatenate([g(att + n + ".bias") for n in ("query", "key", "value")]),
+                out_w=np.ascontiguousarray(g(p + "attention.output.dense.weight").T),
+                out_b=g(p + "attention.output.dense.bias"),
+                ln1=(g(p + "attention.output.LayerNorm.weight"), g(p + "attention.output.LayerNorm.bias")),
+                up_w=np.ascontiguousarray(g(p + "intermediate.dense.weight").T),
+                up_b=g(p + "intermediate.dense.bias"),
+                down_w=np.ascontiguousarray(g(p + "output.dense.weight").T),
+                down_b=g(p + "output.dense.bias"),
+                ln2=(g(p + "output.LayerNorm.weight"), g(p + "output.LayerNorm.bias")),
+            ))
 
     def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         """An ``(n, dim)`` float32 array of unit rows, in input order."""
@@ -209,23 +226,23 @@ class MiniLMEmbedder:
         key_bias = np.where(mask > 0, np.float32(0.0), np.float32(-np.inf))[:, None, None, :]
         scale = np.float32(1.0 / math.sqrt(hd))
         for L in self.layers:
-            qkv = x @ L["qkv_w"]
-            qkv += L["qkv_b"]
+            qkv = x @ L.qkv_w
+            qkv += L.qkv_b
             q, k, v = qkv.reshape(b, n, 3, h, hd).transpose(2, 0, 3, 1, 4)  # each (b, h, n, hd)
             scores = q @ k.transpose(0, 1, 3, 2)
             scores *= scale
             scores += key_bias
             ctx = (softmax_(scores) @ v).transpose(0, 2, 1, 3).reshape(b * n, d)
-            attn = ctx @ L["out_w"]
-            attn += L["out_b"]
+            attn = ctx @ L.out_w
+            attn += L.out_b
             attn += x
-            x = layer_norm_(attn, *L["ln1"], self.eps)
-            up = x @ L["up_w"]
-            up += L["up_b"]
-            down = gelu_(up) @ L["down_w"]
-            down += L["down_b"]
+            x = layer_norm_(attn, *L.ln1, self.eps)
+            up = x @ L.up_w
+            up += L.up_b
+            down = gelu_(up) @ L.down_w
+            down += L.down_b
             down += x
-            x = layer_norm_(down, *L["ln2"], self.eps)
+            x = layer_norm_(down, *L.ln2, self.eps)
         x = x.reshape(b, n, d)
         pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)

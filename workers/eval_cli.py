@@ -17,6 +17,7 @@ from typing import Any
 from pipeline import evaluation as ev
 from pipeline.datasets.beir import load_beir
 from pipeline.errors import InputError
+from pipeline.evaluation.models import Comparison, RunReport
 
 
 def register(sub) -> None:
@@ -200,7 +201,7 @@ def _config(settings, defaults: dict[str, Any], batch_size: int, extra: dict | N
 
 def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any], batch_size: int | None,
             progress: bool, extra_config: dict | None = None,
-            in_flight: int = 8) -> tuple[dict[str, Any], list[ev.QueryRun]]:
+            in_flight: int = 8) -> tuple[RunReport, list[ev.QueryRun]]:
     """Point this process at ``settings``, run the set, score it: (report, per-query runs)."""
     import workers
 
@@ -263,15 +264,18 @@ def cmd_eval(args) -> int:
     return 1 if report["failed"] else 0
 
 
-def load_run_folder(folder: Path) -> tuple[dict[str, Any], dict[str, list[str]], dict[str, dict[str, int]]]:
+def load_run_folder(folder: Path) -> tuple[RunReport, dict[str, list[str]], dict[str, dict[str, int]]]:
     """(report, run, qrels) of a folder written by ``dimple eval``."""
     for need in ("report.json", "run.trec", "qrels.trec"):
         if not (folder / need).is_file():
             raise InputError("RUN", f"{folder} is not a run folder (no {need})")
     try:
-        report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+        report: RunReport = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError("RUN", f"{folder / 'report.json'}: not valid JSON ({exc.msg})") from None
+    missing = sorted(set(RunReport.__required_keys__) - set(report)) if isinstance(report, dict) else ["(an object)"]
+    if missing:
+        raise InputError("RUN", f"{folder / 'report.json'} is not a dimple run report (missing {', '.join(missing)})")
     return report, ev.read_trec_run(folder / "run.trec"), ev.read_qrels(folder / "qrels.trec")
 
 
@@ -294,7 +298,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _print_comparison(c: dict[str, Any]) -> None:
+def _print_comparison(c: Comparison) -> None:
     for name in c["runs"]:
         print(f"{name}: " + ", ".join(f"{m} {v:.3f}" for m, v in c["metrics"][name].items()))
     for pair in c["pairs"]:

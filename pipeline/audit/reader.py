@@ -13,6 +13,7 @@ from typing import Any
 
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
 from pipeline.audit.writer import knocking
+from pipeline.store.database import one
 
 
 def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
@@ -56,4 +57,5 @@ def count(path: Path) -> tuple[int, int]:
     if not path.exists():
         return 0, 0
     with knocking(path) as con:
-        return con.execute("SELECT count(*), count(DISTINCT query_id) FROM retrieval_log").fetchone()
+        rows, query_ids = one(con, "SELECT count(*), count(DISTINCT query_id) FROM retrieval_log")
+        return rows, query_ids

@@ -22,7 +22,7 @@ import duckdb
 
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
 from pipeline.errors import AuditStoreUnavailable
-from pipeline.store.database import migrate_package, transaction
+from pipeline.store.database import migrate_package, one, transaction
 
 
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -41,11 +41,11 @@ def _insert(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> int:
         row = record.model_dump(mode="json")
         rows.append([json.dumps(row[c]) if c in JSON_COLUMNS and row[c] is not None else row[c] for c in COLUMNS])
     with transaction(con):
-        before = con.execute("SELECT count(*) FROM retrieval_log").fetchone()[0]
+        before = one(con, "SELECT count(*) FROM retrieval_log")[0]
         con.executemany(
             f"INSERT INTO retrieval_log ({', '.join(COLUMNS)}) VALUES ({placeholders}) ON CONFLICT DO NOTHING", rows
         )
-        after = con.execute("SELECT count(*) FROM retrieval_log").fetchone()[0]
+        after = one(con, "SELECT count(*) FROM retrieval_log")[0]
     return after - before
 
 def write_records(path: Path, records: list[AuditRecord]) -> int:

@@ -6,6 +6,7 @@ rank changes against the baseline.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def _seed_numba_threads(seed: int) -> None:
         _numba_seeder = seeder
     _numba_seeder(seed)
 
-_numba_seeder = None
+_numba_seeder: Callable[[int], None] | None = None  # the compiled seeder, built on first use
 
 def _delta_row(q: str, delta: float, base: RunReport, other: RunReport, metric: str) -> DeltaRow:
     return {"id": q, "text": base["per_query"][q].get("text", ""), "delta": round(delta, 6),

@@ -92,12 +92,12 @@ def read_queries(path: Path, settings: Settings) -> list[QuerySpec]:
         options = dict(row.get("options") or {})
         options.update({k: v for k, v in row.items() if k in OPTION_FIELDS})
         try:
-            make_query(text if text is not None else "", options, settings)
+            query = make_query(text if text is not None else "", options, settings)
         except InputError as exc:
             name = "query" if exc.field == "query" and text is None else exc.field
             reason = "required" if text is None else exc.reason
             raise EvalInputError(f"{where}: {name}", reason) from None
-        out.append(QuerySpec(qid, text, options))
+        out.append(QuerySpec(qid, query.text, options))  # the validated text: a non-empty str
     return out
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:

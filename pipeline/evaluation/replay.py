@@ -5,6 +5,7 @@ against today's store and settings, each compared with what it was served.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ def replay(
         raise EvalInputError("audit log", f"no replayable rows ({len(records)} row(s), {len(skipped)} without query text)")
     specs = [QuerySpec(r.query_id, r.query_text or "", replay_options(r)) for r in usable]
     runs, secs = run_queries(search_many, specs, batch_size=batch_size, in_flight=in_flight, progress=progress)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for record, now in zip(usable, runs):
         before = [s["id"] for s in record.sources]
         if now.error is not None:

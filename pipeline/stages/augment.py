@@ -76,7 +76,7 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
         )
 
     for state in batch.states:
-        results = []
+        results: list[Result] = []
         # The budget keeps at most max_units of the results the scope stage
         # lets through: in-scope candidates past those are only counted (the
         # budget reports them as left out), not carried with content and

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +213,7 @@ def descend(
     top_k: int,
     mask: np.ndarray | None = None,
     deadline: float | None = None,
-) -> tuple[list[tuple[str, float]], dict]:
+) -> tuple[list[tuple[str, float]], dict[str, Any]]:
     """Beam descent (the seed's ``resolve_topics``), then score only reached leaves.
 
     frontier = start; at each depth the frontier's children are scored against
@@ -222,7 +223,9 @@ def descend(
     ``beam_width * max_leaf_items``.
     """
     t0 = time.perf_counter()
-    profile = {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "depth": 0, "timed_out": False}
+    profile: dict[str, Any] = {
+        "topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "depth": 0, "timed_out": False,
+    }
     allowed = index.allowed_topics(mask) if mask is not None else None
     frontier = np.asarray([t for t in start if allowed is None or allowed[t]], dtype=np.int64)
     scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
@@ -297,6 +300,8 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
             state.legs["vector"] = LegRun(leg="vector", ran=False)
             continue
         t0 = time.perf_counter()
+        hits: list[tuple[str, float]]
+        profile: dict[str, Any]
         if index is None or index.size == 0 or q.vector is None:
             hits, profile = [], {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "timed_out": False}
         else:

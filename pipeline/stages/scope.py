@@ -32,7 +32,7 @@ def scope_batch(batch: Batch) -> Batch:
     for state in batch.states:
         t0 = time.perf_counter()
         scope = state.query.scope
-        kept = []
+        kept: list[Result] = []
         for result in state.results:
             if not in_scope(result, scope):
                 state.scope_dropped += 1

@@ -9,17 +9,32 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import duckdb
 
 from pipeline.errors import SchemaTooNewError, StoreError
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+_T = TypeVar("_T")
+
+
+def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tuple[Any, ...]:
+    """The single row ``sql`` must return (an aggregate, a count).
+
+    ``fetchone()`` gives None when there is no row; for these queries that is
+    a broken store, reported as a ``StoreError`` naming the query.
+    """
+    row = con.execute(sql, params).fetchone()
+    if row is None:
+        raise StoreError(f"query returned no row: {sql}")
+    return row
 
 
 def fts_extension_path() -> Path:
@@ -118,9 +133,12 @@ class Store:
                         f"store {path} has schema version {version}; open it read-write once "
                         f"(e.g. 'dimple reindex') to migrate it to {latest}"
                     )
-                if version == 0 and embedding_dim is None:
-                    raise StoreError("a new store needs the embedding dimension")
-                dim = embedding_dim if version == 0 else _meta(con, "embedding_dim", int)
+                if version == 0:
+                    if embedding_dim is None:
+                        raise StoreError("a new store needs the embedding dimension")
+                    dim = embedding_dim
+                else:
+                    dim = _meta(con, "embedding_dim", int)
                 _migrate(con, version, int(dim))
                 if version == 0:
                     _set_meta(con, "embedding_model", embedding_model or "unknown")
@@ -170,7 +188,7 @@ class Store:
 
     # -- shared reads ----------------------------------------------------
     def count(self) -> int:
-        return self.con.execute("SELECT count(*) FROM memories").fetchone()[0]
+        return one(self.con, "SELECT count(*) FROM memories")[0]
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
@@ -203,13 +221,10 @@ def migrate_package(con: duckdb.DuckDBPyConnection, package: str) -> int:
 
 
 def _current_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-    ).fetchone()[0]
+    exists = one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'")[0]
     if not exists:
         return 0
-    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0] or 0)
+    return int(one(con, "SELECT max(version) FROM schema_version")[0] or 0)
 
 
 @contextmanager
@@ -245,7 +260,7 @@ def _migrate(con: duckdb.DuckDBPyConnection, current: int, dim: int, package: st
             con.execute("INSERT INTO schema_version VALUES (?, ?, ?)", [version, name, utcnow()])
 
 
-def _meta(con: duckdb.DuckDBPyConnection, key: str, cast: type):
+def _meta(con: duckdb.DuckDBPyConnection, key: str, cast: Callable[[Any], _T]) -> _T:
     row = con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchone()
     if row is None:
         raise StoreError(f"store metadata '{key}' is missing")

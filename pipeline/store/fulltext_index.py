@@ -13,6 +13,7 @@ ingest returns.
 from __future__ import annotations
 
 from pipeline.settings import FulltextSettings
+from pipeline.store.database import one
 
 # docid: the rank of the memory id, so ordering by docid is ordering by id
 # (the tie-break of a ranking) without reading ids. fts_postings: one row per
@@ -78,11 +79,10 @@ def derive_postings(con) -> None:
 
 def index_exists(con) -> bool:
     """The FTS index and the postings derived from it are both present."""
-    schemas = con.execute(
-        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_memories'"
-    ).fetchone()[0]
-    tables = con.execute(
+    schemas = one(con, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'fts_main_memories'")[0]
+    tables = one(
+        con,
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main' AND list_contains(?, table_name)",
         [list(_DERIVED_TABLES)],
-    ).fetchone()[0]
+    )[0]
     return bool(schemas) and tables == len(_DERIVED_TABLES)

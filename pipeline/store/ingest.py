@@ -30,7 +30,7 @@ from pipeline.store import fulltext_index
 from pipeline.store.database import Store, transaction, utcnow
 from pipeline.store.tree import Tree, load_tree, save_namespaces
 
-_ID_LIST = Field(default_factory=list)
+_ID_LIST: list[str] = Field(default_factory=list)  # a fresh empty list per record
 
 
 class MemoryRecord(BaseModel):
@@ -149,8 +149,9 @@ def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> l
                 LineError(number, name, f"{len(value)} characters, over the limit of {limits.max_content_chars}")
             )
     if record.metadata is not None:
+        problem: str | None
         try:
-            text = _json(record.metadata)
+            text = _dumps(record.metadata)
         except RecursionError:
             text, problem = "", "nested too deeply"
         else:
@@ -253,6 +254,17 @@ def fts_text(record: MemoryRecord) -> str:
     return record.content if not record.context else f"{record.content}\n{record.context}"
 
 
+def _ids(records: list[MemoryRecord]) -> list[str]:
+    """Every record's id. ``parse_file`` derives the ids a file leaves out, so a
+    record without one here is a caller's mistake."""
+    ids = []
+    for n, record in enumerate(records):
+        if record.id is None:
+            raise ValueError(f"record {n} has no id; ingest records that parse_file validated (it derives ids)")
+        ids.append(record.id)
+    return ids
+
+
 def ingest_records(
     store: Store,
     records: list[MemoryRecord],
@@ -269,7 +281,7 @@ def ingest_records(
     report = IngestReport()
     t0 = time.perf_counter()
     con = store.con
-    ids = [r.id for r in records]
+    ids = _ids(records)
     rows = con.execute(
         "SELECT id, content_hash, namespace FROM memories WHERE id IN (SELECT unnest(?))", [ids]
     ).fetchall() if ids else []
@@ -296,8 +308,8 @@ def ingest_records(
         new_rows = [i for i, r in enumerate(records) if r.id not in existing]
         moved_rows = [i for i in to_embed if records[i].id in existing]
         for i in moved_rows:
-            tree.remove(records[i].id)
-            touched_ns.add(old_ns[records[i].id])
+            tree.remove(ids[i])
+            touched_ns.add(old_ns[ids[i]])
         _upsert_memories(con, records, hashes, vectors, changed, existing, now)
         _replace_annotations(con, records)
         report.seconds["upsert"] = time.perf_counter() - t2
@@ -419,8 +431,13 @@ def embedding_rows(con, matrix: np.ndarray) -> Iterator[str]:
 _VECTORS_VIEW = "dimple_ingest_vectors"
 
 
+def _dumps(value: Any) -> str:
+    """Metadata as stored: the same text the size limit is checked on."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return None if value is None else _dumps(value)
 
 
 def _replace_annotations(con, records: list[MemoryRecord]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.store.database import Store
+from pipeline.store.database import Store, one
 from pipeline.store.fulltext_index import index_exists
 
 
@@ -12,11 +12,12 @@ def store_stats(store: Store) -> dict[str, Any]:
     con = store.con
     by_ns = con.execute("SELECT namespace, count(*) FROM memories GROUP BY 1 ORDER BY 1").fetchall()
     by_type = con.execute("SELECT content_type, count(*) FROM memories GROUP BY 1 ORDER BY 1").fetchall()
-    tree = con.execute(
+    tree = one(
+        con,
         "SELECT coalesce(max(depth), 0), count(*) FILTER (WHERE is_leaf), coalesce(max(size) FILTER (WHERE is_leaf), 0), "
-        "count(*) FROM topics"
-    ).fetchone()
-    placed = con.execute("SELECT count(DISTINCT memory_id) FROM memory_topics WHERE kind = 'leaf'").fetchone()[0]
+        "count(*) FROM topics",
+    )
+    placed = one(con, "SELECT count(DISTINCT memory_id) FROM memory_topics WHERE kind = 'leaf'")[0]
     edges = con.execute("SELECT kind, count(*) FROM edges GROUP BY 1 ORDER BY 1").fetchall()
     generation = store.generation
     fts_generation = int(store.meta("fts_generation", "0") or 0)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.embedders import normalize
+from pipeline.errors import StoreError
 from pipeline.settings import TreeSettings
 
 ROOT = "__root__"
@@ -71,10 +72,11 @@ class Tree:
     # -- queries ---------------------------------------------------------
     def path_to(self, key: str) -> list[str]:
         """Keys from ``key`` up to (excluding) the root."""
-        out = []
-        while key is not None and key != ROOT:
-            out.append(key)
-            key = self.topics[key].parent
+        out: list[str] = []
+        node: str | None = key
+        while node is not None and node != ROOT:
+            out.append(node)
+            node = self.topics[node].parent
         return out
 
     def membership(self, memory_id: str) -> list[tuple[str, str]]:
@@ -246,6 +248,8 @@ class Tree:
         node = key
         while node != ROOT and self.topics[node].size <= 0:
             parent = self.topics[node].parent
+            if parent is None:  # only the root has no parent
+                raise StoreError(f"topic tree is broken: topic {node!r} has no parent")
             self.topics.pop(node)
             self.topics[parent].children.remove(node)
             node = parent
@@ -324,7 +328,7 @@ def _update_centers(vectors: np.ndarray, labels: np.ndarray, centers: np.ndarray
 def _balanced_split(vectors: np.ndarray, rows: np.ndarray, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     """``k`` equal parts of ``rows`` ordered along their principal direction."""
     centered = vectors - vectors.mean(axis=0)
-    direction = rng.standard_normal(vectors.shape[1]).astype(np.float32)
+    direction = rng.standard_normal(int(vectors.shape[1])).astype(np.float32)
     for _ in range(20):
         nxt = centered.T @ (centered @ direction)
         norm = float(np.linalg.norm(nxt))

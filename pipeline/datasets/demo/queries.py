@@ -24,8 +24,8 @@ def ident_queries(w: World, n_extra: int) -> list[QuerySpec]:
     """Every error code, plus ``n_extra`` other identifiers drawn at random."""
     holders: dict[str, list[int]] = {}
     for d in w.drafts:
-        for ident in d.idents:
-            holders.setdefault(ident, []).append(d.key)
+        for value in d.idents:
+            holders.setdefault(value, []).append(d.key)
     errors = [i for i in w.idents if i.kind == "error"]
     others = [i for i in w.idents if i.kind != "error"]
     chosen = errors + w.rng.sample(others, min(n_extra, len(others)))
