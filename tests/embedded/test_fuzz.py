@@ -18,7 +18,19 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from tests.unit.test_fuzz import _PROPERTY, _many, _one_search, batch_sizes, fz, many_items, options, queries  # noqa: F401  (helpers and fixtures shared with the unit tests)
+from tests.unit.test_fuzz import (  # noqa: F401  (helpers and fixtures shared with the unit tests)
+    _PROPERTY,
+    _many,
+    _one_search,
+    batch_sizes,
+    cli_env,
+    fuzz_store,
+    fz,
+    ingest_store,
+    many_items,
+    options,
+    queries,
+)
 
 
 # -- search / search_async -------------------------------------------------------------

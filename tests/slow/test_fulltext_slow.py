@@ -17,7 +17,10 @@ from ops.bench.bm25_reference import match_bm25, same_ranking
 from pipeline.contracts import Scope
 from pipeline.stages import fulltext
 from pipeline.store.database import Store
-from tests.unit.test_fulltext import _queries  # noqa: F401  (helpers and fixtures shared with the unit tests)
+from tests.unit.test_fulltext import (  # noqa: F401  (helpers and fixtures shared with the unit tests)
+    _queries,
+    corpus,
+)
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ from tests.unit.test_fuzz import (  # noqa: F401  (helpers and fixtures shared w
     argvs,
     batch_sizes,
     cli_env,
+    fuzz_store,
     fz,
     ingest_files,
     ingest_store,

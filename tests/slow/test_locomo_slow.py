@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 
 from pipeline.datasets.locomo import load_locomo
-from tests.unit.test_locomo import REAL  # noqa: F401  (helpers and fixtures shared with the unit tests)
+from tests.unit.test_locomo import (  # noqa: F401  (helpers and fixtures shared with the unit tests)
+    REAL,
+    fixture_path,
+)
 
 
 @pytest.mark.slow
