@@ -30,12 +30,14 @@ class Embedder(Encoder, Protocol):
     name: str
     dim: int
 
+
 def normalize(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero)."""
     matrix = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return matrix / norms
+
 
 class SentenceTransformerEmbedder:
     """A sentence-transformers model; nothing is downloaded at run time."""
@@ -78,6 +80,7 @@ class SentenceTransformerEmbedder:
 
 _TOKEN = re.compile(r"[a-z0-9_]+")
 
+
 class HashEmbedder:
     """Deterministic bag-of-words hashing embedder (tests only).
 
@@ -97,6 +100,7 @@ class HashEmbedder:
                 h = int.from_bytes(digest, "little")
                 out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         return normalize(out)
+
 
 def make_embedder(settings: Settings, bulk: bool = False) -> Embedder:
     """The configured embedder (``hash-N`` names the test fake).

@@ -73,8 +73,10 @@ class StageError(DimpleError):
 class AuditWriteError(DimpleError):
     """An audit row could not be written."""
 
+
 class AuditStoreUnavailable(AuditWriteError):
     """The audit store cannot be opened or written (lock, permissions, disk)."""
+
 
 class AuditRetriesExhausted(AuditWriteError):
     """Every retry failed; the row went to the dead-letter folder."""
@@ -85,6 +87,7 @@ class EvalInputError(InputError):
 
     def __init__(self, where: str, reason: str):
         super().__init__(where, reason)
+
 
 class EvalFailed(DimpleError):
     """Every query of a run failed (broker down, timeouts): nothing to score."""

@@ -22,6 +22,7 @@ def dead_letter(folder: Path, record: AuditRecord, error: str) -> Path:
     tmp.replace(path)
     return path
 
+
 def dead_letters(folder: Path) -> list[tuple[Path, str, AuditRecord]]:
     if not folder.exists():
         return []
@@ -30,6 +31,7 @@ def dead_letters(folder: Path) -> list[tuple[Path, str, AuditRecord]]:
         data = json.loads(path.read_text(encoding="utf-8"))
         out.append((path, data["error"], AuditRecord.model_validate(data["record"])))
     return out
+
 
 def retry_dead_letters(folder: Path, audit_path: Path) -> tuple[int, int, list[str]]:
     """Write every dead letter (idempotently); returns (written, already there, errors)."""

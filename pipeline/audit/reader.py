@@ -31,13 +31,16 @@ def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
             out.append(AuditRecord.model_validate(row))
         return out
 
+
 def tail(path: Path, n: int) -> list[AuditRecord]:
     rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log ORDER BY logged_at DESC, query_id LIMIT ?", [n])
     return list(reversed(rows))
 
+
 def get(path: Path, query_id: str) -> AuditRecord | None:
     rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
     return rows[0] if rows else None
+
 
 def since(path: Path, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
     """Rows logged at or after ``start`` (naive UTC; all rows when None), oldest first."""
@@ -51,6 +54,7 @@ def since(path: Path, start: datetime | None = None, limit: int | None = None) -
         sql += " LIMIT ?"
         params.append(limit)
     return _rows(path, sql, params)
+
 
 def count(path: Path) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""

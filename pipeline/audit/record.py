@@ -39,6 +39,7 @@ class AuditRecord(BaseModel):
     total_ms: float
     rrf_k: int
 
+
 def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None) -> AuditRecord:
     """The audit row for a finished query state."""
     q = state.query
@@ -82,6 +83,7 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         total_ms=round((end - q.started_at) * 1000.0, 3),
         rrf_k=rrf_k,
     )
+
 
 def log_line(record: AuditRecord) -> str:
     """The synchronous ``hybrid.search`` line: key=value, one per query."""

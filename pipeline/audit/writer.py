@@ -33,6 +33,7 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     except (duckdb.IOException, OSError, duckdb.Error) as exc:
         raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
 
+
 def _insert(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> int:
     """Insert the rows whose query ids are not there yet, in one committed transaction."""
     placeholders = ", ".join("?" for _ in COLUMNS)
@@ -47,6 +48,7 @@ def _insert(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> int:
         )
         after = one(con, "SELECT count(*) FROM retrieval_log")[0]
     return after - before
+
 
 def write_records(path: Path, records: list[AuditRecord]) -> int:
     """Insert the rows whose query ids are not there yet, in one transaction,
@@ -66,9 +68,11 @@ def write_records(path: Path, records: list[AuditRecord]) -> int:
     except (duckdb.Error, OSError) as exc:
         raise AuditStoreUnavailable(f"cannot write audit store {path}: {exc}") from exc
 
+
 def write_record(path: Path, record: AuditRecord) -> bool:
     """``write_records`` for one row: True when it was inserted."""
     return write_records(path, [record]) == 1
+
 
 def knock_path(path: Path) -> Path:
     """The file a reader touches to ask the writer to let go of ``path``."""
@@ -78,11 +82,13 @@ def knock_path(path: Path) -> Path:
 # left by a reader that died, and must not keep the writer away.
 _KNOCK_FRESH_S = 2.0
 
+
 def _knocked(path: Path) -> bool:
     try:
         return time.time() - knock_path(path).stat().st_mtime < _KNOCK_FRESH_S
     except OSError:
         return False
+
 
 class AuditWriter:
     """Writes ``retrieval_log`` rows over a connection kept open between writes.
@@ -192,10 +198,12 @@ class AuditWriter:
                     continue
                 self._cond.wait(self.poll_s)
 
+
 def _busy(exc: Exception) -> bool:
     """A lock held by another process, or this process's own connection open
     with another configuration: both pass once the holder lets go."""
     return isinstance(exc, duckdb.ConnectionException) or "lock" in str(exc).lower()
+
 
 @contextmanager
 def knocking(path: Path, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:

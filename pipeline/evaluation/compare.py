@@ -116,6 +116,7 @@ def compare(
         "pairs": pairs,
     }
 
+
 def _seed_numba_threads(seed: int) -> None:
     """Seed numba's RNG in the thread(s) that run ranx's parallel permutations
     (ranx seeds only the calling thread's, so its p-values vary run to run)."""
@@ -132,6 +133,7 @@ def _seed_numba_threads(seed: int) -> None:
     _numba_seeder(seed)
 
 _numba_seeder: Callable[[int], None] | None = None  # the compiled seeder, built on first use
+
 
 def _delta_row(q: str, delta: float, base: RunReport, other: RunReport, metric: str) -> DeltaRow:
     return {"id": q, "text": base["per_query"][q].get("text", ""), "delta": round(delta, 6),

@@ -19,10 +19,12 @@ def ranx_run(run: dict[str, list[str]], name: str = "run"):
     # scores must not reorder what was served.
     return Run({q: {d: float(len(docs) - i) for i, d in enumerate(docs)} for q, docs in run.items()}, name=name)
 
+
 def ranx_qrels(qrels: dict[str, dict[str, int]]):
     from ranx import Qrels
 
     return Qrels({q: dict(docs) for q, docs in qrels.items()})
+
 
 def score(
     run: dict[str, list[str]], qrels: dict[str, dict[str, int]], metrics: Iterable[str] = METRICS

@@ -37,6 +37,7 @@ class QuerySpec:
     def ask(self, defaults: dict[str, Any]) -> dict[str, Any]:
         return {"query": self.text, **defaults, **self.options}
 
+
 @dataclass
 class QuerySet:
     """Queries with judgments, and what was left out on the way (by reason)."""
@@ -47,11 +48,13 @@ class QuerySet:
     skipped: dict[str, list[str]] = field(default_factory=dict)
     loader_skipped: dict[str, int] = field(default_factory=dict)  # counted by a loader, without ids
 
+
 def json_line(path: Path, number: int, line: str) -> Any:
     try:
         return json.loads(line)
     except json.JSONDecodeError as exc:
         raise EvalInputError(f"{path.name} line {number}", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+
 
 def read_queries(path: Path, settings: Settings) -> list[QuerySpec]:
     """JSONL queries: ``{"id", "query" (or "text"), options...}`` per line.
@@ -100,6 +103,7 @@ def read_queries(path: Path, settings: Settings) -> list[QuerySpec]:
         out.append(QuerySpec(qid, query.text, options))  # the validated text: a non-empty str
     return out
 
+
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     """TREC (``qid iter doc grade``) or BEIR TSV (``query-id corpus-id score``,
     header optional) relevance judgments. Raises ``EvalInputError`` naming the
@@ -127,6 +131,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             raise EvalInputError(f"{where}: relevance", f"{grade!r} is not an integer grade") from None
         qrels.setdefault(qid, {})[doc] = value
     return qrels
+
 
 def reconcile(name: str, queries: list[QuerySpec], qrels: dict[str, dict[str, int]], strict: bool = False) -> QuerySet:
     """Keep the queries that have a relevant judgment; say what was left out.

@@ -37,6 +37,7 @@ class QueryRun:
     mode: str = ""
     error: str | None = None
 
+
 def run_queries(
     search_many: SearchMany,
     queries: list[QuerySpec],
@@ -67,8 +68,10 @@ def run_queries(
         ))
     return out, secs
 
+
 def as_run(runs: Iterable[QueryRun]) -> dict[str, list[str]]:
     return {r.id: r.ranked for r in runs if r.error is None}
+
 
 def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
@@ -77,6 +80,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"n": int(a.size), "mean": round(float(a.mean()), 3), "p50": round(float(np.percentile(a, 50)), 3),
             "p95": round(float(np.percentile(a, 95)), 3), "p99": round(float(np.percentile(a, 99)), 3),
             "max": round(float(a.max()), 3)}
+
 
 def latency(runs: list[QueryRun]) -> Latency:
     """Percentiles per stage (ms) over answered queries, and of ``total``
@@ -129,6 +133,7 @@ def evaluate_run(
         },
         "latency_ms": latency(runs),
     }
+
 
 def first_relevant(ranked: list[str], rels: dict[str, int]) -> int | None:
     for i, d in enumerate(ranked, start=1):

@@ -13,6 +13,7 @@ from pipeline.settings import Settings
 # -- sweeps ------------------------------------------------------------------------------------
 SWEEP_AXES = ("mode", "rrf_k", "weights", "beam_width", "max_leaf_items")
 
+
 def sweep_grid(axes: dict[str, list[Any]], limit: int = 64) -> list[dict[str, Any]]:
     """The product of the given axes (each a non-empty list), in order."""
     import itertools
@@ -26,6 +27,7 @@ def sweep_grid(axes: dict[str, list[Any]], limit: int = 64) -> list[dict[str, An
         raise InputError("sweep", f"{len(grid)} configurations, over the limit of {limit}")
     return grid or [{}]
 
+
 def config_name(config: dict[str, Any]) -> str:
     if not config:
         return "defaults"
@@ -35,6 +37,7 @@ def config_name(config: dict[str, Any]) -> str:
             value = f"{value[0]:g}:{value[1]:g}"
         parts.append(f"{key}={value}")
     return ",".join(parts)
+
 
 def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str, Any]) -> tuple[Settings, dict[str, Any]]:
     """Settings (validated copy) and per-query defaults for one sweep configuration."""
@@ -55,6 +58,7 @@ def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str,
         asks["mode"] = config["mode"]
     return (settings.replace(**changes) if changes else settings), asks
 
+
 def parse_number_list(text: str, kind: type, name: str) -> list[Any]:
     out = []
     for part in text.split(","):
@@ -63,6 +67,7 @@ def parse_number_list(text: str, kind: type, name: str) -> list[Any]:
         except ValueError:
             raise InputError(name, f"{part.strip()!r} is not a {kind.__name__}") from None
     return out
+
 
 def parse_weights(text: str) -> list[tuple[float, float]]:
     """``"1:1,0.5:1"`` -> ``[(1.0, 1.0), (0.5, 1.0)]`` (vector:fts)."""

@@ -13,11 +13,13 @@ from pipeline.textfiles import lines_of
 
 _TREC_UNSAFE = re.compile(r"[%\s]")
 
+
 def trec_id(memory_id: str) -> str:
     """A memory id as one TREC column: whitespace and ``%`` percent-encoded
     (UTF-8), so an id with a space cannot split a line. Run and qrels files
     written here encode alike, so they still match each other."""
     return _TREC_UNSAFE.sub(lambda m: urllib.parse.quote(m.group()), memory_id)
+
 
 def trec_lines(run: dict[str, list[str]], name: str) -> list[str]:
     """TREC run lines ``qid Q0 doc rank score name``; scores are rank-derived so
@@ -27,8 +29,10 @@ def trec_lines(run: dict[str, list[str]], name: str) -> list[str]:
         out += [f"{q} Q0 {trec_id(d)} {i} {len(docs) - i + 1} {name}" for i, d in enumerate(docs, start=1)]
     return out
 
+
 def qrels_lines(qrels: dict[str, dict[str, int]]) -> list[str]:
     return [f"{q} 0 {trec_id(d)} {g}" for q, docs in qrels.items() for d, g in docs.items()]
+
 
 def read_trec_run(path: Path) -> dict[str, list[str]]:
     """A TREC run file back into ``{qid: [doc, ...]}`` (sorted by score, then rank)."""

@@ -84,6 +84,7 @@ _FILTERS = {
                 "WHERE list_contains($concepts, mc.concept))",
 }
 
+
 def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
     """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
 
@@ -115,6 +116,7 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
     sql = _SCORE.replace("{terms}", slots).replace("{filters}", " AND ".join(filters))
     return [(r[0], float(r[1])) for r in con.execute(sql, params).fetchall()]
 
+
 def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSettings, deadline: float | None):
     """``search`` that gives up at ``deadline`` (wall clock); returns (hits, timed_out)."""
     if deadline is None:
@@ -130,6 +132,7 @@ def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSet
         return [], True
     finally:
         timer.cancel()
+
 
 def fulltext_batch(batch: Batch, con, settings: FulltextSettings) -> Batch:
     """The ``search.fulltext`` stage: BM25 for every query of a batch that wants it."""

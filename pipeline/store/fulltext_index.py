@@ -57,6 +57,7 @@ _DERIVE = [
 
 _DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_terms", "fts_postings")
 
+
 def rebuild_index(con, settings: FulltextSettings) -> None:
     """(Re)create the BM25 index over ``memories.fts_text`` (content, then context)
     and the postings derived from it.
@@ -71,11 +72,13 @@ def rebuild_index(con, settings: FulltextSettings) -> None:
     )
     derive_postings(con)
 
+
 def derive_postings(con) -> None:
     """(Re)derive ``fts_labels``, ``fts_docs``, ``fts_terms`` and ``fts_postings``
     from the extension's current index tables (runs in the caller's transaction)."""
     for sql in _DERIVE:
         con.execute(sql)
+
 
 def index_exists(con) -> bool:
     """The FTS index and the postings derived from it are both present."""

@@ -35,6 +35,7 @@ def test_write_demo_round_trips(tmp_path: Path, corpus: list[dict], judged: tupl
     for name, path in paths.items():
         assert again[name].read_bytes() == path.read_bytes()
 
+
 def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, tmp_path, monkeypatch, capsys):
     """The main job end to end (hash embedder): store built once, showcase
     results with graph marks, the quality table for every mode."""

@@ -39,6 +39,7 @@ from tests.unit.test_fuzz import (  # noqa: F401  (helpers and fixtures shared w
 def test_fuzz_search(fz, text, opts, use_async):
     _one_search(text, opts, use_async)
 
+
 @hsettings(max_examples=30, **_PROPERTY)
 @given(items=many_items, batch_size=batch_sizes, return_exceptions=st.booleans())
 def test_fuzz_search_many(fz, items, batch_size, return_exceptions):

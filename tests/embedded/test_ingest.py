@@ -23,6 +23,7 @@ def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp
     res = search("ZEBRA_4471", mode="keyword")
     assert [r.id for r in res.results] == ["m500"]
 
+
 def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
@@ -43,6 +44,7 @@ def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypa
         assert main(["config"]) == 0
     finally:
         get_settings.cache_clear()
+
 
 def test_context_is_searchable_by_keyword_but_not_content(settings, tmp_path, embedded):
     from workers import resources

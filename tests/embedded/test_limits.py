@@ -74,6 +74,7 @@ def test_regression_lone_surrogate_in_query_is_an_input_error(embedded, tmp_path
         search("deploy \ud800")
     assert info.value.field == "query" and "Unicode" in info.value.reason
 
+
 @pytest.mark.parametrize("option", ["topics", "concepts", "content_type"])
 def test_regression_lone_surrogate_in_a_filter_is_an_input_error(embedded, tmp_path, option):
     """Was: RuntimeError 'Unable to cast Python instance' from DuckDB's binder."""
@@ -84,6 +85,7 @@ def test_regression_lone_surrogate_in_a_filter_is_an_input_error(embedded, tmp_p
         search("deploy", **{option: ["ok", "\udc80bad"]})
     assert info.value.field == option
 
+
 def test_regression_nul_in_query_namespace_is_an_input_error(embedded):
     """Ingest refuses NUL in a namespace; a query now does too (was: accepted silently)."""
     from workers.api import search
@@ -91,6 +93,7 @@ def test_regression_nul_in_query_namespace_is_an_input_error(embedded):
     with pytest.raises(InputError) as info:
         search("deploy", namespace="a\x00b")
     assert info.value.field == "namespace"
+
 
 @pytest.mark.parametrize("when", ["0001-01-01T00:00:00+05:00", "9999-12-31T23:59:59-05:00"])
 def test_regression_now_out_of_range_in_utc_is_an_input_error(embedded, when):
@@ -101,6 +104,7 @@ def test_regression_now_out_of_range_in_utc_is_an_input_error(embedded, when):
         search("deploy", now=when, recency_boost=1)
     assert info.value.field == "now"
 
+
 @pytest.mark.parametrize("bad", [0, -1, "x"])
 def test_regression_search_many_bad_batch_size(embedded, bad):
     """Was: -1 returned [] for one query (answers silently lost), 'x' a TypeError."""
@@ -110,6 +114,7 @@ def test_regression_search_many_bad_batch_size(embedded, bad):
         search_many(["deploy"], batch_size=bad)
     assert info.value.field == "batch_size"
 
+
 def test_regression_search_many_of_a_non_list(embedded):
     """Was: TypeError 'int' object is not iterable; a bare string ran one query per character."""
     from workers.api import search_many
@@ -118,6 +123,7 @@ def test_regression_search_many_of_a_non_list(embedded):
         with pytest.raises(InputError) as info:
             search_many(bad)
         assert info.value.field == "queries"
+
 
 @pytest.mark.parametrize(
     "argv,needle",

@@ -25,6 +25,7 @@ def test_worker_arguments_carry_no_secret():
     s = Settings(_env_file=None, broker_url=f"redis://:{SECRET}@h:6379/0", flower_password=SECRET)
     assert SECRET not in " ".join(worker_argv(s, "search", None, None))
 
+
 def test_query_log_line_has_no_query_text_or_secret(embedded, caplog, tmp_path):
     """The hybrid.search INFO line carries a hash of the query, not the query."""
     from workers.api import search
@@ -33,6 +34,7 @@ def test_query_log_line_has_no_query_text_or_secret(embedded, caplog, tmp_path):
     search(f"my password is {SECRET}")
     lines = [r.getMessage() for r in caplog.records if r.name == "dimple.search"]
     assert lines and all(SECRET not in line for line in lines)
+
 
 def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
     """Created 0o700 even under a permissive umask (0o000): memories, audit rows

@@ -39,10 +39,12 @@ def test_scoped_search_through_the_pipeline_hand_picked(embedded, tmp_path):
     assert [r.id for r in out.results] == ["m2"]
     resources.configure(embedded)
 
+
 @hsettings(max_examples=10, **_PROPERTY)
 @given(records=stores(), qs=st.lists(queries, min_size=1, max_size=3))
 def test_no_result_or_link_outside_the_scope(embedded, records, qs):
     _check_store(records, qs)
+
 
 @hsettings(max_examples=4, **_PROPERTY)
 @given(records=stores(), qs=st.lists(queries, min_size=10, max_size=15))

@@ -44,17 +44,20 @@ from tests.unit.test_fuzz import (  # noqa: F401  (helpers and fixtures shared w
 def test_fuzz_search_many_cases(fz, text, opts, use_async):
     _one_search(text, opts, use_async)
 
+
 @pytest.mark.slow
 @hsettings(max_examples=400, **_PROPERTY)
 @given(items=many_items, batch_size=batch_sizes, return_exceptions=st.booleans())
 def test_fuzz_search_many_many_cases(fz, items, batch_size, return_exceptions):
     _many(items, batch_size, return_exceptions)
 
+
 @pytest.mark.slow
 @hsettings(max_examples=100, **_PROPERTY)
 @given(lines=ingest_files, skip_invalid=st.booleans())
 def test_fuzz_ingest_many_cases(ingest_store, tmp_path, lines, skip_invalid):
     _ingest_case(ingest_store, tmp_path, lines, skip_invalid)
+
 
 @pytest.mark.slow
 @hsettings(max_examples=2_000, **_PROPERTY)

@@ -22,6 +22,7 @@ from tests.unit.test_scope import _PROPERTY, _check_store, _check_store_batched,
 def test_no_result_or_link_outside_the_scope_many(embedded, records, qs):
     _check_store(records, qs)
 
+
 @pytest.mark.slow
 @hsettings(max_examples=50, deadline=None,
            suppress_health_check=[*_PROPERTY["suppress_health_check"], HealthCheck.large_base_example])
