@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline.errors import InputError, problems
 from pipeline.identity import text_identity
-from pipeline.settings import Settings
+from pipeline.settings import LimitSettings, Settings
 
 LEGS = ("vector", "fts")
 
@@ -161,6 +161,16 @@ class Scope(_Strict):
     def empty(self) -> bool:
         return not (self.namespace or self.topics or self.content_types or self.concepts)
 
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        return None if value is None else clean_text(value)
+
+    @field_validator("topics", "content_types", "concepts")
+    @classmethod
+    def _labels(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(clean_text(v) for v in values)
+
     @classmethod
     def of(cls, options: QueryOptions) -> Scope:
         return cls(
@@ -176,9 +186,9 @@ class Budget(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_units: int | None = None
-    max_chars: int | None = None
-    max_ms: int | None = None
+    max_units: int | None = Field(None, ge=1)
+    max_chars: int | None = Field(None, ge=1)
+    max_ms: int | None = Field(None, ge=1)
 
 
 def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +221,7 @@ class Query(_Strict):
     options: QueryOptions = Field(default_factory=QueryOptions)
     started_at: float = Field(default_factory=time.time, description="wall clock, seconds")
     weights: dict[str, float] = Field(default_factory=dict)
-    top_k: int = 100
+    top_k: int = Field(100, ge=1)
     scope: Scope = Field(default_factory=Scope)
     budget: Budget = Field(default_factory=Budget)
     vector: list[float] | None = None
@@ -231,6 +241,11 @@ class Query(_Strict):
     def past_deadline(self, now: float | None = None) -> bool:
         deadline = self.deadline
         return deadline is not None and (now if now is not None else time.time()) >= deadline
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        return clean_text(value)
 
     @model_validator(mode="after")
     def _resolve_scope(self) -> Query:
@@ -434,15 +449,6 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
             options = QueryOptions.model_validate(options)
         except ValidationError as exc:
             raise validation_error(exc, "options") from exc  # every problem stays readable on __cause__
-    limits = settings.limits
-    for name in ("topics", "content_type", "concepts"):
-        if len(getattr(options, name)) > limits.max_filter_values:
-            raise InputError(name, f"more than {limits.max_filter_values} values")
-    for name, limit in (("max_units", limits.max_result_units), ("max_chars", limits.max_result_chars),
-                        ("max_ms", limits.max_query_ms), ("top_k", limits.max_top_k)):
-        value = getattr(options, name)
-        if value is not None and value > limit:
-            raise InputError(name, f"{value} is over the limit of {limit}")
     if options.weights is not None:
         weights = {"vector": options.weights.vector, "fts": options.weights.fts}
     elif options.mode is Mode.keyword:
@@ -454,7 +460,7 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
     if not any(w > 0 for w in weights.values()):
         raise InputError("weights", "at least one leg needs a weight above 0")
     defaults = settings.budget
-    return Query(
+    query = Query(
         text=text,
         identity=text_identity(text),
         options=options,
@@ -466,3 +472,25 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
             max_ms=options.max_ms if options.max_ms is not None else defaults.max_ms,
         ),
     )
+    return check_query(query, settings.limits)
+
+
+def check_query(query: Query, limits: LimitSettings) -> Query:
+    """The limits every query keeps (``Settings.limits``), checked where it is
+    made (``make_query``) and again where a stage receives it in a message,
+    so a query that did not come through the API meets the same rules and the
+    same ``InputError``. Returns the query."""
+    if len(query.text) > limits.max_query_chars:
+        raise InputError("query", f"{len(query.text)} characters, over the limit of {limits.max_query_chars}")
+    if not query.text.strip():
+        raise InputError("query", "must not be empty")
+    scope, budget = query.scope, query.budget
+    for name, values in (("topics", scope.topics), ("content_type", scope.content_types), ("concepts", scope.concepts)):
+        if len(values) > limits.max_filter_values:
+            raise InputError(name, f"more than {limits.max_filter_values} values")
+    for name, value, limit in (("max_units", budget.max_units, limits.max_result_units),
+                               ("max_chars", budget.max_chars, limits.max_result_chars),
+                               ("max_ms", budget.max_ms, limits.max_query_ms), ("top_k", query.top_k, limits.max_top_k)):
+        if value is not None and value > limit:
+            raise InputError(name, f"{value} is over the limit of {limit}")
+    return query

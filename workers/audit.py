@@ -16,11 +16,14 @@ import queue
 import random
 import threading
 import time
+from typing import Any
 
-from pipeline.audit.dead_letters import dead_letter
+from pydantic import ValidationError
+
+from pipeline.audit.letters import dead_letter, quarantine
 from pipeline.audit.record import AuditRecord, build_record, log_line
 from pipeline.contracts import Batch
-from pipeline.errors import AuditRetriesExhausted, AuditWriteError
+from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
 from pipeline.settings import Settings
 
 from . import resources
@@ -43,6 +46,24 @@ def emit(batch: Batch) -> None:
         search_log.info(log_line(record))
     if settings.audit_enabled and records:
         send(records)
+
+
+def valid_records(settings: Settings, records: Any) -> tuple[list[AuditRecord], int]:
+    """The rows of an ``audit.write`` message that can be written, each
+    validated on its own; a malformed one is quarantined with the field named
+    and logged at ERROR, and the rest are written. Returns (rows, refused)."""
+    if not isinstance(records, list):
+        records = [records]
+    rows, refused = [], 0
+    for record in records:
+        try:
+            rows.append(AuditRecord.model_validate(record))
+        except ValidationError as exc:
+            where, msg, _ = problems(exc, "record")[0]
+            path = quarantine(settings.dead_letter_dir, record, f"{where}: {msg}")
+            log.error("audit.write refused a malformed row (%s: %s); kept in %s", where, msg, path)
+            refused += 1
+    return rows, refused
 
 
 def backoff_s(settings: Settings, retries: int) -> float:

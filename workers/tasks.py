@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from pipeline.audit import AuditRecord
-from pipeline.contracts import Batch
+from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
 from pipeline.store.ingest import parse_lines, write_parsed
@@ -24,10 +23,14 @@ def _in(batch: object, stage: str) -> Batch:
     """The batch a stage received; a malformed one is a ``StageError`` naming
     the stage and the field (it travels as JSON, unlike pydantic's own error)."""
     try:
-        return Batch.model_validate(batch)
+        out = Batch.model_validate(batch)
     except ValidationError as exc:
         where, msg, _ = problems(exc)[0]
         raise StageError(f"{stage} got a malformed batch: {where}: {msg}") from None
+    limits = resources.settings().limits
+    for state in out.states:  # the API's limits, whoever sent the message
+        check_query(state.query, limits)
+    return out
 
 
 # Every stage but the last passes its batch on in the next task's message:
@@ -62,14 +65,14 @@ STAGE_TASKS = {name: _register(stage) for name, stage in STAGES.items()}
 def audit_write(self, records: list[dict]) -> dict:
     """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed."""
     settings = resources.settings()
-    rows = [AuditRecord.model_validate(r) for r in records]
+    rows, refused = audit.valid_records(settings, records)
     try:
         inserted = resources.audit_writer().write(settings.audit_path, rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             raise audit.give_up(settings, rows, exc, self.request.retries) from None
         raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None) from None
-    return {"rows": len(rows), "inserted": inserted}
+    return {"rows": len(rows), "inserted": inserted, "refused": refused}
 
 
 @app.task(name="ingest.batch", acks_late=True, reject_on_worker_lost=True)

@@ -61,7 +61,7 @@ def main(argv=None) -> int:
         out[side] = {"n": len(v), "p50_ms": round(float(np.median(v)), 2), "p95_ms": round(float(np.percentile(v, 95)), 2)}
     out["p50_ratio_on_vs_off"] = round(out["on"]["p50_ms"] / out["off"]["p50_ms"], 4)
     out["p50_ratio_broken_vs_off"] = round(out["broken"]["p50_ms"] / out["off"]["p50_ms"], 4)
-    from pipeline.audit.dead_letters import dead_letters
+    from pipeline.audit.letters import dead_letters
 
     out["dead_letters_from_broken_side"] = len(dead_letters(broken_dir / "audit-dead-letters"))
     print(json.dumps(out, indent=2))

@@ -1,10 +1,10 @@
 """The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
-(``writer``), read back (``reader``), kept when writes run out of retries (``dead_letters``) and
+(``writer``), read back (``reader``), kept when writes run out of retries (``letters``) and
 explained or replayed (``explain``).
 """
 
-from pipeline.audit.dead_letters import dead_letter, dead_letters, retry_dead_letters
 from pipeline.audit.explain import diff_served, explain, replay_options
+from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters
 from pipeline.audit.reader import count, get, since, tail
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_record, log_line
 from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records

@@ -12,9 +12,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.contracts import TOP_HITS, QueryState
+from pipeline.contracts import TOP_HITS, QueryState, text_problem
 
 
 class AuditRecord(BaseModel):
@@ -38,6 +38,31 @@ class AuditRecord(BaseModel):
     latency_ms: dict[str, float] = Field(default_factory=dict)
     total_ms: float
     rrf_k: int
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        # A row built by search.budget always is storable; one that arrives
+        # from elsewhere on the audit queue may hold text DuckDB cannot store.
+        for where, text in _strings(value):
+            problem = text_problem(text)
+            if problem:
+                raise ValueError(f"{where}: {problem}" if where else problem)
+        return value
+
+
+def _strings(value: Any, where: str = "") -> list[tuple[str, str]]:
+    """Every string in a JSON value (keys included), with its path."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, dict):
+        out = []
+        for key, item in value.items():
+            out += _strings(key, f"{where}.{key}".lstrip(".")) + _strings(item, f"{where}.{key}".lstrip("."))
+        return out
+    if isinstance(value, list):
+        return [s for i, item in enumerate(value) for s in _strings(item, f"{where}.{i}")]
+    return []
 
 
 def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None) -> AuditRecord:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.contracts import Batch, Hit, LegRun, Scope
+from pipeline.errors import InputError
 from pipeline.settings import TreeSettings
 from pipeline.store.tree import ROOT, namespace_key
 from pipeline.timing import ms_since
@@ -305,6 +306,8 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
         if index is None or index.size == 0 or q.vector is None:
             hits, profile = [], {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "timed_out": False}
         else:
+            if len(q.vector) != index.emb.shape[1]:
+                raise InputError("vector", f"{len(q.vector)} dimensions; the store's embeddings have {index.emb.shape[1]}")
             scope = q.scope
             hits, profile = descend(
                 index,

@@ -318,3 +318,60 @@ def test_a_stale_knock_does_not_keep_the_writer_away(embedded, tmp_path):
     assert time.monotonic() - t0 < 0.5 and writer.holding and writer.opens == 2
     writer.release()
     assert pa.count(path) == (3, 3)
+
+
+def _logged_row(embedded, tmp_path) -> dict:
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    res = search("deploy window")
+    assert audit.flush(30)
+    return pa.get(embedded.audit_path, res.query_id).model_dump(mode="json")
+
+
+def test_a_malformed_row_is_quarantined_with_its_field_and_the_rest_written(embedded, tmp_path):
+    from workers.tasks import audit_write
+
+    good = _logged_row(embedded, tmp_path)
+    fresh = {**good, "query_id": "f" * 32}
+    bad_text = {**good, "query_id": "b" * 32, "query_text": "lone \ud800 surrogate"}
+    missing = {k: v for k, v in good.items() if k != "rrf_k"} | {"query_id": "c" * 32}
+    out = audit_write.apply(args=[[fresh, bad_text, missing, good]]).get()
+    assert out == {"rows": 2, "inserted": 1, "refused": 2}  # `good` was already there
+    assert pa.get(embedded.audit_path, "f" * 32) is not None
+    assert pa.get(embedded.audit_path, "b" * 32) is None and pa.get(embedded.audit_path, "c" * 32) is None
+    kept = [json.loads(p.read_text()) for p in (embedded.dead_letter_dir / "invalid").glob("*.json")]
+    assert sorted(k["error"].split(":")[0] for k in kept) == ["query_text", "rrf_k"]
+    assert pa.dead_letters(embedded.dead_letter_dir) == []  # not retried: they can never be written
+
+
+def test_retry_writes_a_backlog_in_batches_and_isolates_a_failing_letter(embedded, tmp_path, monkeypatch):
+    from pipeline.audit import letters as dl
+    from pipeline.errors import AuditStoreUnavailable
+
+    good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
+    rows = [good.model_copy(update={"query_id": f"{i:032x}"}) for i in range(2500)]
+    for row in rows:
+        pa.dead_letter(embedded.dead_letter_dir, row, "test")
+    poison = rows[1234].query_id
+    real_many, real_one, calls = dl.write_records, dl.write_record, []
+
+    def many(path, records):
+        calls.append(len(records))
+        if any(r.query_id == poison for r in records):
+            raise AuditStoreUnavailable("the poison row's batch fails")
+        return real_many(path, records)
+
+    def one(path, record):
+        if record.query_id == poison:
+            raise AuditStoreUnavailable("the poison row fails alone too")
+        return real_one(path, record)
+
+    monkeypatch.setattr(dl, "write_records", many)
+    monkeypatch.setattr(dl, "write_record", one)
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
+    assert calls == [1000, 1000, 500]  # one transaction per batch, not one per letter
+    assert (written, present) == (2499, 0) and len(errors) == 1 and poison in errors[0]
+    assert [r.query_id for _, _, r in pa.dead_letters(embedded.dead_letter_dir)] == [poison]
+    assert pa.count(embedded.audit_path) == (2500, 2500)  # the logged row and 2,499 letters

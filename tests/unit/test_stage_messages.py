@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.contracts import Batch, make_query
-from pipeline.errors import StageError
+from pipeline.errors import InputError, StageError
 from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, STAGES, VECTOR_LEG
 from workers.tasks import STAGE_TASKS
 
@@ -44,3 +44,27 @@ def test_a_well_formed_batch_goes_through_json_unchanged_in_shape(settings):
     batch = Batch(states=[{"query": make_query("deploy window", {"mode": "keyword"}, settings)}])
     again = Batch.model_validate_json(batch.model_dump_json())
     assert again == batch and again.states[0].query.scope == batch.states[0].query.scope
+
+
+def _message(settings, **query_changes) -> dict:
+    query = make_query("deploy window", {"mode": "keyword"}, settings).model_dump(mode="json")
+    return {"states": [{"query": {**query, **query_changes}}]}
+
+
+@pytest.mark.parametrize("changes,error,field", [
+    ({"text": "a\x00b"}, StageError, "states.0.query.text"),
+    ({"text": "   "}, InputError, "query: must not be empty"),
+    ({"top_k": -5}, StageError, "states.0.query.top_k"),
+    ({"top_k": 10**9}, InputError, "top_k: 1000000000 is over the limit"),
+    ({"budget": {"max_units": 0}}, StageError, "states.0.query.budget.max_units"),
+    ({"budget": {"max_ms": 10**9}}, InputError, "max_ms: 1000000000 is over the limit"),
+    ({"scope": {"namespace": "a\x00"}}, StageError, "states.0.query.scope.namespace"),
+    ({"scope": {"topics": ["t"] * 300}}, InputError, "topics: more than 256 values"),
+])
+def test_a_stage_rechecks_the_apis_rules_on_every_message(embedded, changes, error, field):
+    """A query that did not come through the API (a raw message on the queue)
+    meets the same limits and the same errors as one that did."""
+    for name in ("search.embed", "search.fulltext", "search.scope"):
+        with pytest.raises(error) as err:
+            STAGE_TASKS[name](_message(embedded, **changes))
+        assert field in str(err.value)

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.contracts import Batch, Budget, LegRun, Query, QueryOptions, QueryState, Scope
 from pipeline.embedders import HashEmbedder
+from pipeline.errors import InputError
 from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.descend import VectorIndex, descend, descend_batch, exact
 from pipeline.store import ingest
@@ -160,6 +161,16 @@ def test_descend_batch_reports_a_timed_out_leg_as_not_run():
     out = descend_batch(Batch(states=[QueryState(query=q)]), index, None, TreeSettings())
     leg = out.states[0].legs["vector"]
     assert leg.ran is False and leg.hits == [] and leg.profile["timed_out"] is True
+
+
+def test_a_vector_of_another_dimension_is_an_input_error_naming_it():
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m1", "x", "t", "leaf", E0)],
+    )
+    q = Query(id="q", text="t", weights={"vector": 1.0}, vector=[0.1, 0.2, 0.3])
+    with pytest.raises(InputError, match="vector: 3 dimensions"):
+        descend_batch(Batch(states=[QueryState(query=q)]), index, None, TreeSettings())
 
 
 def test_descend_batch_skips_keyword_queries_and_decided_legs():
