@@ -151,12 +151,22 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = Field(
         3600, ge=1, description="Redis redelivery delay of unacked tasks; must exceed the longest task and backoff"
     )
-    log_level: str = Field("INFO")
+    log_level: str = Field(
+        "INFO", description="log level of 'dimple worker' and 'dimple flower'; other commands log warnings (-v: INFO)"
+    )
 
     @field_validator("data_dir", "audit_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        name = value.strip().upper()
+        if name not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
+            raise ValueError("must be one of CRITICAL, ERROR, WARNING, INFO, DEBUG")
+        return name
 
     @model_validator(mode="after")
     def _soft_limit_first(self) -> Settings:

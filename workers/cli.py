@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -15,7 +16,15 @@ from typing import Any
 
 from pipeline.errors import DimpleError, IngestValidationError, InputError, problems
 from workers.render import format_results, one_line
-from workers.service import cli_settings, ingest_file, ingest_via_broker, need_broker, replay_row
+from workers.service import (
+    cli_settings,
+    ingest_file,
+    ingest_via_broker,
+    log_level,
+    need_broker,
+    replay_row,
+    setup_logging,
+)
 
 EXIT_USER = 2
 
@@ -29,6 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pydantic import ValidationError
 
     try:
+        if getattr(args, "operator_log", False):  # worker, flower: DIMPLE_LOG_LEVEL
+            setup_logging(log_level(args.verbose, cli_settings().log_level), quiet_celery=False)
+        else:
+            setup_logging(log_level(args.verbose))
         return int(args.func(args) or 0)
     except IngestValidationError as exc:
         print(f"dimple: {exc}", file=sys.stderr)
@@ -38,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
     except ValidationError as exc:  # settings from the environment
         where, msg, _ = problems(exc)[0]
-        print(f"dimple: error: setting {one_line(where)}: {one_line(msg)}", file=sys.stderr)
+        print(f"dimple: error: setting {one_line(where)}: {one_line(msg.removeprefix('Value error, '))}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("dimple: interrupted", file=sys.stderr)
@@ -53,8 +66,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{one_line(message)}\n")
 
 
+VERBOSE_HELP = "show INFO log lines (the per-query dimple.search line, model loading); -vv for DEBUG"
+
+
+def subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of ``parser``'s subcommands, one level down."""
+    return [
+        child
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for child in dict.fromkeys(action.choices.values())
+    ]
+
+
+def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every parser below it."""
+    return [parser] + [p for child in subparsers(parser) for p in all_parsers(child)]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     sub = p.add_subparsers(metavar="COMMAND")
 
     s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
@@ -115,11 +147,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma list of embed, search, audit, ingest")
     s.add_argument("--concurrency", type=int, help="processes (default: DIMPLE_WORKER_CONCURRENCY or one per core)")
     s.add_argument("--name", default=None, help="node name (default: dimple-<queues>@%%h)")
-    s.set_defaults(func=cmd_worker)
+    s.set_defaults(func=cmd_worker, operator_log=True)
 
     s = sub.add_parser("flower", help="start Flower with basic auth (DIMPLE_FLOWER_USER / DIMPLE_FLOWER_PASSWORD)")
     s.add_argument("--insecure", action="store_true", help="allow starting without authentication")
-    s.set_defaults(func=cmd_flower)
+    s.set_defaults(func=cmd_flower, operator_log=True)
 
     s = sub.add_parser("demo", help="build the demo store, run its queries, show results and quality")
     s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
@@ -128,6 +160,10 @@ def _parser() -> argparse.ArgumentParser:
     from .eval_cli import register as register_eval
 
     register_eval(sub)
+    # -v works before or after the subcommand: each subcommand takes it too
+    # (suppressed when absent, so it never resets a -v given before it)
+    for child in all_parsers(p)[1:]:
+        child.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return p
 
 
@@ -319,14 +355,15 @@ def cmd_audit_retry(args) -> int:
 
 
 # -- worker / flower -------------------------------------------------------------------
-def worker_argv(settings, queues: str, concurrency: int | None, name: str | None) -> list[str]:
+def worker_argv(settings, queues: str, concurrency: int | None, name: str | None,
+                loglevel: str | None = None) -> list[str]:
     from workers.app import QUEUES
 
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(wanted) - set(QUEUES))
     if unknown or not wanted:
         raise InputError("--queues", f"unknown queue(s) {unknown}; valid: {', '.join(QUEUES)}")
-    argv = ["worker", "-Q", ",".join(wanted), "-E", "--loglevel", settings.log_level,
+    argv = ["worker", "-Q", ",".join(wanted), "-E", "--loglevel", loglevel or settings.log_level,
             "-n", name or f"dimple-{'-'.join(wanted)}@%h"]
     processes = concurrency if concurrency is not None else settings.worker_concurrency
     if processes:
@@ -339,7 +376,8 @@ def cmd_worker(args) -> int:
     need_broker(settings)
     from workers.app import app
 
-    app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name))
+    level = logging.getLevelName(logging.getLogger().level)  # DIMPLE_LOG_LEVEL, or lower with -v
+    app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name, level))
     return 0
 
 

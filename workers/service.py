@@ -6,6 +6,7 @@ replay of a logged query.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,52 @@ from pipeline.errors import InputError
 
 
 def cli_settings():
+    """The process's settings (``get_settings``); logging is set up by ``setup_logging``."""
     from pipeline.settings import get_settings
 
-    settings = get_settings()
-    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s %(message)s")
-    # Embedded runs execute tasks in-process; Celery's per-task INFO lines
-    # (with whole batches as results) are for worker logs, not the terminal.
-    logging.getLogger("celery").setLevel(max(logging.WARNING, logging.getLogger().level))
-    return settings
+    return get_settings()
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (a test's capture, a redirect)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+_CONSOLE = "dimple-console"
+
+
+def log_level(verbose: int, base: int | str = logging.WARNING) -> int:
+    """The console level: ``base``, or INFO with one ``-v`` and DEBUG with two, whichever shows more."""
+    level = logging.getLevelName(base) if isinstance(base, str) else base
+    wanted = (logging.WARNING, logging.INFO, logging.DEBUG)[min(max(verbose, 0), 2)]
+    return min(level, wanted)
+
+
+def setup_logging(level: int, *, quiet_celery: bool = True) -> None:
+    """Log records at ``level`` and above to stderr, once per process (called again, it changes the level).
+
+    Commands log at WARNING (the per-query ``dimple.search`` line and the model
+    loader's INFO lines are for ``-v``); ``dimple worker`` and ``dimple flower``
+    at ``DIMPLE_LOG_LEVEL``: their log is for operators. Embedded runs execute
+    tasks in-process; Celery's per-task INFO lines (with whole batches as
+    results) are for worker logs, so ``quiet_celery`` keeps them out below DEBUG.
+    """
+    root = logging.getLogger()
+    if not any(h.get_name() == _CONSOLE for h in root.handlers):
+        handler = _Stderr()
+        handler.set_name(_CONSOLE)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level)
+    quiet = quiet_celery and level > logging.DEBUG
+    logging.getLogger("celery").setLevel(max(logging.WARNING, level) if quiet else logging.NOTSET)
 
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):

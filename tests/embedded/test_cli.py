@@ -1,0 +1,83 @@
+"""The ``dimple`` command line as a new user meets it (issue 13, "The first hour"):
+quiet by default, the same message for a missing store everywhere, a closed
+pipe, id prefixes, help text for every option, start-up off the query clock.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.conftest import write_jsonl
+from workers.cli import main
+
+
+def _mem(i: int, ns: str = "alpha", **extra) -> dict:
+    return {"id": f"m{i}", "namespace": ns, "content": f"note {i} about billing and deploy window db-{i}", **extra}
+
+
+@pytest.fixture
+def cli_env(settings, monkeypatch):
+    """The CLI pointed at ``settings`` through the environment, as a user runs it."""
+    import workers
+    from pipeline.settings import get_settings
+    from workers import audit, resources
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", settings.embedding_model)
+    get_settings.cache_clear()
+    workers.configure(get_settings())
+    root, celery = logging.getLogger(), logging.getLogger("celery")
+    levels = root.level, celery.level
+    yield get_settings()
+    audit.flush()
+    resources.close_store()
+    root.setLevel(levels[0])
+    celery.setLevel(levels[1])
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def cli_store(cli_env, tmp_path):
+    """A small store (two namespaces) in the CLI's data dir."""
+    recs = [_mem(i, ns="alpha" if i % 2 else "beta") for i in range(20)]
+    assert main(["ingest", str(write_jsonl(tmp_path / "m.jsonl", recs))]) == 0
+    return cli_env
+
+
+# -- 1: quiet by default, -v before or after the subcommand -------------------------------------
+def test_search_prints_no_log_lines_unless_verbose(cli_store, capsys):
+    capsys.readouterr()
+    assert main(["search", "billing"]) == 0
+    out, err = capsys.readouterr()
+    assert "m1" in out and err == ""
+    for argv in (["-v", "search", "billing"], ["search", "billing", "-v"], ["search", "-v", "billing"]):
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert "INFO dimple.search hybrid.search query_id=" in err, argv
+        assert "celery" not in err  # Celery's per-task lines stay out of a person's terminal
+
+
+def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
+    from pipeline.settings import Settings
+    from workers.cli import worker_argv
+    from workers.service import log_level
+
+    s = Settings(_env_file=None)
+    assert s.log_level == "INFO" and log_level(0, s.log_level) == logging.INFO  # a worker's log is for operators
+    assert log_level(0) == logging.WARNING and log_level(1) == logging.INFO and log_level(2) == logging.DEBUG
+    assert log_level(1, "ERROR") == logging.INFO and log_level(0, "DEBUG") == logging.DEBUG
+    assert Settings(_env_file=None, log_level="debug").log_level == "DEBUG"
+    argv = worker_argv(s, "search", None, None)
+    assert argv[argv.index("--loglevel") + 1] == "INFO"
+
+
+def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
+    from pipeline.settings import get_settings
+
+    monkeypatch.setenv("DIMPLE_LOG_LEVEL", "chatty")
+    get_settings.cache_clear()
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dimple: error: setting log_level: must be one of CRITICAL, ERROR, WARNING, INFO, DEBUG"]
