@@ -22,7 +22,9 @@ from workers.service import (
     ingest_via_broker,
     log_level,
     need_broker,
+    open_for_search,
     replay_row,
+    require_store,
     setup_logging,
 )
 
@@ -203,8 +205,7 @@ def cmd_reindex(args) -> int:
     from pipeline.store.ingest import rebuild_tree
 
     settings = cli_settings()
-    if generations.current(settings.data_dir) is None:
-        raise InputError("store", f"no store in {settings.data_dir}")
+    require_store(settings)
     t0 = time.perf_counter()
     with generations.writing(settings.data_dir) as path, Store.open(path, read_only=False) as store:
         tree = rebuild_tree(store, settings)
@@ -217,7 +218,7 @@ def cmd_stats(args) -> int:
     from pipeline.store.stats import store_stats
 
     settings = cli_settings()
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(require_store(settings), read_only=True) as store:
         stats = store_stats(store)
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
@@ -259,10 +260,12 @@ def search_options(args) -> dict[str, Any]:
 
 
 def cmd_search(args) -> int:
-    cli_settings()
+    settings = cli_settings()
+    options = search_options(args)
+    open_for_search(settings, args.namespace)
     from workers.api import search
 
-    results = search(args.query, **search_options(args))
+    results = search(args.query, **options)
     if args.json:
         print(results.model_dump_json(indent=2))
     else:

@@ -380,9 +380,9 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
     from pipeline.store.database import Store
     from pipeline.store.ingest import rebuild_tree
 
-    source = generations.current(settings.data_dir)
-    if source is None:
-        raise InputError("store", f"no store in {settings.data_dir}")
+    from .service import require_store
+
+    source = require_store(settings)
     copy = settings.replace(data_dir=work / f"leaf-{max_leaf_items}",
                             tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
     copy.data_dir.mkdir(parents=True)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 
 
 def cli_settings():
@@ -60,6 +60,58 @@ def setup_logging(level: int, *, quiet_celery: bool = True) -> None:
     root.setLevel(level)
     quiet = quiet_celery and level > logging.DEBUG
     logging.getLogger("celery").setLevel(max(logging.WARNING, level) if quiet else logging.NOTSET)
+
+
+def demo_settings(settings):
+    """Where ``dimple demo`` keeps its store: ``demo`` under the data dir, apart from the user's."""
+    return settings.replace(data_dir=settings.data_dir / "demo")
+
+
+def no_store(settings) -> StoreError:
+    """The one message for a data dir without a store, with a hint that is true
+    (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
+    from pipeline.store import generations
+
+    demo_dir = demo_settings(settings).data_dir
+    if generations.current(demo_dir) is not None:
+        demo = f"search the demo's with DIMPLE_DATA_DIR={demo_dir}"
+    else:
+        demo = f"'dimple demo' to build the demo's, then search it with DIMPLE_DATA_DIR={demo_dir}"
+    return StoreError(f"no store in {settings.data_dir}: run 'dimple ingest FILE' to build one, or {demo}")
+
+
+def require_store(settings) -> Path:
+    """The published store file; ``no_store`` when there is none (before any model is loaded)."""
+    from pipeline.store import generations
+
+    path = generations.current(settings.data_dir)
+    if path is None:
+        raise no_store(settings)
+    return path
+
+
+def check_namespace(namespaces: list[str], namespace: str | None) -> None:
+    """A namespace the store does not hold is a user error naming the ones it does."""
+    if namespace is None or namespace in namespaces:
+        return
+    shown = ", ".join(repr(n) for n in namespaces[:10])
+    more = f" and {len(namespaces) - 10} more ('dimple stats' lists them)" if len(namespaces) > 10 else ""
+    held = f"it holds {shown}{more}" if namespaces else "it holds no memories"
+    raise InputError("--namespace", f"no namespace {namespace!r} in the store; {held}")
+
+
+def open_for_search(settings, namespace: str | None = None) -> None:
+    """Embedded, before a query: the store must exist and hold ``namespace``
+    (checked before any model is loaded). Through a broker the workers' store
+    answers, which may not be this machine's: nothing is checked here."""
+    if not settings.embedded:
+        return
+    from . import resources
+
+    store = resources.store()
+    if store is None:
+        raise no_store(settings)
+    check_namespace(store.namespaces(), namespace)
 
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -96,7 +97,7 @@ class Store:
         """
         path = Path(path)
         if read_only and not path.exists():
-            raise StoreError(f"no store at {path}; run 'dimple ingest FILE' or 'dimple demo' first")
+            raise StoreError(f"no store at {path}; run 'dimple ingest FILE' first")
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
@@ -118,13 +119,16 @@ class Store:
                         f"store {path} has schema version {version}; open it read-write once "
                         f"(e.g. 'dimple reindex') to migrate it to {latest}"
                     )
-                if version == 0 and embedding_dim is None:
-                    raise StoreError("a new store needs the embedding dimension")
-                dim = embedding_dim if version == 0 else _meta(con, "embedding_dim", int)
-                _migrate(con, version, int(dim))
+                if version == 0:
+                    if embedding_dim is None:
+                        raise StoreError("a new store needs the embedding dimension")
+                    dim = int(embedding_dim)
+                else:
+                    dim = int(_meta(con, "embedding_dim", int))
+                _migrate(con, version, dim)
                 if version == 0:
                     _set_meta(con, "embedding_model", embedding_model or "unknown")
-                    _set_meta(con, "embedding_dim", str(int(dim)))
+                    _set_meta(con, "embedding_dim", str(dim))
                     _set_meta(con, "generation", "0")
             info = StoreInfo(
                 schema_version=_current_version(con),
@@ -170,7 +174,11 @@ class Store:
 
     # -- shared reads ----------------------------------------------------
     def count(self) -> int:
-        return self.con.execute("SELECT count(*) FROM memories").fetchone()[0]
+        return int(scalar(self.con, "SELECT count(*) FROM memories"))
+
+    def namespaces(self) -> list[str]:
+        """Every namespace that holds a memory, sorted."""
+        return [r[0] for r in self.con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
@@ -180,6 +188,14 @@ class Store:
             "SELECT id FROM memories WHERE id IN (SELECT unnest(?))", [ids]
         ).fetchall()
         return {r[0] for r in rows}
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> Any:
+    """The first column of the one row ``sql`` returns (an aggregate always returns one)."""
+    row = (con.execute(sql, params) if params else con.execute(sql)).fetchone()
+    if row is None:
+        raise StoreError(f"no row from {sql!r}")
+    return row[0]
 
 
 def _sql_quote(text: str) -> str:
@@ -203,13 +219,10 @@ def migrate_package(con: duckdb.DuckDBPyConnection, package: str) -> int:
 
 
 def _current_version(con: duckdb.DuckDBPyConnection) -> int:
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
-    ).fetchone()[0]
+    exists = scalar(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'")
     if not exists:
         return 0
-    row = con.execute("SELECT max(version) FROM schema_version").fetchone()
-    return int(row[0] or 0)
+    return int(scalar(con, "SELECT max(version) FROM schema_version") or 0)
 
 
 @contextmanager

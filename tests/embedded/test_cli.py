@@ -81,3 +81,56 @@ def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
     assert main(["config"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["dimple: error: setting log_level: must be one of CRITICAL, ERROR, WARNING, INFO, DEBUG"]
+
+
+# -- 2: no store, unknown namespace: one message, exit 2, before any model -------------------------
+def test_search_and_stats_without_a_store_say_the_same_true_thing(cli_env, monkeypatch, capsys):
+    import pipeline.embedders
+    from workers.demo import demo_settings
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded for a data dir without a store")
+
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
+    demo_dir = demo_settings(cli_env).data_dir
+    messages = []
+    for argv in (["search", "billing"], ["stats"], ["reindex"], ["search", "billing", "--json"]):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1
+        messages.append(err)
+    assert len(set(messages)) == 1
+    assert f"no store in {cli_env.data_dir}" in messages[0]
+    assert f"DIMPLE_DATA_DIR={demo_dir}" in messages[0] and "'dimple ingest FILE'" in messages[0]
+
+
+def test_the_hint_points_at_an_existing_demo_store(cli_env, tmp_path, capsys):
+    from workers.demo import demo_settings
+    from workers.service import ingest_file
+
+    demo = demo_settings(cli_env)
+    ingest_file(write_jsonl(tmp_path / "d.jsonl", [_mem(1)]), demo, progress=False)
+    assert main(["search", "billing"]) == 2
+    err = capsys.readouterr().err
+    assert f"search the demo's with DIMPLE_DATA_DIR={demo.data_dir}" in err and "'dimple demo' to build" not in err
+
+
+def test_an_unknown_namespace_is_a_user_error_naming_the_ones_there(cli_store, capsys):
+    capsys.readouterr()
+    assert main(["search", "billing", "--namespace", "gamma"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "dimple: error: --namespace: no namespace 'gamma' in the store; it holds 'alpha', 'beta'"
+    ]
+    assert main(["search", "billing", "--namespace", "beta", "--json"]) == 0
+
+
+def test_many_namespaces_are_not_all_listed():
+    from pipeline.errors import InputError
+    from workers.service import check_namespace
+
+    check_namespace(["a"], None)
+    check_namespace(["a"], "a")
+    with pytest.raises(InputError, match=r"'n00', .* 'n09' and 5 more \('dimple stats' lists them\)"):
+        check_namespace([f"n{i:02d}" for i in range(15)], "x")
