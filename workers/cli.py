@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -29,9 +30,34 @@ from workers.service import (
 )
 
 EXIT_USER = 2
+# stdout closed by its reader (``dimple stats | head``): 128 + SIGPIPE, the
+# status a shell reports for a tool the signal ends, so pipefail sees it too
+EXIT_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status (0, 1, 2 for a user's mistake, 130, 141)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_PIPE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at devnull so nothing (buffered output at exit) writes to the
+    closed pipe again (the Python docs' recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (stdout replaced in-process)
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

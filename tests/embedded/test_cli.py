@@ -134,3 +134,27 @@ def test_many_namespaces_are_not_all_listed():
     check_namespace(["a"], "a")
     with pytest.raises(InputError, match=r"'n00', .* 'n09' and 5 more \('dimple stats' lists them\)"):
         check_namespace([f"n{i:02d}" for i in range(15)], "x")
+
+
+# -- 4: a reader that closes early ------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [["stats"], ["search", "billing", "--json"], ["audit", "tail"], ["--help"]])
+def test_a_closed_stdout_ends_quietly(cli_store, argv):
+    """``dimple stats | head``: the reader is gone before dimple writes; no
+    traceback, exit 141 (128 + SIGPIPE, as a shell reports a tool the signal
+    ends; argparse's --help swallows the error itself and exits 0)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    assert main(["search", "billing"]) == 0  # an audit row for 'audit tail'
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "workers.cli", *argv], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader closes before the first byte is written
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == (0 if argv == ["--help"] else 141)
+    assert err == ""
