@@ -303,9 +303,9 @@ def cmd_search(args) -> int:
 def _audit_row(settings, query_id: str):
     from pipeline import audit
 
-    row = audit.get(settings.audit_path, query_id)
+    row = audit.find(settings.audit_path, query_id)
     if row is None:
-        raise InputError("QUERY_ID", f"no audit row for query {query_id!r} in {settings.audit_path}")
+        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}")
     return row
 
 

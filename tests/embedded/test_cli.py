@@ -158,3 +158,21 @@ def test_a_closed_stdout_ends_quietly(cli_store, argv):
     proc.stderr.close()
     assert proc.wait(timeout=120) == (0 if argv == ["--help"] else 141)
     assert err == ""
+
+
+# -- 5: audit show / explain take a unique prefix of the id --------------------------------------
+def test_audit_show_and_explain_take_a_unique_prefix(cli_store, capsys):
+    import json
+
+    from workers import audit
+
+    capsys.readouterr()
+    assert main(["search", "billing", "--json"]) == 0
+    query_id = json.loads(capsys.readouterr().out)["query_id"]
+    audit.flush()
+    assert main(["audit", "show", query_id[:8]]) == 0
+    assert json.loads(capsys.readouterr().out)["query_id"] == query_id
+    assert main(["audit", "explain", query_id[:8], "--no-replay"]) == 0
+    assert capsys.readouterr().out.startswith(f"query {query_id} ")
+    assert main(["audit", "show", query_id[:3]]) == 2
+    assert "too short" in capsys.readouterr().err
