@@ -355,7 +355,8 @@ def cmd_audit_explain(args) -> int:
         t = row.truncation
         print(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))
     if replay is not None:
-        print(f"  replay now: {replay['verdict']}")
+        logged = f" (run on the workers, logged as query {replay['logged_as']})" if replay.get("logged_as") else ""
+        print(f"  replay now: {replay['verdict']}{logged}")
         for line in replay["changes"]:
             print(f"    {line}")
     return 0

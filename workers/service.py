@@ -155,17 +155,33 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
 
 
 def replay_row(row) -> dict[str, Any]:
-    """Re-run a logged query with its recorded options; compare the served list."""
+    """Re-run a logged query with its recorded options; compare the served list.
+
+    Embedded, the replay writes no audit row of its own (it is run with
+    ``audit_enabled`` off); through a broker the workers log it like any
+    query, and ``logged_as`` names its row.
+    """
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
+    import workers
     from pipeline.audit.explain import diff_served, replay_options
-    from workers.api import search
 
-    now = search(row.query_text, **replay_options(row))
+    from . import resources
+    from .api import search
+
+    settings = resources.settings()
+    unlogged = settings.embedded and settings.audit_enabled
+    if unlogged:
+        workers.configure(settings.replace(audit_enabled=False))
+    try:
+        now = search(row.query_text, **replay_options(row))
+    finally:
+        if unlogged:
+            workers.configure(settings)
     diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
     changes = diff["changes"]
     return {"verdict": "same list" if diff["same"] else f"{len(changes)} change(s)", "changes": changes,
-            "replay_query_id": now.query_id}
+            "replay_query_id": now.query_id, "logged_as": None if settings.embedded else now.query_id}
 
 
 def need_broker(settings) -> None:

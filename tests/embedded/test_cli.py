@@ -176,3 +176,29 @@ def test_audit_show_and_explain_take_a_unique_prefix(cli_store, capsys):
     assert capsys.readouterr().out.startswith(f"query {query_id} ")
     assert main(["audit", "show", query_id[:3]]) == 2
     assert "too short" in capsys.readouterr().err
+
+
+# -- 6: explain's replay is not logged -----------------------------------------------------------
+def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
+    import json
+
+    from pipeline import audit as rows
+    from workers import audit, resources
+
+    capsys.readouterr()
+    assert main(["search", "billing", "--json"]) == 0
+    query_id = json.loads(capsys.readouterr().out)["query_id"]
+    audit.flush()
+    before = rows.count(cli_store.audit_path)
+    assert main(["audit", "explain", query_id]) == 0
+    assert "replay now: same list" in capsys.readouterr().out
+    assert main(["audit", "explain", query_id, "--json"]) == 0
+    replay = json.loads(capsys.readouterr().out)["replay"]
+    assert replay["verdict"] == "same list" and replay["logged_as"] is None
+    audit.flush()
+    assert rows.count(cli_store.audit_path) == before == (1, 1)
+    assert rows.get(cli_store.audit_path, replay["replay_query_id"]) is None
+    assert resources.settings().audit_enabled  # searches after it are logged again
+    assert main(["search", "deploy"]) == 0
+    audit.flush()
+    assert rows.count(cli_store.audit_path) == (2, 2)
