@@ -94,6 +94,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{one_line(message)}\n")
 
 
+QUERY_ID_HELP = "a query id, or a unique prefix of one (at least 4 characters), as 'dimple audit tail' shows"
 VERBOSE_HELP = "show INFO log lines (the per-query dimple.search line, model loading); -vv for DEBUG"
 
 
@@ -118,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(metavar="COMMAND")
 
     s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
-    s.add_argument("file", type=Path)
+    s.add_argument("file", type=Path, help="JSONL, one memory per line (id, namespace, content, ...)")
     s.add_argument("--skip-invalid", action="store_true", help="write the valid lines, report the rest")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--via-broker", action="store_true",
@@ -129,40 +130,43 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_reindex)
 
     s = sub.add_parser("stats", help="what the store holds")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=cmd_stats)
 
     s = sub.add_parser("config", help="print the effective settings (secrets masked)")
     s.set_defaults(func=cmd_config)
 
     s = sub.add_parser("search", help="search the store")
-    s.add_argument("query")
-    s.add_argument("--namespace")
+    s.add_argument("query", help="the query text")
+    s.add_argument("--namespace", help="search this namespace only ('dimple stats' lists them)")
     s.add_argument("--topic", action="append", default=[], help="topic key (repeatable)")
     s.add_argument("--content-type", action="append", default=[], help="content type (repeatable)")
     s.add_argument("--concept", action="append", default=[], help="concept filter (repeatable)")
-    s.add_argument("--mode", default="hybrid", help="keyword | semantic | hybrid")
-    s.add_argument("--max-units", type=int)
-    s.add_argument("--max-chars", type=int)
-    s.add_argument("--max-ms", type=int)
-    s.add_argument("--recency-boost", type=float, default=0.0)
-    s.add_argument("--now", help="ISO time that recency is measured from")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--mode", default="hybrid", help="keyword | semantic | hybrid (default hybrid)")
+    s.add_argument("--weights", metavar="VECTOR:FTS",
+                   help="leg weights, e.g. 0.5:1; override the mode's (default: DIMPLE_VECTOR_WEIGHT:DIMPLE_FTS_WEIGHT in hybrid)")
+    s.add_argument("--top-k", type=int, metavar="N", help="candidates each leg hands to fusion (default DIMPLE_LEG_TOP_K)")
+    s.add_argument("--max-units", type=int, metavar="N", help="at most N results (default DIMPLE_BUDGET__MAX_UNITS)")
+    s.add_argument("--max-chars", type=int, metavar="N", help="at most N characters of content in all (default: no limit)")
+    s.add_argument("--max-ms", type=int, metavar="MS", help="deadline in milliseconds; legs still running are cut (default: none)")
+    s.add_argument("--recency-boost", type=float, default=0.0, help="weight of recency in the final score (default 0: off)")
+    s.add_argument("--now", help="ISO time that recency is measured from (default: the query's start)")
+    s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 
     s = sub.add_parser("audit", help="the retrieval log: tail, show, explain, failed, retry")
     asub = s.add_subparsers(metavar="ACTION")
     a = asub.add_parser("tail", help="the last N rows")
-    a.add_argument("-n", type=int, default=10)
-    a.add_argument("--json", action="store_true")
+    a.add_argument("-n", type=int, default=10, help="how many rows (default 10)")
+    a.add_argument("--json", action="store_true", help="one JSON row per line")
     a.set_defaults(func=cmd_audit_tail)
     a = asub.add_parser("show", help="one row in full (JSON)")
-    a.add_argument("query_id")
+    a.add_argument("query_id", help=QUERY_ID_HELP)
     a.set_defaults(func=cmd_audit_show)
     a = asub.add_parser("explain", help="why each result was served, and whether a re-run gives the same list")
-    a.add_argument("query_id")
+    a.add_argument("query_id", help=QUERY_ID_HELP)
     a.add_argument("--no-replay", action="store_true", help="do not re-run the query")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print the explanation as JSON")
     a.set_defaults(func=cmd_audit_explain)
     a = asub.add_parser("failed", help="rows whose writes ran out of retries (dead letters)")
     a.set_defaults(func=cmd_audit_failed)
@@ -278,10 +282,15 @@ def search_options(args) -> dict[str, Any]:
         "mode": args.mode,
         "recency_boost": args.recency_boost,
     }
-    for name in ("max_units", "max_chars", "max_ms", "now"):
+    for name in ("top_k", "max_units", "max_chars", "max_ms", "now"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
+    if args.weights is not None:
+        from pipeline.contracts import parse_leg_weights
+
+        vector, fts = parse_leg_weights(args.weights, "--weights")
+        options["weights"] = {"vector": vector, "fts": fts}
     return options
 
 

@@ -202,3 +202,40 @@ def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
     assert main(["search", "deploy"]) == 0
     audit.flush()
     assert rows.count(cli_store.audit_path) == (2, 2)
+
+
+# -- 7: every option says what it does ----------------------------------------------------------------
+def test_every_option_of_every_command_has_help_text():
+    import argparse
+
+    from workers.cli import _parser, all_parsers
+
+    parsers = all_parsers(_parser())
+    assert {p.prog for p in parsers} >= {"dimple search", "dimple audit tail", "dimple eval sweep", "dimple worker"}
+    missing = [
+        f"{p.prog} {'/'.join(a.option_strings) or a.dest}"
+        for p in parsers
+        for a in p._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and (not a.help or a.help == argparse.SUPPRESS)
+    ]
+    assert missing == []
+
+
+def test_search_takes_top_k_and_weights(cli_store, capsys):
+    import json
+
+    capsys.readouterr()
+    assert main(["search", "billing", "--weights", "0:1", "--top-k", "3", "--max-units", "50", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["mode"] == "keyword" and res["legs"]["fts"]["hits"] == 3 and not res["legs"]["vector"]["ran"]
+    assert len(res["results"]) == 3
+    assert main(["search", "billing", "--mode", "keyword", "--weights", "1:1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] == "hybrid"  # weights override the mode's
+    for bad, says in ((["--weights", "1:x"], "--weights: '1:x' is not VECTOR:FTS"),
+                      (["--weights", "0:0"], "not both 0"),
+                      (["--weights", "2000:1"], "weights.vector"),
+                      (["--top-k", "0"], "top_k")):
+        assert main(["search", "billing", *bad]) == 2, bad
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (bad, err)
