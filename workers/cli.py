@@ -220,9 +220,11 @@ def cmd_ingest(args) -> int:
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
+        written = report.inserted + report.updated
         print(
-            f"ingested {args.file}: {report.inserted} new, {report.updated} updated "
-            f"({report.unchanged} unchanged), {report.embedded} embedded in {report.seconds['total']:.1f}s"
+            f"ingested {args.file}: {report.inserted} new, {report.updated} updated, {report.unchanged} unchanged, "
+            f"{report.embedded} embedded in {report.seconds['total']:.1f}s; "
+            + (f"generation {report.generation}" if written else f"nothing to write, generation {report.generation} kept")
         )
         for line in report.skipped:
             print(f"skipped {line}")
