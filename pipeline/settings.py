@@ -179,6 +179,11 @@ class Settings(BaseSettings):
         return not self.broker_url.get_secret_value()
 
     @property
+    def effective_result_backend(self) -> str:
+        """The result backend Celery uses: ``result_backend``, else the broker URL (empty when embedded)."""
+        return self.result_backend.get_secret_value() or self.broker_url.get_secret_value()
+
+    @property
     def store_path(self) -> Path:
         """The published store generation (see ``pipeline.store.generations``)."""
         from pipeline.store.generations import current_or_default
@@ -198,10 +203,11 @@ class Settings(BaseSettings):
         return type(self).model_validate({**self.model_dump(), **changes})
 
     def masked(self) -> dict[str, Any]:
-        """Settings as JSON-able data with every secret and URL password masked."""
+        """Settings as JSON-able data with every secret and URL password masked
+        (``result_backend`` is the effective one)."""
         data = self.model_dump(mode="json")
-        for key in ("broker_url", "result_backend"):
-            data[key] = mask_url(getattr(self, key).get_secret_value())
+        data["broker_url"] = mask_url(self.broker_url.get_secret_value())
+        data["result_backend"] = mask_url(self.effective_result_backend)  # as used, not as set
         data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
         return data
 
