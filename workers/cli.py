@@ -23,7 +23,7 @@ from workers.service import (
     ingest_via_broker,
     log_level,
     need_broker,
-    open_for_search,
+    prepare_search,
     replay_row,
     require_store,
     setup_logging,
@@ -60,6 +60,7 @@ def _drop_stdout() -> None:
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.own_process = argv is None  # the command line of this process, not a call from Python
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USER
@@ -296,10 +297,30 @@ def search_options(args) -> dict[str, Any]:
     return options
 
 
+def one_query_process() -> None:
+    """Set up a ``dimple search`` process of its own (never a ``main`` called
+    from Python) for its one query, before anything binds a DuckDB parameter:
+
+    - no pandas: DuckDB imports it on the first bound parameter (0.4 s here,
+      more on a busy machine) only to recognise pandas values among
+      parameters, which a search never binds; marked absent, it is skipped;
+    - one BLAS thread: one query's matrices are small, and on a small, busy
+      machine one thread embeds it several times faster than one per core
+      (pipeline/minilm.py).
+    """
+    sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
+    import numpy  # noqa: F401  (threadpoolctl limits the BLAS numpy loads)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def cmd_search(args) -> int:
     settings = cli_settings()
     options = search_options(args)
-    open_for_search(settings, args.namespace)
+    if getattr(args, "own_process", False):
+        one_query_process()
+    prepare_search(settings, args.query, options)  # start-up and model loading stay off the query's clock
     from workers.api import search
 
     results = search(args.query, **options)

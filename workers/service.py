@@ -100,10 +100,17 @@ def check_namespace(namespaces: list[str], namespace: str | None) -> None:
     raise InputError("--namespace", f"no namespace {namespace!r} in the store; {held}")
 
 
-def open_for_search(settings, namespace: str | None = None) -> None:
-    """Embedded, before a query: the store must exist and hold ``namespace``
-    (checked before any model is loaded). Through a broker the workers' store
-    answers, which may not be this machine's: nothing is checked here."""
+def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
+    """Embedded, before the query's clock starts (``make_query`` in ``search``):
+    refuse bad input, a missing store or an unknown namespace before any model
+    loads, then load what the query will use (the store; the vector index and
+    the query embedder when its weights want the vector leg), so process
+    start-up and model loading are not counted in ``total_ms``, the stage
+    timings or the audit row. Through a broker the workers' store answers,
+    which may not be this machine's: only the input is checked here."""
+    from pipeline.contracts import make_query
+
+    wants_vectors = make_query(query, options, settings).wants("vector")
     if not settings.embedded:
         return
     from . import resources
@@ -111,7 +118,10 @@ def open_for_search(settings, namespace: str | None = None) -> None:
     store = resources.store()
     if store is None:
         raise no_store(settings)
-    check_namespace(store.namespaces(), namespace)
+    check_namespace(store.namespaces(), options.get("namespace"))
+    if wants_vectors:
+        resources.index()
+        resources.embedder()
 
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):

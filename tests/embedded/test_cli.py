@@ -257,3 +257,74 @@ def test_reingesting_an_identical_file_says_so_and_publishes_nothing(cli_env, tm
     assert generations.current(cli_env.data_dir) == store
     assert store.read_bytes() == data and store.stat().st_mtime_ns == mtime
     assert [n for n, _ in generations.generation_files(cli_env.data_dir)] == [1]
+
+
+# -- 10: start-up off the query's clock; nothing heavy imported ----------------------------------------
+def test_model_loading_is_not_counted_in_a_cli_search(cli_store, monkeypatch, capsys):
+    """The embedder (here one that takes 2 s to load) is loaded before the
+    query's clock starts: neither the embed stage, total_ms nor the audit row count it."""
+    import json
+    import time
+
+    import pipeline.embedders
+    from pipeline import audit as rows
+    from pipeline.embedders import HashEmbedder
+    from workers import audit, resources
+
+    loads = []
+
+    def slow_model(settings, bulk=False):
+        loads.append(bulk)
+        time.sleep(2.0)
+        return HashEmbedder(64)
+
+    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", slow_model)
+    monkeypatch.setattr(resources, "make_embedder", slow_model, raising=False)
+    resources.close_store()
+    capsys.readouterr()
+    assert main(["search", "billing", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert loads == [False]  # the query embedder, loaded once
+    assert res["timings"]["embed"] < 1000 and res["total_ms"] < 1500, res["timings"]
+    audit.flush()
+    row = rows.get(cli_store.audit_path, res["query_id"])
+    assert row.total_ms < 1500 and row.latency_ms["embed"] < 1000
+
+
+def test_keyword_search_loads_no_model(cli_store, monkeypatch):
+    import pipeline.embedders
+    from workers import resources
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a keyword search loaded a model")
+
+    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
+    monkeypatch.setattr(resources, "make_embedder", no_model, raising=False)
+    assert main(["search", "billing", "--mode", "keyword"]) == 0
+
+
+def test_a_search_process_imports_nothing_heavy(cli_store, tmp_path):
+    """A ``dimple search`` process never imports eval's libraries (ranx,
+    numba, matplotlib, tqdm), torch, transformers, or pandas (which DuckDB
+    would import for its parameters)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    report = tmp_path / "modules.json"
+    script = ("import json, sys; from workers.cli import main; code = main(); "
+              f"open({str(report)!r}, 'w').write(json.dumps([k for k, v in sys.modules.items() if v is not None])); "
+              "sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", script, "search", "billing"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "m1" in proc.stdout, proc.stderr[-2000:]
+    imported = {name.partition(".")[0] for name in json.loads(report.read_text())}
+    assert {"workers", "duckdb", "celery", "numpy"} <= imported
+    heavy = {"ranx", "numba", "matplotlib", "tqdm", "pandas", "torch", "transformers", "sentence_transformers"}
+    assert heavy & imported == set()
