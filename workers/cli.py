@@ -68,7 +68,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
     try:
         if getattr(args, "operator_log", False):  # worker, flower: DIMPLE_LOG_LEVEL
-            setup_logging(log_level(args.verbose, cli_settings().log_level), quiet_celery=False)
+            setup_logging(log_level(args.verbose, cli_settings().log_level))
         else:
             setup_logging(log_level(args.verbose))
         return int(args.func(args) or 0)

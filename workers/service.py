@@ -42,14 +42,14 @@ def log_level(verbose: int, base: int | str = logging.WARNING) -> int:
     return min(level, wanted)
 
 
-def setup_logging(level: int, *, quiet_celery: bool = True) -> None:
+def setup_logging(level: int) -> None:
     """Log records at ``level`` and above to stderr, once per process (called again, it changes the level).
 
     Commands log at WARNING (the per-query ``dimple.search`` line and the model
     loader's INFO lines are for ``-v``); ``dimple worker`` and ``dimple flower``
-    at ``DIMPLE_LOG_LEVEL``: their log is for operators. Embedded runs execute
-    tasks in-process; Celery's per-task INFO lines (with whole batches as
-    results) are for worker logs, so ``quiet_celery`` keeps them out below DEBUG.
+    at ``DIMPLE_LOG_LEVEL``: their log is for operators. Celery's per-task INFO
+    lines carry whole batches as results (query text and memories included),
+    so below DEBUG the ``celery`` logger shows warnings only, on a worker too.
     """
     root = logging.getLogger()
     if not any(h.get_name() == _CONSOLE for h in root.handlers):
@@ -58,8 +58,7 @@ def setup_logging(level: int, *, quiet_celery: bool = True) -> None:
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
         root.addHandler(handler)
     root.setLevel(level)
-    quiet = quiet_celery and level > logging.DEBUG
-    logging.getLogger("celery").setLevel(max(logging.WARNING, level) if quiet else logging.NOTSET)
+    logging.getLogger("celery").setLevel(max(logging.WARNING, level) if level > logging.DEBUG else logging.NOTSET)
 
 
 def demo_settings(settings):

@@ -73,6 +73,19 @@ def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
     assert argv[argv.index("--loglevel") + 1] == "INFO"
 
 
+def test_celery_task_lines_stay_out_of_every_log_but_debug(cli_env):
+    """Celery's per-task INFO lines carry whole batches (query text, memories):
+    muted for commands and for ``dimple worker`` alike, shown at DEBUG."""
+    from workers.service import setup_logging
+
+    for argv, level in ((["stats"], logging.WARNING), (["worker"], logging.INFO)):  # worker: no broker, exit 2
+        assert main(argv) == 2
+        assert logging.getLogger().level == level
+        assert logging.getLogger("celery.app.trace").getEffectiveLevel() == logging.WARNING
+    setup_logging(logging.DEBUG)
+    assert logging.getLogger("celery.app.trace").getEffectiveLevel() == logging.DEBUG
+
+
 def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
     from pipeline.settings import get_settings
 
