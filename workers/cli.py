@@ -210,7 +210,8 @@ def cmd_ingest(args) -> int:
                 print(json.dumps(batch))
             elif batch["ok"]:
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: "
-                      f"{batch['inserted']} new, {batch['updated']} updated, generation {batch['generation']}")
+                      f"{batch['inserted']} new, {batch['updated']} updated, {batch['unchanged']} unchanged, "
+                      f"generation {batch['generation']}")
             else:
                 failed += 1
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: rejected", file=sys.stderr)
