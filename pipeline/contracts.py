@@ -7,6 +7,7 @@ here is a DuckDB row or a numpy array, so every model round-trips through JSON.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from datetime import UTC, datetime
@@ -92,6 +93,19 @@ class _Strict(BaseModel):
 class LegWeights(_Strict):
     vector: float = Field(1.0, ge=0, le=1000)
     fts: float = Field(1.0, ge=0, le=1000)
+
+
+def parse_leg_weights(text: str, field: str = "weights") -> tuple[float, float]:
+    """``"0.5:1"`` -> ``(0.5, 1.0)``: the VECTOR:FTS form of leg weights
+    (``dimple search --weights``, ``dimple eval sweep --weights``), each finite,
+    >= 0 and not both 0; an ``InputError`` naming ``field`` otherwise."""
+    try:
+        vector, fts = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise InputError(field, f"{text!r} is not VECTOR:FTS (e.g. 0.5:1)") from None
+    if not (math.isfinite(vector) and math.isfinite(fts)) or vector < 0 or fts < 0 or vector + fts == 0:
+        raise InputError(field, f"{text!r}: weights are finite, >= 0 and not both 0")
+    return vector, fts
 
 
 class QueryOptions(_Strict):

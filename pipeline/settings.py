@@ -151,12 +151,22 @@ class Settings(BaseSettings):
     visibility_timeout_s: int = Field(
         3600, ge=1, description="Redis redelivery delay of unacked tasks; must exceed the longest task and backoff"
     )
-    log_level: str = Field("INFO")
+    log_level: str = Field(
+        "INFO", description="log level of 'dimple worker' and 'dimple flower'; other commands log warnings (-v: INFO)"
+    )
 
     @field_validator("data_dir", "audit_dir", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        name = value.strip().upper()
+        if name not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
+            raise ValueError("must be one of CRITICAL, ERROR, WARNING, INFO, DEBUG")
+        return name
 
     @model_validator(mode="after")
     def _soft_limit_first(self) -> Settings:
@@ -167,6 +177,11 @@ class Settings(BaseSettings):
     @property
     def embedded(self) -> bool:
         return not self.broker_url.get_secret_value()
+
+    @property
+    def effective_result_backend(self) -> str:
+        """The result backend Celery uses: ``result_backend``, else the broker URL (empty when embedded)."""
+        return self.result_backend.get_secret_value() or self.broker_url.get_secret_value()
 
     @property
     def store_path(self) -> Path:
@@ -188,10 +203,11 @@ class Settings(BaseSettings):
         return type(self).model_validate({**self.model_dump(), **changes})
 
     def masked(self) -> dict[str, Any]:
-        """Settings as JSON-able data with every secret and URL password masked."""
+        """Settings as JSON-able data with every secret and URL password masked
+        (``result_backend`` is the effective one)."""
         data = self.model_dump(mode="json")
-        for key in ("broker_url", "result_backend"):
-            data[key] = mask_url(getattr(self, key).get_secret_value())
+        data["broker_url"] = mask_url(self.broker_url.get_secret_value())
+        data["result_backend"] = mask_url(self.effective_result_backend)  # as used, not as set
         data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
         return data
 

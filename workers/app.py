@@ -25,10 +25,9 @@ ROUTES = {
 def conf_for(settings: Settings) -> dict:
     """Celery configuration derived from dimple's settings."""
     broker = settings.broker_url.get_secret_value()
-    backend = settings.result_backend.get_secret_value() or broker
     return dict(
         broker_url=broker or "memory://",
-        result_backend=backend or "cache+memory://",
+        result_backend=settings.effective_result_backend or "cache+memory://",
         task_always_eager=not broker,
         task_eager_propagates=True,
         # JSON on the wire only: a message in any other serialisation is refused.

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -15,20 +17,60 @@ from typing import Any
 
 from pipeline.errors import DimpleError, IngestValidationError, InputError, problems
 from workers.render import format_results, one_line
-from workers.service import cli_settings, ingest_file, ingest_via_broker, need_broker, replay_row
+from workers.service import (
+    cli_settings,
+    ingest_file,
+    ingest_via_broker,
+    log_level,
+    need_broker,
+    prepare_search,
+    replay_row,
+    require_store,
+    setup_logging,
+)
 
 EXIT_USER = 2
+# stdout closed by its reader (``dimple stats | head``): 128 + SIGPIPE, the
+# status a shell reports for a tool the signal ends, so pipefail sees it too
+EXIT_PIPE = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status (0, 1, 2 for a user's mistake, 130, 141)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_PIPE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at devnull so nothing (buffered output at exit) writes to the
+    closed pipe again (the Python docs' recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (stdout replaced in-process)
+        pass
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.own_process = argv is None  # the command line of this process, not a call from Python
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USER
     from pydantic import ValidationError
 
     try:
+        if getattr(args, "operator_log", False):  # worker, flower: DIMPLE_LOG_LEVEL
+            setup_logging(log_level(args.verbose, cli_settings().log_level))
+        else:
+            setup_logging(log_level(args.verbose))
         return int(args.func(args) or 0)
     except IngestValidationError as exc:
         print(f"dimple: {exc}", file=sys.stderr)
@@ -38,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER
     except ValidationError as exc:  # settings from the environment
         where, msg, _ = problems(exc)[0]
-        print(f"dimple: error: setting {one_line(where)}: {one_line(msg)}", file=sys.stderr)
+        print(f"dimple: error: setting {one_line(where)}: {one_line(msg.removeprefix('Value error, '))}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("dimple: interrupted", file=sys.stderr)
@@ -53,12 +95,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER, f"dimple: error: {where + ': ' if where else ''}{one_line(message)}\n")
 
 
+QUERY_ID_HELP = "a query id, or a unique prefix of one (at least 4 characters), as 'dimple audit tail' shows"
+VERBOSE_HELP = "show INFO log lines (the per-query dimple.search line, model loading); -vv for DEBUG"
+
+
+def subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of ``parser``'s subcommands, one level down."""
+    return [
+        child
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for child in dict.fromkeys(action.choices.values())
+    ]
+
+
+def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every parser below it."""
+    return [parser] + [p for child in subparsers(parser) for p in all_parsers(child)]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
     sub = p.add_subparsers(metavar="COMMAND")
 
     s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
-    s.add_argument("file", type=Path)
+    s.add_argument("file", type=Path, help="JSONL, one memory per line (id, namespace, content, ...)")
     s.add_argument("--skip-invalid", action="store_true", help="write the valid lines, report the rest")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--via-broker", action="store_true",
@@ -69,40 +131,43 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_reindex)
 
     s = sub.add_parser("stats", help="what the store holds")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
     s.set_defaults(func=cmd_stats)
 
     s = sub.add_parser("config", help="print the effective settings (secrets masked)")
     s.set_defaults(func=cmd_config)
 
     s = sub.add_parser("search", help="search the store")
-    s.add_argument("query")
-    s.add_argument("--namespace")
+    s.add_argument("query", help="the query text")
+    s.add_argument("--namespace", help="search this namespace only ('dimple stats' lists them)")
     s.add_argument("--topic", action="append", default=[], help="topic key (repeatable)")
     s.add_argument("--content-type", action="append", default=[], help="content type (repeatable)")
     s.add_argument("--concept", action="append", default=[], help="concept filter (repeatable)")
-    s.add_argument("--mode", default="hybrid", help="keyword | semantic | hybrid")
-    s.add_argument("--max-units", type=int)
-    s.add_argument("--max-chars", type=int)
-    s.add_argument("--max-ms", type=int)
-    s.add_argument("--recency-boost", type=float, default=0.0)
-    s.add_argument("--now", help="ISO time that recency is measured from")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--mode", default="hybrid", help="keyword | semantic | hybrid (default hybrid)")
+    s.add_argument("--weights", metavar="VECTOR:FTS",
+                   help="leg weights, e.g. 0.5:1; override the mode's (default: DIMPLE_VECTOR_WEIGHT:DIMPLE_FTS_WEIGHT in hybrid)")
+    s.add_argument("--top-k", type=int, metavar="N", help="candidates each leg hands to fusion (default DIMPLE_LEG_TOP_K)")
+    s.add_argument("--max-units", type=int, metavar="N", help="at most N results (default DIMPLE_BUDGET__MAX_UNITS)")
+    s.add_argument("--max-chars", type=int, metavar="N", help="at most N characters of content in all (default: no limit)")
+    s.add_argument("--max-ms", type=int, metavar="MS", help="deadline in milliseconds; legs still running are cut (default: none)")
+    s.add_argument("--recency-boost", type=float, default=0.0, help="weight of recency in the final score (default 0: off)")
+    s.add_argument("--now", help="ISO time that recency is measured from (default: the query's start)")
+    s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 
     s = sub.add_parser("audit", help="the retrieval log: tail, show, explain, failed, retry")
     asub = s.add_subparsers(metavar="ACTION")
     a = asub.add_parser("tail", help="the last N rows")
-    a.add_argument("-n", type=int, default=10)
-    a.add_argument("--json", action="store_true")
+    a.add_argument("-n", type=int, default=10, help="how many rows (default 10)")
+    a.add_argument("--json", action="store_true", help="one JSON row per line")
     a.set_defaults(func=cmd_audit_tail)
     a = asub.add_parser("show", help="one row in full (JSON)")
-    a.add_argument("query_id")
+    a.add_argument("query_id", help=QUERY_ID_HELP)
     a.set_defaults(func=cmd_audit_show)
     a = asub.add_parser("explain", help="why each result was served, and whether a re-run gives the same list")
-    a.add_argument("query_id")
+    a.add_argument("query_id", help=QUERY_ID_HELP)
     a.add_argument("--no-replay", action="store_true", help="do not re-run the query")
-    a.add_argument("--json", action="store_true")
+    a.add_argument("--json", action="store_true", help="print the explanation as JSON")
     a.set_defaults(func=cmd_audit_explain)
     a = asub.add_parser("failed", help="rows whose writes ran out of retries (dead letters)")
     a.set_defaults(func=cmd_audit_failed)
@@ -115,11 +180,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma list of embed, search, audit, ingest")
     s.add_argument("--concurrency", type=int, help="processes (default: DIMPLE_WORKER_CONCURRENCY or one per core)")
     s.add_argument("--name", default=None, help="node name (default: dimple-<queues>@%%h)")
-    s.set_defaults(func=cmd_worker)
+    s.set_defaults(func=cmd_worker, operator_log=True)
 
     s = sub.add_parser("flower", help="start Flower with basic auth (DIMPLE_FLOWER_USER / DIMPLE_FLOWER_PASSWORD)")
     s.add_argument("--insecure", action="store_true", help="allow starting without authentication")
-    s.set_defaults(func=cmd_flower)
+    s.set_defaults(func=cmd_flower, operator_log=True)
 
     s = sub.add_parser("demo", help="build the demo store, run its queries, show results and quality")
     s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
@@ -128,6 +193,10 @@ def _parser() -> argparse.ArgumentParser:
     from .eval_cli import register as register_eval
 
     register_eval(sub)
+    # -v works before or after the subcommand: each subcommand takes it too
+    # (suppressed when absent, so it never resets a -v given before it)
+    for child in all_parsers(p)[1:]:
+        child.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return p
 
 
@@ -141,7 +210,8 @@ def cmd_ingest(args) -> int:
                 print(json.dumps(batch))
             elif batch["ok"]:
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: "
-                      f"{batch['inserted']} new, {batch['updated']} updated, generation {batch['generation']}")
+                      f"{batch['inserted']} new, {batch['updated']} updated, {batch['unchanged']} unchanged, "
+                      f"generation {batch['generation']}")
             else:
                 failed += 1
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: rejected", file=sys.stderr)
@@ -152,9 +222,11 @@ def cmd_ingest(args) -> int:
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
+        written = report.inserted + report.updated
         print(
-            f"ingested {args.file}: {report.inserted} new, {report.updated} updated "
-            f"({report.unchanged} unchanged), {report.embedded} embedded in {report.seconds['total']:.1f}s"
+            f"ingested {args.file}: {report.inserted} new, {report.updated} updated, {report.unchanged} unchanged, "
+            f"{report.embedded} embedded in {report.seconds['total']:.1f}s; "
+            + (f"generation {report.generation}" if written else f"nothing to write, generation {report.generation} kept")
         )
         for line in report.skipped:
             print(f"skipped {line}")
@@ -167,8 +239,7 @@ def cmd_reindex(args) -> int:
     from pipeline.store.ingest import rebuild_tree
 
     settings = cli_settings()
-    if generations.current(settings.data_dir) is None:
-        raise InputError("store", f"no store in {settings.data_dir}")
+    require_store(settings)
     t0 = time.perf_counter()
     with generations.writing(settings.data_dir) as path, Store.open(path, read_only=False) as store:
         tree = rebuild_tree(store, settings)
@@ -181,7 +252,7 @@ def cmd_stats(args) -> int:
     from pipeline.store.stats import store_stats
 
     settings = cli_settings()
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(require_store(settings), read_only=True) as store:
         stats = store_stats(store)
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
@@ -215,18 +286,45 @@ def search_options(args) -> dict[str, Any]:
         "mode": args.mode,
         "recency_boost": args.recency_boost,
     }
-    for name in ("max_units", "max_chars", "max_ms", "now"):
+    for name in ("top_k", "max_units", "max_chars", "max_ms", "now"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
+    if args.weights is not None:
+        from pipeline.contracts import parse_leg_weights
+
+        vector, fts = parse_leg_weights(args.weights, "--weights")
+        options["weights"] = {"vector": vector, "fts": fts}
     return options
 
 
+def one_query_process() -> None:
+    """Set up a ``dimple search`` process of its own (never a ``main`` called
+    from Python) for its one query, before anything binds a DuckDB parameter:
+
+    - no pandas: DuckDB imports it on the first bound parameter (0.4 s here,
+      more on a busy machine) only to recognise pandas values among
+      parameters, which a search never binds; marked absent, it is skipped;
+    - one BLAS thread: one query's matrices are small, and on a small, busy
+      machine one thread embeds it several times faster than one per core
+      (pipeline/minilm.py).
+    """
+    sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
+    import numpy  # noqa: F401  (threadpoolctl limits the BLAS numpy loads)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def cmd_search(args) -> int:
-    cli_settings()
+    settings = cli_settings()
+    options = search_options(args)
+    if getattr(args, "own_process", False):
+        one_query_process()
+    prepare_search(settings, args.query, options)  # start-up and model loading stay off the query's clock
     from workers.api import search
 
-    results = search(args.query, **search_options(args))
+    results = search(args.query, **options)
     if args.json:
         print(results.model_dump_json(indent=2))
     else:
@@ -238,9 +336,9 @@ def cmd_search(args) -> int:
 def _audit_row(settings, query_id: str):
     from pipeline import audit
 
-    row = audit.get(settings.audit_path, query_id)
+    row = audit.find(settings.audit_path, query_id)
     if row is None:
-        raise InputError("QUERY_ID", f"no audit row for query {query_id!r} in {settings.audit_path}")
+        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}")
     return row
 
 
@@ -290,7 +388,8 @@ def cmd_audit_explain(args) -> int:
         t = row.truncation
         print(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))
     if replay is not None:
-        print(f"  replay now: {replay['verdict']}")
+        logged = f" (run on the workers, logged as query {replay['logged_as']})" if replay.get("logged_as") else ""
+        print(f"  replay now: {replay['verdict']}{logged}")
         for line in replay["changes"]:
             print(f"    {line}")
     return 0
@@ -319,14 +418,15 @@ def cmd_audit_retry(args) -> int:
 
 
 # -- worker / flower -------------------------------------------------------------------
-def worker_argv(settings, queues: str, concurrency: int | None, name: str | None) -> list[str]:
+def worker_argv(settings, queues: str, concurrency: int | None, name: str | None,
+                loglevel: str | None = None) -> list[str]:
     from workers.app import QUEUES
 
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(wanted) - set(QUEUES))
     if unknown or not wanted:
         raise InputError("--queues", f"unknown queue(s) {unknown}; valid: {', '.join(QUEUES)}")
-    argv = ["worker", "-Q", ",".join(wanted), "-E", "--loglevel", settings.log_level,
+    argv = ["worker", "-Q", ",".join(wanted), "-E", "--loglevel", loglevel or settings.log_level,
             "-n", name or f"dimple-{'-'.join(wanted)}@%h"]
     processes = concurrency if concurrency is not None else settings.worker_concurrency
     if processes:
@@ -339,7 +439,8 @@ def cmd_worker(args) -> int:
     need_broker(settings)
     from workers.app import app
 
-    app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name))
+    level = logging.getLevelName(logging.getLogger().level)  # DIMPLE_LOG_LEVEL, or lower with -v
+    app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name, level))
     return 0
 
 

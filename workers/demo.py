@@ -12,14 +12,13 @@ import logging
 import time
 from pathlib import Path
 
-from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 
+from .service import demo_settings
+
+__all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
+
 SHOWCASE = 3
-
-
-def demo_settings(settings: Settings) -> Settings:
-    return settings.replace(data_dir=settings.data_dir / "demo")
 
 
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
@@ -53,6 +52,8 @@ def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str
 
 
 def run_demo(settings: Settings, rebuild: bool = False) -> int:
+    from pipeline.evaluation.metrics import score
+
     from . import resources
     from .api import search, search_many
     from .render import format_results

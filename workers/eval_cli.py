@@ -19,6 +19,8 @@ from pipeline.datasets.beir import load_beir
 from pipeline.errors import InputError
 from pipeline.evaluation.models import Comparison, RunReport
 
+NO_PROGRESS_HELP = "no progress bar on stderr"
+
 
 def register(sub) -> None:
     """Add ``eval`` (and its compare / replay / sweep actions) to the ``dimple`` parser."""
@@ -34,13 +36,13 @@ def register(sub) -> None:
 
     c = actions.add_parser("compare", help="paired significance, gains and losses, rank changes between run folders")
     c.add_argument("runs", nargs="+", type=Path, help="run folders written by dimple eval; the first is the baseline")
-    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--out", type=Path, required=True, help="folder the comparison is written to (as OUT/NAME)")
     c.add_argument("--name", help="output folder name (default: compare-<runs>)")
     c.add_argument("--metric", default="ndcg@10", choices=ev.METRICS, help="metric of gains and losses")
     c.add_argument("--test", default="fisher", choices=("fisher", "student"),
                    help="paired test: fisher = randomised permutation (default), student = paired t-test")
     c.add_argument("--seed", type=int, default=42, help="seed of the permutation test")
-    c.add_argument("--max-p", type=float, default=0.05)
+    c.add_argument("--max-p", type=float, default=0.05, help="p-value below which a difference is significant (default 0.05)")
     c.add_argument("-k", type=int, default=10, help="depth of the rank-change statistics")
     c.set_defaults(func=cmd_compare)
 
@@ -49,11 +51,11 @@ def register(sub) -> None:
     r.add_argument("--since", help="ISO time (UTC) or an age such as 30m, 2h, 7d")
     r.add_argument("--limit", type=int, help="at most this many rows (oldest first)")
     r.add_argument("-k", type=int, default=10, help="depth of overlap@k and rank changes")
-    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True, help="folder the replay report is written to (as OUT/NAME)")
     r.add_argument("--name", help="output folder name (default: replay-<time>)")
     r.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
     r.add_argument("--in-flight", type=int, default=8, help="batches on the workers at once (default 8)")
-    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     r.set_defaults(func=cmd_replay)
 
     s = actions.add_parser("sweep", help="one run per configuration of a small grid, one report comparing them")
@@ -64,8 +66,9 @@ def register(sub) -> None:
     s.add_argument("--weights", help="comma list of VECTOR:FTS leg weights, e.g. 1:1,0.5:1")
     s.add_argument("--beam-width", help="comma list of beam widths")
     s.add_argument("--max-leaf-items", help="comma list; each value rebuilds the tree in a temporary copy of the store")
-    s.add_argument("--test", default="fisher", choices=("fisher", "student"))
-    s.add_argument("--seed", type=int, default=42)
+    s.add_argument("--test", default="fisher", choices=("fisher", "student"),
+                   help="paired test against the first configuration (default fisher)")
+    s.add_argument("--seed", type=int, default=42, help="seed of the permutation test (default 42)")
     s.set_defaults(func=cmd_sweep)
 
 
@@ -91,7 +94,7 @@ def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--in-flight", type=int, default=8,
                    help="batches on the workers at once, each with its own DIMPLE_TASK_TIMEOUT_S (default 8)")
     p.add_argument("--audit", action="store_true", help="embedded: write retrieval_log rows for the run's queries (off by default)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
 def _positive(args) -> None:
@@ -384,9 +387,9 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
     from pipeline.store.database import Store
     from pipeline.store.ingest import rebuild_tree
 
-    source = generations.current(settings.data_dir)
-    if source is None:
-        raise InputError("store", f"no store in {settings.data_dir}")
+    from .service import require_store
+
+    source = require_store(settings)
     copy = settings.replace(data_dir=work / f"leaf-{max_leaf_items}",
                             tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
     copy.data_dir.mkdir(parents=True)

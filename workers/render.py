@@ -32,6 +32,8 @@ def format_results(results) -> str:
     tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
     if results.truncated and results.truncation:
         t = results.truncation
-        tail += f", truncated by {t.by} ({t.left_out} left out)"
+        tail += f", truncated by {t.by} (limit {t.limit}, {t.left_out} left out)"
+        if t.detail:
+            tail += f": {t.detail}"
     lines.append(tail)
     return "\n".join(lines)

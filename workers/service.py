@@ -6,21 +6,121 @@ replay of a logged query.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 
 
 def cli_settings():
+    """The process's settings (``get_settings``); logging is set up by ``setup_logging``."""
     from pipeline.settings import get_settings
 
-    settings = get_settings()
-    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s %(message)s")
-    # Embedded runs execute tasks in-process; Celery's per-task INFO lines
-    # (with whole batches as results) are for worker logs, not the terminal.
-    logging.getLogger("celery").setLevel(max(logging.WARNING, logging.getLogger().level))
-    return settings
+    return get_settings()
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (a test's capture, a redirect)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+_CONSOLE = "dimple-console"
+
+
+def log_level(verbose: int, base: int | str = logging.WARNING) -> int:
+    """The console level: ``base``, or INFO with one ``-v`` and DEBUG with two, whichever shows more."""
+    level = logging.getLevelName(base) if isinstance(base, str) else base
+    wanted = (logging.WARNING, logging.INFO, logging.DEBUG)[min(max(verbose, 0), 2)]
+    return min(level, wanted)
+
+
+def setup_logging(level: int) -> None:
+    """Log records at ``level`` and above to stderr, once per process (called again, it changes the level).
+
+    Commands log at WARNING (the per-query ``dimple.search`` line and the model
+    loader's INFO lines are for ``-v``); ``dimple worker`` and ``dimple flower``
+    at ``DIMPLE_LOG_LEVEL``: their log is for operators. Celery's per-task INFO
+    lines carry whole batches as results (query text and memories included),
+    so below DEBUG the ``celery`` logger shows warnings only, on a worker too.
+    """
+    root = logging.getLogger()
+    if not any(h.get_name() == _CONSOLE for h in root.handlers):
+        handler = _Stderr()
+        handler.set_name(_CONSOLE)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("celery").setLevel(max(logging.WARNING, level) if level > logging.DEBUG else logging.NOTSET)
+
+
+def demo_settings(settings):
+    """Where ``dimple demo`` keeps its store: ``demo`` under the data dir, apart from the user's."""
+    return settings.replace(data_dir=settings.data_dir / "demo")
+
+
+def no_store(settings) -> StoreError:
+    """The one message for a data dir without a store, with a hint that is true
+    (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
+    from pipeline.store import generations
+
+    demo_dir = demo_settings(settings).data_dir
+    if generations.current(demo_dir) is not None:
+        demo = f"search the demo's with DIMPLE_DATA_DIR={demo_dir}"
+    else:
+        demo = f"'dimple demo' to build the demo's, then search it with DIMPLE_DATA_DIR={demo_dir}"
+    return StoreError(f"no store in {settings.data_dir}: run 'dimple ingest FILE' to build one, or {demo}")
+
+
+def require_store(settings) -> Path:
+    """The published store file; ``no_store`` when there is none (before any model is loaded)."""
+    from pipeline.store import generations
+
+    path = generations.current(settings.data_dir)
+    if path is None:
+        raise no_store(settings)
+    return path
+
+
+def check_namespace(namespaces: list[str], namespace: str | None) -> None:
+    """A namespace the store does not hold is a user error naming the ones it does."""
+    if namespace is None or namespace in namespaces:
+        return
+    shown = ", ".join(repr(n) for n in namespaces[:10])
+    more = f" and {len(namespaces) - 10} more ('dimple stats' lists them)" if len(namespaces) > 10 else ""
+    held = f"it holds {shown}{more}" if namespaces else "it holds no memories"
+    raise InputError("--namespace", f"no namespace {namespace!r} in the store; {held}")
+
+
+def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
+    """Embedded, before the query's clock starts (``make_query`` in ``search``):
+    refuse bad input, a missing store or an unknown namespace before any model
+    loads, then load what the query will use (the store; the vector index and
+    the query embedder when its weights want the vector leg), so process
+    start-up and model loading are not counted in ``total_ms``, the stage
+    timings or the audit row. Through a broker the workers' store answers,
+    which may not be this machine's: only the input is checked here."""
+    from pipeline.contracts import make_query
+
+    wants_vectors = make_query(query, options, settings).wants("vector")
+    if not settings.embedded:
+        return
+    from . import resources
+
+    store = resources.store()
+    if store is None:
+        raise no_store(settings)
+    check_namespace(store.namespaces(), options.get("namespace"))
+    if wants_vectors:
+        resources.index()
+        resources.embedder()
 
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):
@@ -64,17 +164,33 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False, timeo
 
 
 def replay_row(row) -> dict[str, Any]:
-    """Re-run a logged query with its recorded options; compare the served list."""
+    """Re-run a logged query with its recorded options; compare the served list.
+
+    Embedded, the replay writes no audit row of its own (it is run with
+    ``audit_enabled`` off); through a broker the workers log it like any
+    query, and ``logged_as`` names its row.
+    """
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
+    import workers
     from pipeline.audit.explain import diff_served, replay_options
-    from workers.api import search
 
-    now = search(row.query_text, **replay_options(row))
+    from . import resources
+    from .api import search
+
+    settings = resources.settings()
+    unlogged = settings.embedded and settings.audit_enabled
+    if unlogged:
+        workers.configure(settings.replace(audit_enabled=False))
+    try:
+        now = search(row.query_text, **replay_options(row))
+    finally:
+        if unlogged:
+            workers.configure(settings)
     diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
     changes = diff["changes"]
     return {"verdict": "same list" if diff["same"] else f"{len(changes)} change(s)", "changes": changes,
-            "replay_query_id": now.query_id}
+            "replay_query_id": now.query_id, "logged_as": None if settings.embedded else now.query_id}
 
 
 def need_broker(settings) -> None:

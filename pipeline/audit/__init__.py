@@ -5,7 +5,7 @@ explained or replayed (``explain``).
 
 from pipeline.audit.explain import diff_served, explain, replay_options
 from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters
-from pipeline.audit.reader import count, get, since, tail
+from pipeline.audit.reader import count, find, get, since, tail
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_record, log_line
 from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
 
@@ -22,6 +22,7 @@ __all__ = [
     "knocking",
     "tail",
     "get",
+    "find",
     "since",
     "count",
     "dead_letter",

@@ -1,4 +1,5 @@
-"""Reading the retrieval log: the last rows, one row, rows since a time, counts.
+"""Reading the retrieval log: the last rows, one row (by its id or a unique
+prefix of it), rows since a time, counts.
 
 Readers knock (``pipeline.audit.writer.knocking``) so a writer holding the
 file lets go for them.
@@ -13,7 +14,13 @@ from typing import Any
 
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
 from pipeline.audit.writer import knocking
+from pipeline.errors import InputError
 from pipeline.store.database import one
+
+# The shortest query id prefix ``find`` takes (git's default abbreviation is 7; ids are 32 hex digits).
+MIN_PREFIX = 4
+# Candidates an ambiguous prefix names.
+SHOWN_CANDIDATES = 10
 
 
 def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
@@ -41,6 +48,31 @@ def get(path: Path, query_id: str) -> AuditRecord | None:
     rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
     return rows[0] if rows else None
 
+def find(path: Path, id_or_prefix: str) -> AuditRecord | None:
+    """The row whose query id is ``id_or_prefix``, or the one row whose id starts
+    with it (as git takes a commit's abbreviation); None when none does.
+
+    Raises ``InputError`` (field ``query_id``) for a prefix shorter than
+    ``MIN_PREFIX`` that is not a whole id, or one that several ids share
+    (naming up to ``SHOWN_CANDIDATES`` of them).
+    """
+    exact = get(path, id_or_prefix)
+    if exact is not None:
+        return exact
+    if len(id_or_prefix) < MIN_PREFIX:
+        raise InputError("query_id", f"{id_or_prefix!r} is too short: give at least {MIN_PREFIX} characters of the id")
+    if not path.exists():
+        return None
+    with knocking(path) as con:
+        ids = [r[0] for r in con.execute(
+            "SELECT query_id FROM retrieval_log WHERE starts_with(query_id, ?) ORDER BY query_id LIMIT ?",
+            [id_or_prefix, SHOWN_CANDIDATES + 1],
+        ).fetchall()]
+    if len(ids) > 1:
+        more = ", ..." if len(ids) > SHOWN_CANDIDATES else ""
+        raise InputError("query_id", f"{id_or_prefix!r} is ambiguous, give more characters; it starts "
+                                     f"{', '.join(ids[:SHOWN_CANDIDATES])}{more}")
+    return get(path, ids[0]) if ids else None
 
 def since(path: Path, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
     """Rows logged at or after ``start`` (naive UTC; all rows when None), oldest first."""

@@ -4,9 +4,9 @@ leaf size, each configuration as settings plus per-query defaults.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from pipeline.contracts import parse_leg_weights
 from pipeline.errors import InputError
 from pipeline.settings import Settings
 
@@ -70,14 +70,5 @@ def parse_number_list(text: str, kind: type, name: str) -> list[Any]:
 
 
 def parse_weights(text: str) -> list[tuple[float, float]]:
-    """``"1:1,0.5:1"`` -> ``[(1.0, 1.0), (0.5, 1.0)]`` (vector:fts)."""
-    out = []
-    for part in text.split(","):
-        try:
-            vector, fts = (float(x) for x in part.split(":"))
-        except ValueError:
-            raise InputError("--weights", f"{part!r} is not VECTOR:FTS (e.g. 0.5:1)") from None
-        if vector < 0 or fts < 0 or vector + fts == 0 or math.isnan(vector + fts):
-            raise InputError("--weights", f"{part!r}: weights are >= 0 and not both 0")
-        out.append((vector, fts))
-    return out
+    """``"1:1,0.5:1"`` -> ``[(1.0, 1.0), (0.5, 1.0)]``: a comma list of ``parse_leg_weights``."""
+    return [parse_leg_weights(part, "--weights") for part in text.split(",")]

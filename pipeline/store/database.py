@@ -111,7 +111,7 @@ class Store:
         """
         path = Path(path)
         if read_only and not path.exists():
-            raise StoreError(f"no store at {path}; run 'dimple ingest FILE' or 'dimple demo' first")
+            raise StoreError(f"no store at {path}; run 'dimple ingest FILE' first")
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
@@ -142,7 +142,7 @@ class Store:
                 _migrate(con, version, int(dim))
                 if version == 0:
                     _set_meta(con, "embedding_model", embedding_model or "unknown")
-                    _set_meta(con, "embedding_dim", str(int(dim)))
+                    _set_meta(con, "embedding_dim", str(dim))
                     _set_meta(con, "generation", "0")
             info = StoreInfo(
                 schema_version=_current_version(con),
@@ -188,7 +188,11 @@ class Store:
 
     # -- shared reads ----------------------------------------------------
     def count(self) -> int:
-        return one(self.con, "SELECT count(*) FROM memories")[0]
+        return int(one(self.con, "SELECT count(*) FROM memories")[0])
+
+    def namespaces(self) -> list[str]:
+        """Every namespace that holds a memory, sorted."""
+        return [r[0] for r in self.con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)

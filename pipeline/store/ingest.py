@@ -254,15 +254,72 @@ def fts_text(record: MemoryRecord) -> str:
     return record.content if not record.context else f"{record.content}\n{record.context}"
 
 
-def _ids(records: list[MemoryRecord]) -> list[str]:
-    """Every record's id. ``parse_file`` derives the ids a file leaves out, so a
-    record without one here is a caller's mistake."""
-    ids = []
-    for n, record in enumerate(records):
-        if record.id is None:
-            raise ValueError(f"record {n} has no id; ingest records that parse_file validated (it derives ids)")
-        ids.append(record.id)
-    return ids
+def record_id(record: MemoryRecord) -> str:
+    """A parsed record's id (given, or derived by ``parse_lines``)."""
+    if record.id is None:
+        raise ValueError("a record without an id: parse_lines derives one")
+    return record.id
+
+
+def _edges_of(record: MemoryRecord) -> list[tuple[str, str, str]]:
+    """The (src, dst, kind) edges a record declares (it is their ``origin``)."""
+    rid = record_id(record)
+    return sorted(
+        [(rid, t, "supersedes") for t in record.supersedes]
+        + [(rid, t, "conflicts") for t in record.conflicts]
+        + [(t, rid, "supports") for t in record.supported_by]
+    )
+
+
+def unchanged_ids(con, records: list[MemoryRecord]) -> set[str]:
+    """Ids of the records ``con``'s store already holds exactly as given: the
+    same namespace, content, content type, context, metadata, user topics,
+    concepts and declared edges, and the same ``created_at`` when the record
+    gives one. Writing such a record would change nothing."""
+    ids = [record_id(r) for r in records]
+    if not ids:
+        return set()
+    stored = {
+        row[0]: row[1:]
+        for row in con.execute(
+            "SELECT id, namespace, content_hash, content_type, created_at, metadata::VARCHAR, context "
+            "FROM memories WHERE id IN (SELECT unnest(?))", [ids]
+        ).fetchall()
+    }
+    if not stored:
+        return set()
+    known = list(stored)
+    topics: dict[str, list[str]] = {}
+    for mid, topic in con.execute(
+        "SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'user' AND memory_id IN (SELECT unnest(?))", [known]
+    ).fetchall():
+        topics.setdefault(mid, []).append(topic)
+    concepts: dict[str, list[str]] = {}
+    for mid, concept in con.execute(
+        "SELECT memory_id, concept FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))", [known]
+    ).fetchall():
+        concepts.setdefault(mid, []).append(concept)
+    edges: dict[str, list[tuple[str, str, str]]] = {}
+    for src, dst, kind, origin in con.execute(
+        "SELECT src, dst, kind, origin FROM edges WHERE origin IN (SELECT unnest(?))", [known]
+    ).fetchall():
+        edges.setdefault(origin, []).append((src, dst, kind))
+    same = set()
+    for r in records:
+        rid = record_id(r)
+        if rid not in stored:
+            continue
+        namespace, digest, ctype, created, metadata, context = stored[rid]
+        if (
+            (namespace, digest, ctype, context) == (r.namespace, content_hash(r.content), r.content_type, r.context)
+            and (r.created_at is None or r.created_at == created)
+            and (None if metadata is None else _json(json.loads(metadata))) == _json(r.metadata)
+            and sorted(topics.get(rid, [])) == r.topics
+            and sorted(concepts.get(rid, [])) == r.concepts
+            and sorted(edges.get(rid, [])) == _edges_of(r)
+        ):
+            same.add(rid)
+    return same
 
 
 def ingest_records(
@@ -276,12 +333,17 @@ def ingest_records(
 ) -> IngestReport:
     """Write validated records: embed what changed, upsert, maintain tree and index.
 
-    One transaction: on any failure nothing is written.
+    One transaction: on any failure nothing is written. Records the store
+    already holds as given (``unchanged_ids``) are counted, not written; when
+    every record is, nothing is written and the generation stays.
     """
     report = IngestReport()
     t0 = time.perf_counter()
     con = store.con
-    ids = _ids(records)
+    same = unchanged_ids(con, records)
+    report.unchanged = len(same)
+    records = [r for r in records if r.id not in same]
+    ids = [record_id(r) for r in records]
     rows = con.execute(
         "SELECT id, content_hash, namespace FROM memories WHERE id IN (SELECT unnest(?))", [ids]
     ).fetchall() if ids else []
@@ -314,8 +376,7 @@ def ingest_records(
         _replace_annotations(con, records)
         report.seconds["upsert"] = time.perf_counter() - t2
         report.inserted = len(new_rows)
-        report.updated = sum(1 for r in records if r.id in existing)
-        report.unchanged = sum(1 for i, r in enumerate(records) if r.id in existing and i not in changed)
+        report.updated = len(records) - len(new_rows)
         placed = [i for i in new_rows] + moved_rows
         _place_in_tree(con, tree, records, vectors, placed, touched_ns)
         save_namespaces(con, tree, touched_ns)
@@ -334,17 +395,25 @@ def ingest_records(
 
 def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool = False, progress: bool = False,
                  embedder: Embedder | None = None) -> IngestReport:
-    """Validate against the published store, then write a new generation and publish it.
+    """Validate against the published store, then write a new generation and publish it,
+    unless the store already holds every record as given: then nothing is
+    written or published (the report counts them unchanged).
 
     Raises ``IngestValidationError`` (nothing written) unless ``skip_invalid``.
     """
     from pipeline.embedders import make_embedder
     from pipeline.store import generations
 
+    t0 = time.perf_counter()
     published = generations.current(settings.data_dir)
     existing = Store.open(published, read_only=True) if published is not None else None
     try:
         skipped = validate(parsed, existing, skip_invalid)
+        if existing is not None and len(unchanged_ids(existing.con, parsed.records)) == len(parsed.records):
+            # nothing to change: no model, no copy, no new generation
+            elapsed = time.perf_counter() - t0
+            return IngestReport(unchanged=len(parsed.records), skipped=skipped, generation=existing.generation,
+                                seconds={"prepare": elapsed, "embed": 0.0, "write": 0.0, "total": elapsed})
     finally:
         if existing is not None:
             existing.close()

@@ -164,3 +164,18 @@ def test_budget_keeps_the_longest_prefix_that_fits(lengths, max_units, max_chars
         assert state.truncation.left_out == len(lengths) - kept
     else:
         assert state.truncation is None
+
+
+def test_text_output_says_why_a_deadline_cut_the_list():
+    """``format_results`` shows the truncation's detail (the legs the deadline
+    stopped), not only ``--json``."""
+    from pipeline.contracts import Mode, Results, Truncation
+    from workers.render import format_results
+
+    cut = Truncation(by="maxMs", left_out=0, limit=1, detail="deadline reached before leg(s) finished: fts, vector")
+    res = Results(query_id="q", query="billing", mode="none", requested_mode=Mode.hybrid, results=[],
+                  truncated=True, truncation=cut, total_ms=484.0)
+    assert format_results(res).splitlines() == [
+        "no results for 'billing' (none)",
+        "mode none, 484 ms, truncated by maxMs (limit 1, 0 left out): deadline reached before leg(s) finished: fts, vector",
+    ]

@@ -268,3 +268,22 @@ def test_query_deadline(settings):
     assert q.deadline == 1000.25
     assert not q.past_deadline(1000.2) and q.past_deadline(1000.25)
     assert Query(text="x").deadline is None and not Query(text="x").past_deadline()
+
+
+@pytest.mark.parametrize("text,expected", [("0.5:1", (0.5, 1.0)), ("0:2", (0.0, 2.0)), ("1e-3:0", (0.001, 0.0))])
+def test_leg_weights_parse(text, expected):
+    from pipeline.contracts import parse_leg_weights
+
+    assert parse_leg_weights(text) == expected
+
+
+@pytest.mark.parametrize("text", ["1", "1:2:3", "a:1", "-1:1", "0:0", "nan:1", "inf:1", ""])
+def test_bad_leg_weights_name_the_field(text):
+    from pipeline.contracts import parse_leg_weights
+    from pipeline.evaluation import parse_weights
+
+    with pytest.raises(InputError) as err:
+        parse_leg_weights(text, "--weights")
+    assert err.value.field == "--weights"
+    with pytest.raises(InputError):  # the sweep's comma list takes the same form
+        parse_weights(f"1:1,{text}")

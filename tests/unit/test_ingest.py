@@ -105,7 +105,7 @@ def test_reingest_updates_never_duplicates_and_reembeds_only_changes(store_with_
     s = store_with_base
     recs = [_mem(1), _mem(2, content="completely new words here"), _mem(3, content_type="note")]
     report = ingest_file(write_jsonl(tmp_path / "upd.jsonl", recs), s, progress=False)
-    assert (report.inserted, report.updated, report.embedded) == (0, 3, 1)
+    assert (report.inserted, report.updated, report.unchanged, report.embedded) == (0, 2, 1, 1)
     with Store.open(s.store_path, read_only=True) as store:
         assert store.count() == 40
         row = store.con.execute("SELECT content, content_type FROM memories WHERE id='m2'").fetchone()
@@ -122,7 +122,7 @@ def test_derived_ids_are_stable(settings, tmp_path):
     rec = {"namespace": "alpha", "content": "no id given"}
     ingest_file(write_jsonl(tmp_path / "a.jsonl", [rec]), settings, progress=False)
     report = ingest_file(write_jsonl(tmp_path / "b.jsonl", [rec]), settings, progress=False)
-    assert (report.inserted, report.updated) == (0, 1)
+    assert (report.inserted, report.updated, report.unchanged) == (0, 0, 1)
     with Store.open(settings.store_path, read_only=True) as store:
         assert store.existing_ids([ingest.derive_id("alpha", "no id given")])
 
@@ -189,3 +189,68 @@ def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_p
     assert stats["fts"]["fresh"] and stats["tree"]["largest_leaf"] <= settings.tree.max_leaf_items
 
 
+
+
+# -- re-ingesting what the store holds writes nothing ---------------------------------------------
+def _published(settings):
+    from pipeline.store import generations
+
+    path = generations.current(settings.data_dir)
+    return path, _checksum(path), (settings.data_dir / generations.CURRENT).read_text(), \
+        sorted(p.name for p in (settings.data_dir / "generations").iterdir())
+
+
+def test_an_identical_file_writes_and_publishes_nothing(store_with_base, tmp_path, monkeypatch):
+    import pipeline.embedders
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("nothing to embed, yet a model was loaded")
+
+    before = _published(store_with_base)
+    with Store.open(before[0], read_only=True) as store:
+        generation = store.generation
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
+    report = ingest_file(write_jsonl(tmp_path / "same.jsonl", [_mem(i) for i in range(40)]), store_with_base,
+                         progress=False)
+    assert (report.inserted, report.updated, report.unchanged, report.embedded) == (0, 0, 40, 0)
+    assert report.generation == generation
+    assert _published(store_with_base) == before  # same generation file, byte for byte, same pointer
+
+
+def test_a_record_without_created_at_is_unchanged_when_nothing_else_is(settings, tmp_path):
+    recs = [{"id": "x", "namespace": "alpha", "content": "no time given", "metadata": {"b": 1, "a": [1.5, True]}}]
+    ingest_file(write_jsonl(tmp_path / "a.jsonl", recs), settings, progress=False)
+    before = _published(settings)
+    report = ingest_file(write_jsonl(tmp_path / "b.jsonl", recs), settings, progress=False)
+    assert (report.inserted, report.updated, report.unchanged) == (0, 0, 1)
+    assert _published(settings) == before
+
+
+@pytest.mark.parametrize("change", [
+    {"metadata": {"k": "v"}}, {"topics": ["t-new"]}, {"concepts": ["c-new"]}, {"supersedes": ["m2"]},
+    {"conflicts": ["m3"]}, {"supported_by": ["m4"]}, {"context": "said at lunch"}, {"content_type": "note"},
+    {"created_at": "2025-06-01T00:00:00Z"}, {"namespace": "beta"}, {"content": "other words"},
+])
+def test_any_change_of_a_record_is_an_update_and_a_new_generation(store_with_base, tmp_path, change):
+    before = _published(store_with_base)
+    recs = [_mem(1, **change), _mem(5)]
+    report = ingest_file(write_jsonl(tmp_path / "c.jsonl", recs), store_with_base, progress=False)
+    assert (report.inserted, report.updated, report.unchanged) == (0, 1, 1)
+    after = _published(store_with_base)
+    assert after[0] != before[0]
+    with Store.open(after[0], read_only=True) as store:
+        assert store.generation == report.generation
+    # and the same file again is now unchanged
+    again = ingest_file(write_jsonl(tmp_path / "d.jsonl", recs), store_with_base, progress=False)
+    assert (again.inserted, again.updated, again.unchanged) == (0, 0, 2)
+    assert _published(store_with_base) == after
+
+
+def test_dropping_an_annotation_is_an_update(settings, tmp_path):
+    full = [_mem(1), _mem(2, topics=["t"], concepts=["c"], supersedes=["m1"], metadata={"a": 1})]
+    ingest_file(write_jsonl(tmp_path / "a.jsonl", full), settings, progress=False)
+    report = ingest_file(write_jsonl(tmp_path / "b.jsonl", [_mem(1), _mem(2)]), settings, progress=False)
+    assert (report.inserted, report.updated, report.unchanged) == (0, 1, 1)
+    with Store.open(settings.store_path, read_only=True) as store:
+        assert store.con.execute("SELECT count(*) FROM edges").fetchone()[0] == 0
+        assert store.con.execute("SELECT metadata FROM memories WHERE id = 'm2'").fetchone()[0] is None

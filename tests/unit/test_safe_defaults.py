@@ -80,6 +80,32 @@ def test_config_output_has_no_secret(monkeypatch, capsys):
     assert '"flower_password": "****"' in out and "redis.internal" in out
 
 
+def test_config_shows_the_result_backend_celery_uses(monkeypatch, capsys):
+    """Unset, the result backend is the broker URL: ``dimple config`` shows that
+    (masked), the value ``conf_for`` hands to Celery, not the empty setting."""
+    import json
+
+    from pipeline.settings import get_settings
+
+    broker = f"redis://:{SECRET}@redis.internal:6379/0"
+    monkeypatch.setenv("DIMPLE_BROKER_URL", broker)
+    monkeypatch.delenv("DIMPLE_RESULT_BACKEND", raising=False)
+    get_settings.cache_clear()
+    try:
+        assert main(["config"]) == 0
+        settings = get_settings()
+    finally:
+        get_settings.cache_clear()
+    out = capsys.readouterr().out
+    assert SECRET not in out
+    assert json.loads(out)["result_backend"] == "redis://:****@redis.internal:6379/0"
+    assert settings.effective_result_backend == conf_for(settings)["result_backend"] == broker
+    own = Settings(_env_file=None, broker_url=broker, result_backend="redis://127.0.0.1:6379/5")
+    assert own.effective_result_backend == conf_for(own)["result_backend"] == "redis://127.0.0.1:6379/5"
+    embedded = Settings(_env_file=None, broker_url="")
+    assert embedded.effective_result_backend == "" and embedded.masked()["result_backend"] == ""
+
+
 
 
 

@@ -1,0 +1,343 @@
+"""The ``dimple`` command line as a new user meets it (issue 13, "The first hour"):
+quiet by default, the same message for a missing store everywhere, a closed
+pipe, id prefixes, help text for every option, start-up off the query clock.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.conftest import write_jsonl
+from workers.cli import main
+
+
+def _mem(i: int, ns: str = "alpha", **extra) -> dict:
+    return {"id": f"m{i}", "namespace": ns, "content": f"note {i} about billing and deploy window db-{i}", **extra}
+
+
+@pytest.fixture
+def cli_env(settings, monkeypatch):
+    """The CLI pointed at ``settings`` through the environment, as a user runs it."""
+    import workers
+    from pipeline.settings import get_settings
+    from workers import audit, resources
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", settings.embedding_model)
+    get_settings.cache_clear()
+    workers.configure(get_settings())
+    root, celery = logging.getLogger(), logging.getLogger("celery")
+    levels = root.level, celery.level
+    yield get_settings()
+    audit.flush()
+    resources.close_store()
+    root.setLevel(levels[0])
+    celery.setLevel(levels[1])
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def cli_store(cli_env, tmp_path):
+    """A small store (two namespaces) in the CLI's data dir."""
+    recs = [_mem(i, ns="alpha" if i % 2 else "beta") for i in range(20)]
+    assert main(["ingest", str(write_jsonl(tmp_path / "m.jsonl", recs))]) == 0
+    return cli_env
+
+
+# -- 1: quiet by default, -v before or after the subcommand -------------------------------------
+def test_search_prints_no_log_lines_unless_verbose(cli_store, capsys):
+    capsys.readouterr()
+    assert main(["search", "billing"]) == 0
+    out, err = capsys.readouterr()
+    assert "m1" in out and err == ""
+    for argv in (["-v", "search", "billing"], ["search", "billing", "-v"], ["search", "-v", "billing"]):
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert "INFO dimple.search hybrid.search query_id=" in err, argv
+        assert "celery" not in err  # Celery's per-task lines stay out of a person's terminal
+
+
+def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
+    from pipeline.settings import Settings
+    from workers.cli import worker_argv
+    from workers.service import log_level
+
+    s = Settings(_env_file=None)
+    assert s.log_level == "INFO" and log_level(0, s.log_level) == logging.INFO  # a worker's log is for operators
+    assert log_level(0) == logging.WARNING and log_level(1) == logging.INFO and log_level(2) == logging.DEBUG
+    assert log_level(1, "ERROR") == logging.INFO and log_level(0, "DEBUG") == logging.DEBUG
+    assert Settings(_env_file=None, log_level="debug").log_level == "DEBUG"
+    argv = worker_argv(s, "search", None, None)
+    assert argv[argv.index("--loglevel") + 1] == "INFO"
+
+
+def test_celery_task_lines_stay_out_of_every_log_but_debug(cli_env):
+    """Celery's per-task INFO lines carry whole batches (query text, memories):
+    muted for commands and for ``dimple worker`` alike, shown at DEBUG."""
+    from workers.service import setup_logging
+
+    for argv, level in ((["stats"], logging.WARNING), (["worker"], logging.INFO)):  # worker: no broker, exit 2
+        assert main(argv) == 2
+        assert logging.getLogger().level == level
+        assert logging.getLogger("celery.app.trace").getEffectiveLevel() == logging.WARNING
+    setup_logging(logging.DEBUG)
+    assert logging.getLogger("celery.app.trace").getEffectiveLevel() == logging.DEBUG
+
+
+def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
+    from pipeline.settings import get_settings
+
+    monkeypatch.setenv("DIMPLE_LOG_LEVEL", "chatty")
+    get_settings.cache_clear()
+    assert main(["config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dimple: error: setting log_level: must be one of CRITICAL, ERROR, WARNING, INFO, DEBUG"]
+
+
+# -- 2: no store, unknown namespace: one message, exit 2, before any model -------------------------
+def test_search_and_stats_without_a_store_say_the_same_true_thing(cli_env, monkeypatch, capsys):
+    import pipeline.embedders
+    from workers.demo import demo_settings
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded for a data dir without a store")
+
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
+    demo_dir = demo_settings(cli_env).data_dir
+    messages = []
+    for argv in (["search", "billing"], ["stats"], ["reindex"], ["search", "billing", "--json"]):
+        assert main(argv) == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1
+        messages.append(err)
+    assert len(set(messages)) == 1
+    assert f"no store in {cli_env.data_dir}" in messages[0]
+    assert f"DIMPLE_DATA_DIR={demo_dir}" in messages[0] and "'dimple ingest FILE'" in messages[0]
+
+
+def test_the_hint_points_at_an_existing_demo_store(cli_env, tmp_path, capsys):
+    from workers.demo import demo_settings
+    from workers.service import ingest_file
+
+    demo = demo_settings(cli_env)
+    ingest_file(write_jsonl(tmp_path / "d.jsonl", [_mem(1)]), demo, progress=False)
+    assert main(["search", "billing"]) == 2
+    err = capsys.readouterr().err
+    assert f"search the demo's with DIMPLE_DATA_DIR={demo.data_dir}" in err and "'dimple demo' to build" not in err
+
+
+def test_an_unknown_namespace_is_a_user_error_naming_the_ones_there(cli_store, capsys):
+    capsys.readouterr()
+    assert main(["search", "billing", "--namespace", "gamma"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "dimple: error: --namespace: no namespace 'gamma' in the store; it holds 'alpha', 'beta'"
+    ]
+    assert main(["search", "billing", "--namespace", "beta", "--json"]) == 0
+
+
+def test_many_namespaces_are_not_all_listed():
+    from pipeline.errors import InputError
+    from workers.service import check_namespace
+
+    check_namespace(["a"], None)
+    check_namespace(["a"], "a")
+    with pytest.raises(InputError, match=r"'n00', .* 'n09' and 5 more \('dimple stats' lists them\)"):
+        check_namespace([f"n{i:02d}" for i in range(15)], "x")
+
+
+# -- 4: a reader that closes early ------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [["stats"], ["search", "billing", "--json"], ["audit", "tail"], ["--help"]])
+def test_a_closed_stdout_ends_quietly(cli_store, argv):
+    """``dimple stats | head``: the reader is gone before dimple writes; no
+    traceback, exit 141 (128 + SIGPIPE, as a shell reports a tool the signal
+    ends; argparse's --help swallows the error itself and exits 0)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    assert main(["search", "billing"]) == 0  # an audit row for 'audit tail'
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "workers.cli", *argv], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader closes before the first byte is written
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == (0 if argv == ["--help"] else 141)
+    assert err == ""
+
+
+# -- 5: audit show / explain take a unique prefix of the id --------------------------------------
+def test_audit_show_and_explain_take_a_unique_prefix(cli_store, capsys):
+    import json
+
+    from workers import audit
+
+    capsys.readouterr()
+    assert main(["search", "billing", "--json"]) == 0
+    query_id = json.loads(capsys.readouterr().out)["query_id"]
+    audit.flush()
+    assert main(["audit", "show", query_id[:8]]) == 0
+    assert json.loads(capsys.readouterr().out)["query_id"] == query_id
+    assert main(["audit", "explain", query_id[:8], "--no-replay"]) == 0
+    assert capsys.readouterr().out.startswith(f"query {query_id} ")
+    assert main(["audit", "show", query_id[:3]]) == 2
+    assert "too short" in capsys.readouterr().err
+
+
+# -- 6: explain's replay is not logged -----------------------------------------------------------
+def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
+    import json
+
+    from pipeline import audit as rows
+    from workers import audit, resources
+
+    capsys.readouterr()
+    assert main(["search", "billing", "--json"]) == 0
+    query_id = json.loads(capsys.readouterr().out)["query_id"]
+    audit.flush()
+    before = rows.count(cli_store.audit_path)
+    assert main(["audit", "explain", query_id]) == 0
+    assert "replay now: same list" in capsys.readouterr().out
+    assert main(["audit", "explain", query_id, "--json"]) == 0
+    replay = json.loads(capsys.readouterr().out)["replay"]
+    assert replay["verdict"] == "same list" and replay["logged_as"] is None
+    audit.flush()
+    assert rows.count(cli_store.audit_path) == before == (1, 1)
+    assert rows.get(cli_store.audit_path, replay["replay_query_id"]) is None
+    assert resources.settings().audit_enabled  # searches after it are logged again
+    assert main(["search", "deploy"]) == 0
+    audit.flush()
+    assert rows.count(cli_store.audit_path) == (2, 2)
+
+
+# -- 7: every option says what it does ----------------------------------------------------------------
+def test_every_option_of_every_command_has_help_text():
+    import argparse
+
+    from workers.cli import _parser, all_parsers
+
+    parsers = all_parsers(_parser())
+    assert {p.prog for p in parsers} >= {"dimple search", "dimple audit tail", "dimple eval sweep", "dimple worker"}
+    missing = [
+        f"{p.prog} {'/'.join(a.option_strings) or a.dest}"
+        for p in parsers
+        for a in p._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and (not a.help or a.help == argparse.SUPPRESS)
+    ]
+    assert missing == []
+
+
+def test_search_takes_top_k_and_weights(cli_store, capsys):
+    import json
+
+    capsys.readouterr()
+    assert main(["search", "billing", "--weights", "0:1", "--top-k", "3", "--max-units", "50", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["mode"] == "keyword" and res["legs"]["fts"]["hits"] == 3 and not res["legs"]["vector"]["ran"]
+    assert len(res["results"]) == 3
+    assert main(["search", "billing", "--mode", "keyword", "--weights", "1:1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] == "hybrid"  # weights override the mode's
+    for bad, says in ((["--weights", "1:x"], "--weights: '1:x' is not VECTOR:FTS"),
+                      (["--weights", "0:0"], "not both 0"),
+                      (["--weights", "2000:1"], "weights.vector"),
+                      (["--top-k", "0"], "top_k")):
+        assert main(["search", "billing", *bad]) == 2, bad
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], (bad, err)
+
+
+# -- 8: an identical file changes nothing -------------------------------------------------------------
+def test_reingesting_an_identical_file_says_so_and_publishes_nothing(cli_env, tmp_path, capsys):
+    from pipeline.store import generations
+
+    path = write_jsonl(tmp_path / "m.jsonl", [_mem(i) for i in range(8)])
+    assert main(["ingest", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"ingested {path}: 8 new, 0 updated, 0 unchanged, 8 embedded in ")
+    store = generations.current(cli_env.data_dir)
+    data, mtime = store.read_bytes(), store.stat().st_mtime_ns
+    assert main(["ingest", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"ingested {path}: 0 new, 0 updated, 8 unchanged, 0 embedded in " in out
+    assert out.rstrip().endswith("nothing to write, generation 1 kept")
+    assert generations.current(cli_env.data_dir) == store
+    assert store.read_bytes() == data and store.stat().st_mtime_ns == mtime
+    assert [n for n, _ in generations.generation_files(cli_env.data_dir)] == [1]
+
+
+# -- 10: start-up off the query's clock; nothing heavy imported ----------------------------------------
+def test_model_loading_is_not_counted_in_a_cli_search(cli_store, monkeypatch, capsys):
+    """The embedder (here one that takes 2 s to load) is loaded before the
+    query's clock starts: neither the embed stage, total_ms nor the audit row count it."""
+    import json
+    import time
+
+    import pipeline.embedders
+    from pipeline import audit as rows
+    from pipeline.embedders import HashEmbedder
+    from workers import audit, resources
+
+    loads = []
+
+    def slow_model(settings, bulk=False):
+        loads.append(bulk)
+        time.sleep(2.0)
+        return HashEmbedder(64)
+
+    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", slow_model)
+    monkeypatch.setattr(resources, "make_embedder", slow_model, raising=False)
+    resources.close_store()
+    capsys.readouterr()
+    assert main(["search", "billing", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert loads == [False]  # the query embedder, loaded once
+    assert res["timings"]["embed"] < 1000 and res["total_ms"] < 1500, res["timings"]
+    audit.flush()
+    row = rows.get(cli_store.audit_path, res["query_id"])
+    assert row.total_ms < 1500 and row.latency_ms["embed"] < 1000
+
+
+def test_keyword_search_loads_no_model(cli_store, monkeypatch):
+    import pipeline.embedders
+    from workers import resources
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a keyword search loaded a model")
+
+    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
+    monkeypatch.setattr(resources, "make_embedder", no_model, raising=False)
+    assert main(["search", "billing", "--mode", "keyword"]) == 0
+
+
+def test_a_search_process_imports_nothing_heavy(cli_store, tmp_path):
+    """A ``dimple search`` process never imports eval's libraries (ranx,
+    numba, matplotlib, tqdm), torch, transformers, or pandas (which DuckDB
+    would import for its parameters)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
+    report = tmp_path / "modules.json"
+    script = ("import json, sys; from workers.cli import main; code = main(); "
+              f"open({str(report)!r}, 'w').write(json.dumps([k for k, v in sys.modules.items() if v is not None])); "
+              "sys.exit(code)")
+    proc = subprocess.run([sys.executable, "-c", script, "search", "billing"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "m1" in proc.stdout, proc.stderr[-2000:]
+    imported = {name.partition(".")[0] for name in json.loads(report.read_text())}
+    assert {"workers", "duckdb", "celery", "numpy"} <= imported
+    heavy = {"ranx", "numba", "matplotlib", "tqdm", "pandas", "torch", "transformers", "sentence_transformers"}
+    assert heavy & imported == set()
