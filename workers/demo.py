@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -97,8 +100,20 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
             f"  {mode:<9} {f['ndcg@10']:>8.3f} {f['recall@5']:>6.3f} {f['recall@10']:>6.3f} "
             f"{f['mrr@10']:>7.3f} {f['qps']:>10.1f}"
         )
-    print(f"\ntry: DIMPLE_DATA_DIR={settings.data_dir} dimple search \"ERR_CONN_RESET\" --mode keyword")
+    print(f"\ntry: {_activate()}DIMPLE_DATA_DIR={settings.data_dir} dimple search \"ERR_CONN_RESET\" --mode keyword")
     return 0
+
+
+def _activate() -> str:
+    """``source .../activate && `` when this venv is not the active one (the
+    README's first command runs ``.venv/bin/dimple`` without activating it), so
+    the printed command runs as it is in the user's shell."""
+    if os.environ.get("VIRTUAL_ENV") == sys.prefix or sys.prefix == sys.base_prefix:
+        return ""
+    script = os.path.relpath(Path(sys.prefix, "bin", "activate"))
+    if script.startswith(".."):
+        script = str(Path(sys.prefix, "bin", "activate"))
+    return f"source {shlex.quote(script)} && "
 
 
 def _pick_showcase(queries: list[dict]) -> list[dict]:

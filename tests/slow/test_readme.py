@@ -351,8 +351,6 @@ def test_readme_command(readme_run, key):
     assert step.outcome is None, f"{step.run!r}: {step.outcome}"
 
 
-@pytest.mark.xfail(strict=True, reason="workers/demo.py prints 'dimple search ...' although the first command "
-                   "leaves .venv unactivated (issue 13, item 1)")
 def test_the_demo_hint_runs_as_printed(readme_run):
     hint = readme_run[DEMO_HINT]
     assert hint.outcome is None, f"{hint.run!r}: {hint.outcome}"
