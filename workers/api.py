@@ -23,7 +23,7 @@ from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, Que
 from . import resources
 from .app import app
 from .canvas import query_canvas
-from .celery_compat import ThrottledParentCheck, reset_connections
+from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 _BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
@@ -38,6 +38,10 @@ class _DecodesResults:
 
     A timeout raises ``QueryTimeoutError`` and a lost broker ``BrokerUnavailableError``
     (both ``DimpleError``s), naming the task.
+
+    Once ``get()`` has an answer or a stage's error, the handle stops waiting
+    on the canvas (``release``); after a timeout it keeps waiting, so ``get()``
+    may be called again, until ``release()``.
     """
 
     single = True
@@ -47,23 +51,35 @@ class _DecodesResults:
         try:
             value = super().get(*args, **kwargs)  # type: ignore[misc]
         except _BROKER_DOWN as exc:
-            reset_connections(app)
+            reset_connections(app)  # abandons the backend, its waiters with it
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
-        except CeleryTimeoutError:
+        except CeleryTimeoutError:  # still waiting: get() may be called again
             raise QueryTimeoutError(
                 f"no answer for task {self.id} within {kwargs.get('timeout', args[0] if args else None)} s; "
                 "are workers running for the embed and search queues?"
             ) from None
         except DimpleError:
+            self.release()
             raise
         except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
+            self.release()
             raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
+        self.release()
         results = _decode(value)
         return results[0] if self.single else results
+
+    def release(self) -> None:
+        """Stop waiting on this query's canvas; nothing to do embedded."""
 
 
 class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
     """An ``AsyncResult`` for a query canvas running on workers."""
+
+    def release(self) -> None:
+        """Stop waiting on this query's canvas: Celery would otherwise keep
+        waiting, for the life of the process, on the chord's header parts
+        (their results are ignored, so none ever arrives)."""
+        stop_waiting(self)
 
 
 class EagerSearchResult(_DecodesResults, EagerResult):
@@ -106,7 +122,12 @@ def search_async(query: str, **options: Any) -> SearchAsyncResult | EagerSearchR
 
 def search(query: str, **options: Any) -> Results:
     """Run one query and return its ``Results``."""
-    return search_async(query, **options).get(timeout=resources.settings().task_timeout_s)
+    handle = search_async(query, **options)
+    try:
+        return handle.get(timeout=resources.settings().task_timeout_s)
+    except QueryTimeoutError:
+        handle.release()
+        raise
 
 
 def _split(item: Any) -> tuple[Any, Any]:
@@ -168,6 +189,8 @@ def search_many(
             try:
                 out.extend(handle.get(timeout=max(due - time.monotonic(), 0.001)))
             except (QueryTimeoutError, BrokerUnavailableError) as exc:
+                if isinstance(exc, QueryTimeoutError):
+                    handle.release()
                 if not return_exceptions:
                     raise
                 out.extend([exc] * count)

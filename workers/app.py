@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import atexit
+
 from celery import Celery
 
 from pipeline.settings import Settings, get_settings
 
-from .celery_compat import reset_connections
+from .celery_compat import reset_connections, stop_waiting_at_exit
 
 QUEUES = ("embed", "search", "audit", "ingest")
 
@@ -82,3 +84,6 @@ def reconfigure(settings: Settings) -> None:
 
 
 app = make_app(get_settings())
+# Handles never collected (a timed-out or abandoned search_async) must not
+# unsubscribe from inside a half torn-down interpreter.
+atexit.register(stop_waiting_at_exit, app)
