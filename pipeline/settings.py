@@ -133,6 +133,12 @@ class Settings(BaseSettings):
     worker_prefetch_multiplier: int = Field(
         1, ge=1, le=64, description="messages each worker process reserves ahead (1: a long batch never holds a query back)"
     )
+    # The ready line waits for it; 1M memories' index loads in ~20-30 s on a busy 2-core machine.
+    worker_warmup_timeout_s: float = Field(
+        300.0, gt=0,
+        description="how long a worker process may take to load what its queues need (model, store index) "
+                    "before the worker starts without it; a replacement process slower than this is killed",
+    )
     task_soft_time_limit_s: int = Field(300, ge=1, description="a task is interrupted with an error after this long")
     task_time_limit_s: int = Field(360, ge=1, description="a task's worker process is replaced after this long")
 

@@ -13,6 +13,7 @@ from celery import Celery
 from pipeline.settings import Settings, get_settings
 
 from .celery_compat import reset_connections, stop_waiting_at_exit
+from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
 
@@ -45,6 +46,9 @@ def conf_for(settings: Settings) -> dict:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=settings.worker_prefetch_multiplier,
+        # A pool process loads its queues' resources before it reports up
+        # (workers/warmup.py); Celery's default of 4 s would kill a slower one.
+        worker_proc_alive_timeout=settings.worker_warmup_timeout_s,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
         # Unacked tasks of a lost worker come back after the visibility timeout;
@@ -84,6 +88,7 @@ def reconfigure(settings: Settings) -> None:
 
 
 app = make_app(get_settings())
+install_warmup(app)
 # Handles never collected (a timed-out or abandoned search_async) must not
 # unsubscribe from inside a half torn-down interpreter.
 atexit.register(stop_waiting_at_exit, app)
