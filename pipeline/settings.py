@@ -124,6 +124,13 @@ class Settings(BaseSettings):
     broker_url: SecretStr = Field(SecretStr(""), description="empty = embedded (in-process)")
     result_backend: SecretStr = Field(SecretStr(""), description="defaults to the broker URL")
     task_timeout_s: float = Field(120.0, gt=0, description="how long a caller waits for a query")
+    # Not task_timeout_s: a batch's cost follows the store, not the batch (BENCHMARKS.md,
+    # "Ingest freshness": ~47 s at 100k memories, ~450 s at 1M), far past a query's wait.
+    ingest_batch_timeout_s: float | None = Field(
+        None, gt=0,
+        description="how long `dimple ingest --via-broker` waits for each batch; "
+                    "default task_time_limit_s + 60 (by then its worker has stopped a batch that was running)",
+    )
 
     flower_user: str = Field("", description="Flower basic-auth user")
     flower_password: SecretStr = Field(SecretStr(""), description="Flower basic-auth password")
@@ -169,6 +176,13 @@ class Settings(BaseSettings):
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         return self
+
+    @property
+    def ingest_batch_wait_s(self) -> float:
+        """Seconds ``dimple ingest --via-broker`` waits for each batch (``ingest_batch_timeout_s``)."""
+        if self.ingest_batch_timeout_s is not None:
+            return self.ingest_batch_timeout_s
+        return self.task_time_limit_s + 60.0
 
     @property
     def embedded(self) -> bool:

@@ -16,6 +16,16 @@ from .celery_compat import reset_connections, stop_waiting_at_exit
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
+# The command that starts a worker for each queue (the README's "Running on workers").
+START_WORKER = {
+    "embed": "dimple worker --queues embed",
+    "search": "dimple worker --queues search --concurrency 2",
+    "audit": "dimple worker --queues audit --concurrency 1",
+    "ingest": "dimple worker --queues ingest --concurrency 1",
+}
+# How long a consumer check waits for workers' answers (each answers in milliseconds
+# unless it is still starting: it answers once it has logged its ready line).
+CONSUMER_CHECK_S = 1.0
 
 ROUTES = {
     "search.embed": {"queue": "embed"},
@@ -69,6 +79,14 @@ def conf_for(settings: Settings) -> dict:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
     )
+
+
+def consumed_queues(timeout: float = CONSUMER_CHECK_S) -> set[str]:
+    """The queues some live worker consumes now: asks every worker through
+    the broker and waits ``timeout`` s for answers. Kombu's errors (broker
+    down) propagate."""
+    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    return {queue["name"] for queues in replies.values() for queue in queues or ()}
 
 
 def make_app(settings: Settings) -> Celery:
