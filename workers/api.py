@@ -21,7 +21,7 @@ from pipeline.contracts import Batch, QueryOptions, Results, make_query
 from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, QueryTimeoutError, StageError
 
 from . import resources
-from .app import app
+from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 
@@ -54,10 +54,8 @@ class _DecodesResults:
             reset_connections(app)  # abandons the backend, its waiters with it
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:  # still waiting: get() may be called again
-            raise QueryTimeoutError(
-                f"no answer for task {self.id} within {kwargs.get('timeout', args[0] if args else None)} s; "
-                "are workers running for the embed and search queues?"
-            ) from None
+            timeout = kwargs.get("timeout", args[0] if args else None)
+            raise QueryTimeoutError(f"no answer for task {self.id} within {timeout} s; {_why_no_answer()}") from None
         except DimpleError:
             self.release()
             raise
@@ -70,6 +68,30 @@ class _DecodesResults:
 
     def release(self) -> None:
         """Stop waiting on this query's canvas; nothing to do embedded."""
+
+
+_QUERY_QUEUES = ("embed", "search")
+_last_check: tuple[str, float, set[str]] = ("", float("-inf"), set())  # broker, when, queues consumed
+
+
+def _why_no_answer() -> str:
+    """After a timeout only (an answered query never pays for it): which of
+    the query's queues no worker consumes, asked once per few seconds however
+    many batches timed out together."""
+    global _last_check
+    broker, checked_at, consumed = _last_check
+    if broker != app.conf.broker_url or time.monotonic() - checked_at > 5 * CONSUMER_CHECK_S:
+        try:
+            consumed = consumed_queues()
+        except _BROKER_DOWN:
+            return "are workers running for the embed and search queues?"
+        _last_check = (app.conf.broker_url, time.monotonic(), consumed)
+    missing = [q for q in _QUERY_QUEUES if q not in consumed]
+    if missing:
+        return (f"no worker is consuming the {' and '.join(repr(q) for q in missing)} queue"
+                f"{'s' if len(missing) > 1 else ''}; start: {'; '.join(START_WORKER[q] for q in missing)}")
+    return ("workers consume the embed and search queues but none answered in time "
+            "(busy with other batches, or a stage is stuck: see their logs or Flower)")
 
 
 class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
