@@ -85,6 +85,31 @@ class Stack:
         )
         self._write_pid(name)
 
+    def start_cli_worker(self, name: str, queues: str, concurrency: int = 1, env: dict[str, str] | None = None) -> None:
+        """A worker started the way ``dimple worker`` starts one; its output goes to ``NAME.log``."""
+        log = open(self.run_dir / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "workers.cli", "worker", "--queues", queues,
+             "--concurrency", str(concurrency), "--name", f"{name}@%h"],
+            env=self.env(env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self._write_pid(name)
+
+    def wait_for_ready(self, name: str, timeout: float = 120.0) -> str:
+        """Block until worker ``name`` logs its ready line (``workers/warmup.py``); return the line."""
+        log = self.run_dir / f"{name}.log"
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            for line in text.splitlines():
+                if f"{name}@" in line and " ready: " in line:
+                    return line
+            proc = self.procs[name]
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker {name} exited with {proc.returncode}; see {log}")
+            time.sleep(0.05)
+        raise RuntimeError(f"worker {name} logged no ready line within {timeout}s; see {log}")
+
     def start_query_workers(self, app, prefix: str, env: dict[str, str], *, audit: bool = False,
                             timeout: float = 120.0) -> list[str]:
         """An embed worker and a search worker with 2 processes (and an audit

@@ -66,6 +66,19 @@ class BrokerUnavailableError(DimpleError):
     """The configured broker cannot be reached."""
 
 
+class NoWorkerError(DimpleError):
+    """No live worker consumes a queue a command needs; ``queue`` names it and
+    the message the command that starts one."""
+
+    def __init__(self, queue: str, start: str, detail: str = "nothing was sent"):
+        self.queue = queue
+        super().__init__(f"no worker is consuming the {queue!r} queue ({detail}); start one: {start}")
+
+
+class IngestTimeoutError(DimpleError):
+    """An ingest batch sent through the broker was not acknowledged in time."""
+
+
 class StageError(DimpleError):
     """A pipeline stage failed on a worker; the message names the stage and the cause."""
 

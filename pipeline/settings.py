@@ -124,6 +124,13 @@ class Settings(BaseSettings):
     broker_url: SecretStr = Field(SecretStr(""), description="empty = embedded (in-process)")
     result_backend: SecretStr = Field(SecretStr(""), description="defaults to the broker URL")
     task_timeout_s: float = Field(120.0, gt=0, description="how long a caller waits for a query")
+    # Not task_timeout_s: a batch's cost follows the store, not the batch (BENCHMARKS.md,
+    # "Ingest freshness": ~47 s at 100k memories, ~450 s at 1M), far past a query's wait.
+    ingest_batch_timeout_s: float | None = Field(
+        None, gt=0,
+        description="how long `dimple ingest --via-broker` waits for each batch; "
+                    "default task_time_limit_s + 60 (by then its worker has stopped a batch that was running)",
+    )
 
     flower_user: str = Field("", description="Flower basic-auth user")
     flower_password: SecretStr = Field(SecretStr(""), description="Flower basic-auth password")
@@ -132,6 +139,12 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(0, ge=0, description="processes per worker; 0 = one per core")
     worker_prefetch_multiplier: int = Field(
         1, ge=1, le=64, description="messages each worker process reserves ahead (1: a long batch never holds a query back)"
+    )
+    # The ready line waits for it; 1M memories' index loads in ~20-30 s on a busy 2-core machine.
+    worker_warmup_timeout_s: float = Field(
+        300.0, gt=0,
+        description="how long a worker process may take to load what its queues need (model, store index) "
+                    "before the worker starts without it; a replacement process slower than this is killed",
     )
     task_soft_time_limit_s: int = Field(300, ge=1, description="a task is interrupted with an error after this long")
     task_time_limit_s: int = Field(360, ge=1, description="a task's worker process is replaced after this long")
@@ -173,6 +186,13 @@ class Settings(BaseSettings):
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         return self
+
+    @property
+    def ingest_batch_wait_s(self) -> float:
+        """Seconds ``dimple ingest --via-broker`` waits for each batch (``ingest_batch_timeout_s``)."""
+        if self.ingest_batch_timeout_s is not None:
+            return self.ingest_batch_timeout_s
+        return self.task_time_limit_s + 60.0
 
     @property
     def embedded(self) -> bool:

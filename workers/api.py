@@ -21,9 +21,9 @@ from pipeline.contracts import Batch, QueryOptions, Results, make_query
 from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, QueryTimeoutError, StageError
 
 from . import resources
-from .app import app
+from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
 from .canvas import query_canvas
-from .celery_compat import ThrottledParentCheck, reset_connections
+from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 _BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
@@ -38,6 +38,10 @@ class _DecodesResults:
 
     A timeout raises ``QueryTimeoutError`` and a lost broker ``BrokerUnavailableError``
     (both ``DimpleError``s), naming the task.
+
+    Once ``get()`` has an answer or a stage's error, the handle stops waiting
+    on the canvas (``release``); after a timeout it keeps waiting, so ``get()``
+    may be called again, until ``release()``.
     """
 
     single = True
@@ -47,23 +51,57 @@ class _DecodesResults:
         try:
             value = super().get(*args, **kwargs)  # type: ignore[misc]
         except _BROKER_DOWN as exc:
-            reset_connections(app)
+            reset_connections(app)  # abandons the backend, its waiters with it
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
-        except CeleryTimeoutError:
-            raise QueryTimeoutError(
-                f"no answer for task {self.id} within {kwargs.get('timeout', args[0] if args else None)} s; "
-                "are workers running for the embed and search queues?"
-            ) from None
+        except CeleryTimeoutError:  # still waiting: get() may be called again
+            timeout = kwargs.get("timeout", args[0] if args else None)
+            raise QueryTimeoutError(f"no answer for task {self.id} within {timeout} s; {_why_no_answer()}") from None
         except DimpleError:
+            self.release()
             raise
         except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
+            self.release()
             raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
+        self.release()
         results = _decode(value)
         return results[0] if self.single else results
+
+    def release(self) -> None:
+        """Stop waiting on this query's canvas; nothing to do embedded."""
+
+
+_QUERY_QUEUES = ("embed", "search")
+_last_check: tuple[str, float, set[str]] = ("", float("-inf"), set())  # broker, when, queues consumed
+
+
+def _why_no_answer() -> str:
+    """After a timeout only (an answered query never pays for it): which of
+    the query's queues no worker consumes, asked once per few seconds however
+    many batches timed out together."""
+    global _last_check
+    broker, checked_at, consumed = _last_check
+    if broker != app.conf.broker_url or time.monotonic() - checked_at > 5 * CONSUMER_CHECK_S:
+        try:
+            consumed = consumed_queues()
+        except _BROKER_DOWN:
+            return "are workers running for the embed and search queues?"
+        _last_check = (app.conf.broker_url, time.monotonic(), consumed)
+    missing = [q for q in _QUERY_QUEUES if q not in consumed]
+    if missing:
+        return (f"no worker is consuming the {' and '.join(repr(q) for q in missing)} queue"
+                f"{'s' if len(missing) > 1 else ''}; start: {'; '.join(START_WORKER[q] for q in missing)}")
+    return ("workers consume the embed and search queues but none answered in time "
+            "(busy with other batches, or a stage is stuck: see their logs or Flower)")
 
 
 class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
     """An ``AsyncResult`` for a query canvas running on workers."""
+
+    def release(self) -> None:
+        """Stop waiting on this query's canvas: Celery would otherwise keep
+        waiting, for the life of the process, on the chord's header parts
+        (their results are ignored, so none ever arrives)."""
+        stop_waiting(self)
 
 
 class EagerSearchResult(_DecodesResults, EagerResult):
@@ -106,7 +144,12 @@ def search_async(query: str, **options: Any) -> SearchAsyncResult | EagerSearchR
 
 def search(query: str, **options: Any) -> Results:
     """Run one query and return its ``Results``."""
-    return search_async(query, **options).get(timeout=resources.settings().task_timeout_s)
+    handle = search_async(query, **options)
+    try:
+        return handle.get(timeout=resources.settings().task_timeout_s)
+    except QueryTimeoutError:
+        handle.release()
+        raise
 
 
 def _split(item: Any) -> tuple[Any, Any]:
@@ -168,6 +211,8 @@ def search_many(
             try:
                 out.extend(handle.get(timeout=max(due - time.monotonic(), 0.001)))
             except (QueryTimeoutError, BrokerUnavailableError) as exc:
+                if isinstance(exc, QueryTimeoutError):
+                    handle.release()
                 if not return_exceptions:
                     raise
                 out.extend([exc] * count)

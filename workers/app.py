@@ -6,13 +6,26 @@
 
 from __future__ import annotations
 
+import atexit
+
 from celery import Celery
 
 from pipeline.settings import Settings, get_settings
 
-from .celery_compat import reset_connections
+from .celery_compat import reset_connections, stop_waiting_at_exit
+from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
+# The command that starts a worker for each queue (the README's "Running on workers").
+START_WORKER = {
+    "embed": "dimple worker --queues embed",
+    "search": "dimple worker --queues search --concurrency 2",
+    "audit": "dimple worker --queues audit --concurrency 1",
+    "ingest": "dimple worker --queues ingest --concurrency 1",
+}
+# How long a consumer check waits for workers' answers (each answers in milliseconds
+# unless it is still starting: it answers once it has logged its ready line).
+CONSUMER_CHECK_S = 1.0
 
 ROUTES = {
     "search.embed": {"queue": "embed"},
@@ -42,6 +55,9 @@ def conf_for(settings: Settings) -> dict:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=settings.worker_prefetch_multiplier,
+        # A pool process loads its queues' resources before it reports up
+        # (workers/warmup.py); Celery's default of 4 s would kill a slower one.
+        worker_proc_alive_timeout=settings.worker_warmup_timeout_s,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
         # Unacked tasks of a lost worker come back after the visibility timeout;
@@ -64,6 +80,14 @@ def conf_for(settings: Settings) -> dict:
     )
 
 
+def consumed_queues(timeout: float = CONSUMER_CHECK_S) -> set[str]:
+    """The queues some live worker consumes now: asks every worker through
+    the broker and waits ``timeout`` s for answers. Kombu's errors (broker
+    down) propagate."""
+    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    return {queue["name"] for queues in replies.values() for queue in queues or ()}
+
+
 def make_app(settings: Settings) -> Celery:
     app = Celery("dimple", include=["workers.tasks"])
     app.conf.update(conf_for(settings))
@@ -81,3 +105,7 @@ def reconfigure(settings: Settings) -> None:
 
 
 app = make_app(get_settings())
+install_warmup(app)
+# Handles never collected (a timed-out or abandoned search_async) must not
+# unsubscribe from inside a half torn-down interpreter.
+atexit.register(stop_waiting_at_exit, app)

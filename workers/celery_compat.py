@@ -9,12 +9,21 @@ minor version pyproject pins (``celery>=5.7,<5.8``);
 - ``ThrottledParentCheck``: ``AsyncResult._maybe_reraise_parent_error`` re-reads
   every parent stage's state after each message the result consumer gets;
   once per 50 ms is enough to notice a failed stage early.
+- ``stop_waiting`` / ``stop_waiting_at_exit``: drop the result backend's
+  waiters (``_pending_results``) and result subscriptions (the Redis result
+  consumer's ``subscribed_to``) for a finished canvas, or for everything at
+  interpreter exit. A chord's header parts ignore their results, so nothing
+  ever resolves Celery's waiters on them: each query would stay subscribed for
+  the life of the process, and at exit ``AsyncResult.__del__`` unsubscribes
+  through a half torn-down redis client ("Exception ignored in ...
+  AsyncResult.__del__ ... sys.meta_path is None").
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from celery import Celery
@@ -23,6 +32,8 @@ from celery.result import AsyncResult
 # The private names this module relies on (checked by the test).
 APP_ATTRIBUTES = ("_pool", "_backend_cache", "_local")
 RESULT_METHODS = ("_maybe_reraise_parent_error",)
+BACKEND_ATTRIBUTES = ("_pending_results",)
+RESULT_CONSUMER_ATTRIBUTES = ("subscribed_to",)  # the Redis result backend's consumer
 
 
 def reset_connections(app: Celery) -> None:
@@ -54,9 +65,73 @@ class ThrottledParentCheck:
         super()._maybe_reraise_parent_error()  # type: ignore[misc]
 
 
+def canvas_ids(result: Any) -> Iterator[str]:
+    """The task ids of a canvas's result and of everything it follows: its
+    parents and, for a chord, the header group's results."""
+    stack = [result]
+    while stack:
+        node = stack.pop()
+        if node is None:
+            continue
+        yield node.id
+        stack.extend(getattr(node, "results", None) or ())
+        stack.append(getattr(node, "parent", None))
+
+
+def stop_waiting(result: Any) -> None:
+    """Forget every waiter the result backend keeps for ``result``'s canvas
+    and unsubscribe from their results (one unsubscribe per id still subscribed).
+
+    Call it once nothing more is expected: ``get()`` returned or raised for
+    good, or the caller gave up. A later ``get()`` on the same handle waits
+    afresh."""
+    backend = result.backend
+    ids = set(canvas_ids(result))
+    for mapping in backend._pending_results:
+        for task_id in ids:
+            mapping.pop(task_id, None)
+    consumer = getattr(backend, "result_consumer", None)
+    if consumer is not None:
+        for task_id in ids:
+            consumer.cancel_for(task_id)
+
+
+def waiting_on(backend: Any) -> set[str]:
+    """Task ids the backend still keeps waiters or a result subscription for."""
+    ids = {task_id for mapping in backend._pending_results for task_id in mapping}
+    subscribed = getattr(getattr(backend, "result_consumer", None), "subscribed_to", None) or ()
+    prefix = _text(getattr(backend, "task_keyprefix", ""))
+    return ids | {_text(key).removeprefix(prefix) for key in subscribed}
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def stop_waiting_at_exit(app: Celery) -> None:
+    """For ``atexit``: forget every waiter and subscription of this thread's
+    result backend without a network call (the connection closes with the
+    process), so results collected during interpreter shutdown have nothing
+    to unsubscribe."""
+    backend = app._backend_cache or getattr(app._local, "backend", None)
+    if backend is None:
+        return
+    for mapping in backend._pending_results:
+        mapping.clear()
+    subscribed = getattr(getattr(backend, "result_consumer", None), "subscribed_to", None)
+    if subscribed is not None:
+        subscribed.clear()
+
+
 def has_private_api() -> dict[str, bool]:
     """Which of the private names this module uses the installed Celery has."""
     app: Any = Celery("probe", set_as_current=False)
     found = {f"Celery.{a}": hasattr(app, a) or a in type(app).__dict__ for a in APP_ATTRIBUTES}
     found |= {f"AsyncResult.{m}": callable(getattr(AsyncResult, m, None)) for m in RESULT_METHODS}
+    from celery.backends.redis import RedisBackend, ResultConsumer
+
+    backend = RedisBackend(app=app, url="redis://127.0.0.1:1/0")  # connects lazily: nothing is reached
+    found |= {f"RedisBackend.{a}": hasattr(backend, a) for a in BACKEND_ATTRIBUTES}
+    found |= {f"ResultConsumer.{a}": hasattr(backend.result_consumer, a) for a in RESULT_CONSUMER_ATTRIBUTES}
+    found["ResultConsumer.cancel_for"] = callable(getattr(ResultConsumer, "cancel_for", None))
     return found

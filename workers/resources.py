@@ -2,14 +2,18 @@
 store and the vector index (reloaded when the store's generation changes).
 
 The module is this process's ``pipeline.stages.registry.Resources``:
-``settings()``, ``embedder()``, ``index()`` and ``cursor()``.
+``settings()``, ``embedder()``, ``index()`` and ``cursor()``. A worker loads
+what its queues need up front (``warm``); a forked child never inherits its
+parent's DuckDB connections.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -148,3 +152,41 @@ def close_store() -> None:
             _store.close()
         _store = None
         _index = None
+
+
+def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
+    """Load now, in this process, what the tasks of ``queues`` use (routes in
+    ``workers.app``): ``embed`` the query embedder, ``ingest`` the ingest
+    embedder, ``search`` the published store and its vector index (if a store
+    is published yet). Each embedder embeds one text, so nothing is left to
+    load on the first task. Returns (what was loaded, seconds) pairs."""
+    wanted = set(queues)
+    loaded = []
+    for queue, bulk, role in (("embed", False, "query"), ("ingest", True, "ingest")):
+        if queue in wanted:
+            t0 = time.perf_counter()
+            model = embedder(bulk=bulk)
+            model.embed(["warm-up"])
+            loaded.append((f"{role} embedder {model.name} ({model.dim}-d)", time.perf_counter() - t0))
+    if "search" in wanted:
+        t0 = time.perf_counter()
+        vectors, st = index(), store()
+        if vectors is None or st is None:
+            what = f"no store in {settings().data_dir} yet (opened by the first query after one is published)"
+        else:
+            what = f"store generation {st.generation} with its vector index ({vectors.size:,} memories)"
+        loaded.append((what, time.perf_counter() - t0))
+    return loaded
+
+
+def _forget_parent_connections() -> None:
+    """In a forked child: the parent's DuckDB store and audit connections are
+    not ours to use or close; start without them (they are never touched again)."""
+    global _store, _index, _audit_writer, _lock
+    _inherited.extend(x for x in (_store, _audit_writer) if x is not None)
+    _store, _index, _audit_writer = None, None, None
+    _lock = threading.RLock()  # a thread of the parent may have held it at the fork
+
+
+_inherited: list[Any] = []
+os.register_at_fork(after_in_child=_forget_parent_connections)

@@ -56,6 +56,18 @@ def stack(tmp_path_factory, demo_store):
         run.stop_all()
 
 
+@pytest.fixture(scope="module")
+def bare_broker(tmp_path_factory):
+    """A redis-server that no worker consumes from."""
+    redis_binary()
+    run = Stack(tmp_path_factory.mktemp("bare"))
+    run.start_redis()
+    try:
+        yield run
+    finally:
+        run.stop_all()
+
+
 @pytest.fixture(autouse=True)
 def _back_to_embedded(demo_store):
     """Each test may point the process at a broker; the next starts embedded."""

@@ -1,14 +1,18 @@
 """The DuckDB process model with real processes: query workers keep reading
 while the ingest worker writes, and what it acknowledges becomes visible to
-them without a restart."""
+them without a restart. ``dimple ingest --via-broker`` refuses at once when no
+worker consumes the ingest queue, and a batch that times out is accounted for."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+import redis
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +142,67 @@ def test_load_60s_query_stream_while_ingesting_10k(demo_store, stack, tmp_path):
     everything = search("bulk memory", mode="keyword", namespace="bulk", max_units=n, top_k=n)
     assert len(everything.results) == n
     assert max(delays) <= 2.0
+
+
+def _cli(stack, settings, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    env = stack.env({"DIMPLE_DATA_DIR": str(settings.data_dir), **(env or {})})
+    return subprocess.run([sys.executable, "-m", "workers.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_no_ingest_worker_is_an_immediate_error_and_nothing_is_sent(demo_store, bare_broker, tmp_path):
+    import workers
+    from pipeline.errors import NoWorkerError
+    from workers.service import ingest_via_broker
+
+    path = _write(tmp_path / "none.jsonl", [{"id": "nw-1", "namespace": "ingest-test", "content": "never sent"}])
+    started = time.perf_counter()
+    done = _cli(bare_broker, demo_store.settings, "ingest", str(path), "--via-broker", timeout=60)
+    elapsed = time.perf_counter() - started
+    print(f"\nno ingest worker: dimple ingest --via-broker exited {done.returncode} after {elapsed:.2f} s")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "no worker is consuming the 'ingest' queue" in done.stderr
+    assert "dimple worker --queues ingest --concurrency 1" in done.stderr
+    assert elapsed < 15  # generous: ~1 s of waiting for workers' answers plus the interpreter's start
+
+    workers.configure(demo_store.with_broker(bare_broker.broker_url))
+    with pytest.raises(NoWorkerError) as info:
+        list(ingest_via_broker(path, demo_store.with_broker(bare_broker.broker_url)))
+    assert info.value.queue == "ingest"
+    assert redis.Redis.from_url(bare_broker.broker_url).llen("ingest") == 0  # nothing was sent
+
+
+def test_dimple_ingest_via_broker_with_an_ingest_worker(demo_store, stack, tmp_path):
+    path = _write(tmp_path / "cli.jsonl", [{"id": f"cli-{i}", "namespace": "ingest-cli", "content": f"cli {i}"}
+                                           for i in range(3)])
+    done = _cli(stack, demo_store.settings, "ingest", str(path), "--via-broker", env={"DIMPLE_INGEST_BATCH_SIZE": "2"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].startswith("lines 1-2: 2 new, 0 updated, generation ")
+    assert done.stdout.splitlines()[1].startswith("lines 3-3: 1 new, 0 updated, generation ")
+
+
+def test_a_batch_that_times_out_is_applied_later_and_nothing_after_it_is_sent(demo_store, stack, tmp_path):
+    import workers
+    from pipeline.errors import IngestTimeoutError
+    from workers.api import search
+    from workers.service import ingest_via_broker
+
+    # 400 memories to embed and write take seconds: far past the 0.05 s wait
+    settings = demo_store.with_broker(stack.broker_url).replace(ingest_batch_size=400, ingest_batch_timeout_s=0.05)
+    workers.configure(settings)
+    path = _write(tmp_path / "slow.jsonl", [{"id": f"late-{i}", "namespace": "ingest-late",
+                                            "content": f"late batch memory {i} ZX_LATE_{i}"} for i in range(402)])
+    with pytest.raises(IngestTimeoutError) as info:
+        list(ingest_via_broker(path, settings))
+    message = str(info.value)
+    assert message.startswith("the batch of lines 1-400 was sent but not acknowledged within 0.05 s")
+    assert "stays in the ingest queue and is applied when an ingest worker runs it" in message
+    assert "nothing after it was sent (lines 401-402)" in message
+
+    deadline = time.monotonic() + 120
+    while not search("ZX_LATE_399", mode="keyword", namespace="ingest-late").results:
+        assert time.monotonic() < deadline, "the timed-out batch was never applied"
+        time.sleep(0.2)
+    assert redis.Redis.from_url(stack.broker_url).llen("ingest") == 0
+    for i in (400, 401):
+        assert search(f"ZX_LATE_{i}", mode="keyword", namespace="ingest-late").results == []

@@ -27,3 +27,19 @@ def test_a_soft_limit_at_or_over_the_hard_limit_is_refused(settings):
     with pytest.raises(ValidationError) as info:
         settings.replace(task_soft_time_limit_s=60, task_time_limit_s=60)
     assert "task_soft_time_limit_s" in str(info.value)
+
+
+def test_a_pool_process_may_take_the_warm_up_timeout_to_report_up(settings):
+    """Celery kills a pool process that is not up within worker_proc_alive_timeout
+    (4 s by default); loading the ingest model alone takes longer."""
+    conf = conf_for(settings.replace(worker_warmup_timeout_s=42))
+    assert conf["worker_proc_alive_timeout"] == 42
+    assert conf_for(settings)["worker_proc_alive_timeout"] == settings.worker_warmup_timeout_s >= 60
+
+
+def test_an_ingest_batch_is_waited_for_until_its_worker_would_have_stopped_it(settings):
+    assert settings.ingest_batch_wait_s == settings.task_time_limit_s + 60 > settings.task_timeout_s
+    assert settings.replace(task_soft_time_limit_s=800, task_time_limit_s=900).ingest_batch_wait_s == 960
+    assert settings.replace(ingest_batch_timeout_s=30).ingest_batch_wait_s == 30
+    with pytest.raises(ValidationError, match="ingest_batch_timeout_s"):
+        settings.replace(ingest_batch_timeout_s=0)

@@ -1,0 +1,40 @@
+"""A query that times out says which of its queues no worker consumes; an
+answered query never asks the workers anything (no round trip per query)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_timeout_names_the_queues_nobody_consumes(demo_store, bare_broker):
+    import workers
+    from pipeline.errors import QueryTimeoutError
+    from workers.api import search
+
+    workers.configure(demo_store.with_broker(bare_broker.broker_url).replace(task_timeout_s=1))
+    started = time.perf_counter()
+    with pytest.raises(QueryTimeoutError) as info:
+        search("deploy window")
+    elapsed = time.perf_counter() - started
+    message = str(info.value)
+    assert "within 1.0 s; no worker is consuming the 'embed' and 'search' queues" in message
+    assert "start: dimple worker --queues embed; dimple worker --queues search --concurrency 2" in message
+    assert elapsed < 10  # generous: the 1 s timeout plus ~1 s asking the workers
+
+
+def test_an_answered_query_does_not_ask_who_consumes(demo_store, stack, monkeypatch):
+    import workers
+    from workers import api
+    from workers.api import search, search_many
+
+    def no_round_trip(*args, **kwargs):
+        raise AssertionError("an answered query asked the workers which queues they consume")
+
+    monkeypatch.setattr(api, "consumed_queues", no_round_trip)
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    assert search("deploy window").results
+    assert all(r.results for r in search_many(["deploy window", "rollback"], batch_size=1))

@@ -1,0 +1,69 @@
+"""What a worker loads before it consumes (resources.warm), the ready line it
+logs (workers/warmup.py), and that a forked pool process starts without its
+parent's DuckDB connection."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from tests.conftest import write_jsonl
+from workers import resources, warmup
+from workers.service import ingest_file
+
+
+def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": f"m{i}", "namespace": "a", "content": f"memory {i}"}
+                                                   for i in range(5)]), embedded, progress=False)
+    loaded = dict(resources.warm(["embed", "search", "audit"]))
+    assert set(loaded) == {"query embedder hash-64 (64-d)", "store generation 1 with its vector index (5 memories)"}
+    assert all(seconds >= 0 for seconds in loaded.values())
+    assert resources.warm(["audit"]) == []
+
+
+def test_search_before_any_store_says_so(embedded):
+    ((what, _),) = resources.warm(["search"])
+    assert what.startswith("no store in ") and "yet" in what
+
+
+def test_the_ready_line_names_queues_and_what_was_loaded():
+    reports = [{"pid": 1, "loaded": [["query embedder m (8-d)", 0.4]]},
+               {"pid": 2, "loaded": [["query embedder m (8-d)", 0.7]]}]
+    level, line = warmup._describe("w@h", ("embed",), 2, reports, 300)
+    assert level == logging.INFO
+    assert line == "w@h ready: queues embed; 2 processes loaded query embedder m (8-d) in 0.7 s"
+    level, line = warmup._describe("w@h", ("audit",), 1, [{"pid": 1, "loaded": []}], 300)
+    assert line == "w@h ready: queues audit; 1 process, nothing to load"
+
+
+def test_a_failed_or_late_process_makes_the_ready_line_a_warning():
+    reports = [{"pid": 1, "error": "StoreError: the store is newer"}]
+    level, line = warmup._describe("w@h", ("search",), 2, reports, 300)
+    assert level == logging.WARNING
+    assert "1 could not load (StoreError: the store is newer)" in line
+    assert "1 not loaded within 300 s (DIMPLE_WORKER_WARMUP_TIMEOUT_S)" in line
+
+
+def test_reports_are_read_until_every_process_answered_or_the_timeout():
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, b'{"pid": 1, "loaded": []}\n')
+        assert warmup._read_reports(read_fd, 1, timeout=5) == [{"pid": 1, "loaded": []}]
+        assert warmup._read_reports(read_fd, 1, timeout=0.2) == []  # nobody else reports
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def test_a_forked_child_does_not_inherit_the_store_connection(embedded, tmp_path):
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": "m1", "namespace": "a", "content": "one"}]),
+                embedded, progress=False)
+    parent_store = resources.store()
+    assert parent_store is not None
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection, never the parent's
+        code = 0 if resources._store is None and resources.store() is not parent_store else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert resources.store() is parent_store  # the parent's is untouched
