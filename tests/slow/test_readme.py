@@ -58,14 +58,9 @@ SKIP = {
     "bash ops/test.sh": "the test runner itself",
     "source .venv/bin/activate": "the test puts its own venv on PATH",
 }
-# Commands that fail today because of bugs being fixed elsewhere: strict, so
-# the test says when they are fixed. Keyed by the command's first line.
-_ASYNC_DEL = ("celery's AsyncResult.__del__ prints a traceback at interpreter exit "
-              "('ImportError: sys.meta_path is None') after a search through the broker")
-XFAIL: dict[str, str] = {
-    """python -c 'from workers.api import search; print(search("deploy window").results[0].id)'""": _ASYNC_DEL,
-    'dimple search "ERR_CONN_RESET" --mode keyword   # the CLI goes through the workers too': _ASYNC_DEL,
-}
+# Commands that fail today because of known bugs: strict, so the test says
+# when they are fixed. Keyed by the command's first line.
+XFAIL: dict[str, str] = {}
 README_BROKER = "redis://127.0.0.1:6379/0"
 TRACEBACK = "Traceback (most recent call last)"
 
