@@ -1,11 +1,8 @@
-"""Augment carries only the candidates the budget can keep: after scope and
-budget the answer is exactly what carrying every candidate gives.
+"""Augment carries only the candidates the budget can keep: after scope and budget
+the answer is exactly what carrying every candidate gives.
 
-The reference run is the same stages with augment told there is no
-``max_units`` (so it carries every candidate, as before the trim) and the
-budget given the real one back.
-
-The tests of this concern that run the query canvas in-process (the embedded tier).
+The tests of this concern for the in-process canvas (the embedded tier); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_augment.py``.
 """
 
 from __future__ import annotations

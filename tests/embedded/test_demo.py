@@ -1,6 +1,7 @@
 """The demo corpus generator keeps its promises: deterministic, valid, judged.
 
-The tests of this concern that run the query canvas in-process (the embedded tier).
+The tests of this concern for the in-process canvas (the embedded tier); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_demo.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Ingest: validation of every bad line, all-or-nothing writes, updates, the CLI.
 
-The tests of this concern that run the query canvas in-process (the embedded tier).
+The tests of this concern for the in-process canvas (the embedded tier); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_ingest.py``.
 """
 
 from __future__ import annotations

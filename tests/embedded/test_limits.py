@@ -1,12 +1,7 @@
 """Input limits (settings.limits) and the bugs fuzzing found (issue 8).
 
-Every violation is an ``InputError`` naming the field (API), a ``LineError``
-naming line and field (ingest), or one line on stderr with exit code 2 (CLI).
-Each ``test_regression_*`` reproduces a crash that fuzzing found: before the
-fix it was an uncaught UnicodeEncodeError, RuntimeError, OverflowError,
-RecursionError or TypeError, or a silently empty answer.
-
-The tests of this concern that run the query canvas in-process (the embedded tier).
+The tests of this concern for the in-process canvas (the embedded tier); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_limits.py``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""Safe defaults (issue 8): JSON-only messages, Flower behind auth, no secrets
-in ``dimple config`` or logs, data folders readable by their owner only.
-(An unreachable broker's error and log lines without its password:
+"""Safe defaults (issue 8): JSON-only messages, Flower behind auth, no secrets in
+``dimple config`` or logs, data folders readable by their owner only. (An
+unreachable broker's error and log lines without its password:
 tests/unit/test_api.py::test_unreachable_broker_is_a_clear_error.)
 
-The refusal by a real worker is tested with Redis in
-tests/integration/test_distributed.py::test_a_pickled_message_is_refused; here
-the same configuration is checked without a broker, through kombu's own
-decoder (what the worker calls on every message).
-
-The tests of this concern that run the query canvas in-process (the embedded tier).
+The tests of this concern for the in-process canvas (the embedded tier); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_safe_defaults.py``.
 """
 
 from __future__ import annotations

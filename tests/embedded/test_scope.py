@@ -1,9 +1,7 @@
 """Scoping: no result and no graph link outside the query's scope, ever.
 
-Hand-built states for ``in_scope`` / ``scope_batch``, then a property over
-random stores run through the real in-process pipeline.
-
-The tests of this concern that run the query canvas in-process (the embedded tier).
+The tests of this concern for the in-process canvas (the embedded tier); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_scope.py``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The full-text leg against the DuckDB FTS extension's own ``match_bm25``:
-same scores, same rankings, same scope filtering, over hundreds of random
-queries (frequent and rare terms, stopwords, repeats, unknown words,
-identifiers) on 2,000 synthetic memories (20,000 in the slow tier). That the
-cost follows the postings read, not the store size, is a benchmark
-(``ops/bench/fulltext.py``), not a timed test.
+"""The full-text leg against the DuckDB FTS extension's own ``match_bm25``: same
+scores, same rankings, same scope filtering, over hundreds of random queries
+(frequent and rare terms, stopwords, repeats, unknown words, identifiers) on
+2,000 synthetic memories (20,000 in the slow tier). That the cost follows the
+postings read, not the store size, is a benchmark (``ops/bench/fulltext.py``),
+not a timed test.
 
-The slow tier's share of these tests (CI runs them; the default tier does not).
+The tests of this concern for the slow tier (CI runs it; the default tier does not); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_fulltext.py``.
 """
 
 from __future__ import annotations

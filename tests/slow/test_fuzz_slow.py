@@ -1,15 +1,8 @@
 """Fuzzing the public surface: ``search``, ``search_async``, ``search_many``,
 ingest records and the CLI's arguments (issue 8).
 
-Each generated case must end in an answer that keeps dimple's promises or in
-the typed error bad input gets (``InputError`` naming a real field,
-``IngestValidationError`` with line and field, exit code 2 with one line);
-never an uncaught exception, never a query running past its ``max_ms`` plus a
-margin, never a store changed by a failed call. The default tier runs a few
-hundred cases; the slow tier (``-m slow``) 5,000. Both print their
-figures in the "hardening figures" section of pytest's summary.
-
-The slow tier's share of these tests (CI runs them; the default tier does not).
+The tests of this concern for the slow tier (CI runs it; the default tier does not); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_fuzz.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The LoCoMo loader, on a tiny hand-built file (and, when present, the real one).
 
-The slow tier's share of these tests (CI runs them; the default tier does not).
+The tests of this concern for the slow tier (CI runs it; the default tier does not); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_locomo.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Scoping: no result and no graph link outside the query's scope, ever.
 
-Hand-built states for ``in_scope`` / ``scope_batch``, then a property over
-random stores run through the real in-process pipeline.
-
-The slow tier's share of these tests (CI runs them; the default tier does not).
+The tests of this concern for the slow tier (CI runs it; the default tier does not); the unit tests and the
+helpers and fixtures shared with them are in ``tests/unit/test_scope.py``.
 """
 
 from __future__ import annotations
