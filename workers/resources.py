@@ -162,13 +162,6 @@ def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
     load on the first task. Returns (what was loaded, seconds) pairs."""
     wanted = set(queues)
     loaded = []
-    if "embed" in wanted:
-        # A prefork worker runs one process per core: one BLAS thread each, or
-        # the processes' threads fight over the cores (single queries were
-        # 300-600 ms instead of ~12 ms on a busy 2-core machine).
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=1, user_api="blas")
     for queue, bulk, role in (("embed", False, "query"), ("ingest", True, "ingest")):
         if queue in wanted:
             t0 = time.perf_counter()
