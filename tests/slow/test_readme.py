@@ -217,6 +217,20 @@ def _start(step: Step, env: dict[str, str], work: Path, logs: Path, n: int) -> N
                                  start_new_session=True)
 
 
+WORKER_READY_S = 300.0  # a worker loads its queues' models before its ready line (ingest: torch)
+
+
+def _wait_ready(step: Step, logs: Path, n: int) -> None:
+    """The README says to query once the workers' ready lines appear: wait for this one's."""
+    deadline = time.monotonic() + WORKER_READY_S
+    while time.monotonic() < deadline and step.proc.poll() is None:
+        if any(" ready: queues " in (logs / f"{n:02d}.{s}").read_text(encoding="utf-8", errors="replace")
+               for s in ("out", "err")):
+            return
+        time.sleep(0.5)
+    step.outcome = step.outcome or f"no ready line within {WORKER_READY_S:.0f} s (exited: {step.proc.poll()})"
+
+
 def _answers(port: int, auth: str | None) -> int | None:
     request = urllib.request.Request(f"http://127.0.0.1:{port}/")
     if auth:
@@ -305,10 +319,15 @@ def readme_run(tmp_path_factory) -> dict[str, Step]:
             if step.background:
                 _start(step, env, work, logs, n)
                 started.append((n, step))
+                if re.search(r"\bdimple worker\b", step.run):
+                    _wait_ready(step, logs, n)
+            elif step.run.startswith("dimple demo"):
+                # the first command runs .venv/bin/dimple before any `source .venv/bin/activate`
+                unactivated = {k: v for k, v in env.items() if k != "VIRTUAL_ENV"}
+                _run(step, unactivated, work, logs, n)
+                hint = _demo_hint(step, env, work, logs)
             else:
                 env = _run(step, env, work, logs, n)
-                if step.run.startswith("dimple demo"):
-                    hint = _demo_hint(step, env, work, logs)
         for _, step in started:
             if "dimple flower" in step.run and step.proc.poll() is None:
                 _check_flower(step, env)
