@@ -1,0 +1,65 @@
+"""``dimple audit retry`` of a dead-letter backlog: batched transactions
+against one write per letter (the path before), in one run.
+
+    python -m ops.bench.audit_retry --n 10000 --baseline-n 1000
+
+Both sides write the same rows into a fresh audit store of their own; the
+baseline (``write_record`` per letter, a connection and a transaction each)
+runs on ``--baseline-n`` letters and its time is scaled to ``--n`` (it is
+linear in the letters), so the ratio is per letter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from pipeline.audit import AuditRecord, count, dead_letter, dead_letters, retry_dead_letters, write_record
+
+
+def _row(i: int) -> AuditRecord:
+    return AuditRecord(
+        query_id=f"{i:032x}", logged_at=datetime(2026, 1, 1), query_hash="0" * 16, hash_of="text", mode="hybrid",
+        requested_mode="hybrid", query_text=f"deploy window {i}", options={"scope": {}, "budget": {"max_units": 10}},
+        query_profile={"legs": {"fts": {"ran": True, "hits": 10}, "vector": {"ran": True, "hits": 10}}},
+        sources=[{"id": f"m{j}", "rank": j, "ranks": {"fts": j}, "rrf": 0.01, "score": 0.01} for j in range(1, 11)],
+        result_count=10, truncated=False, latency_ms={"embed": 10.0}, total_ms=50.0, rrf_k=60,
+    )
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ops.bench.audit_retry")
+    p.add_argument("--n", type=int, default=10_000, help="dead letters retried in batches")
+    p.add_argument("--baseline-n", type=int, default=1_000, help="dead letters written one by one")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for i in range(args.n):
+            dead_letter(work / "letters", _row(i), "bench")
+        t0 = time.perf_counter()
+        written, present, errors = retry_dead_letters(work / "letters", work / "batched.duckdb")
+        batched = time.perf_counter() - t0
+        assert (written, present, errors) == (args.n, 0, []) and count(work / "batched.duckdb")[0] == args.n
+        for i in range(args.baseline_n):
+            dead_letter(work / "one", _row(i), "bench")
+        t0 = time.perf_counter()
+        for _, _, record in dead_letters(work / "one"):
+            write_record(work / "one.duckdb", record)
+        one_by_one = (time.perf_counter() - t0) * args.n / args.baseline_n
+    print(json.dumps({
+        "load_average": os.getloadavg(),
+        "letters": args.n,
+        "batched_s": round(batched, 2),
+        "one_by_one_s_scaled": round(one_by_one, 2),
+        "ratio_batched_over_one_by_one": round(batched / one_by_one, 4),
+    }, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
