@@ -15,7 +15,7 @@ component), and a row does not depend on which other texts share its batch
 (padding is masked out; batched and one-by-one rows agree to ~3e-7).
 What it reads: ``config.json``, ``modules.json``, ``sentence_bert_config.json``,
 ``1_Pooling/config.json``, ``tokenizer.json`` (through the Rust ``tokenizers``
-library) and ``model.safetensors``; it never unpickles anything and never
+library) and ``model.safetensors`` (no executable weight format) and never
 downloads. It imports numpy, tokenizers and safetensors only -- not torch,
 transformers or sentence_transformers -- so a cold start costs well under a
 second instead of ~7 s of imports. Matrix products go to numpy's BLAS; on a
