@@ -31,6 +31,14 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    """Lay out, write (PNG, 100 dpi) and close a figure; its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
 
@@ -109,10 +117,7 @@ def _run_plots(folder: Path, report: RunReport, runs_detail: list[Any]) -> dict[
     ax.bar(list(report["metrics"]), list(report["metrics"].values()), color="#4c72b0")
     ax.set_ylim(0, 1)
     ax.set_title(f"{report['name']}: metrics")
-    fig.tight_layout()
-    out["plot_metrics"] = folder / "metrics.png"
-    fig.savefig(out["plot_metrics"], dpi=100)
-    plt.close(fig)
+    out["plot_metrics"] = _save(plt, fig, folder / "metrics.png")
 
     out["plot_latency"] = folder / "latency.png"
     _latency_plot(out["plot_latency"], {report["name"]: runs_detail}, plt)
@@ -123,10 +128,7 @@ def _run_plots(folder: Path, report: RunReport, runs_detail: list[Any]) -> dict[
     ax.set_xlabel("queries, sorted")
     ax.set_ylabel("nDCG@10")
     ax.set_title(f"{report['name']}: per-query nDCG@10")
-    fig.tight_layout()
-    out["plot_per_query"] = folder / "per_query.png"
-    fig.savefig(out["plot_per_query"], dpi=100)
-    plt.close(fig)
+    out["plot_per_query"] = _save(plt, fig, folder / "per_query.png")
     return out
 
 
@@ -146,9 +148,7 @@ def _latency_plot(path: Path, detail: dict[str, list[Any]], plt) -> None:
             ax.set_xticks(range(1, len(stages) + 1), list(stages), rotation=30)
         ax.set_ylabel("ms")
         ax.set_title(name[:40])
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 # -- comparisons ------------------------------------------------------------------------------
@@ -167,10 +167,7 @@ def write_comparison(folder: Path, comparison: Comparison, title: str = "Compari
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     ax.set_title("metrics by configuration")
-    fig.tight_layout()
-    paths["plot_metrics"] = folder / "metrics_by_run.png"
-    fig.savefig(paths["plot_metrics"], dpi=100)
-    plt.close(fig)
+    paths["plot_metrics"] = _save(plt, fig, folder / "metrics_by_run.png")
 
     if comparison["pairs"]:
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -182,10 +179,7 @@ def write_comparison(folder: Path, comparison: Comparison, title: str = "Compari
         ax.set_ylabel(f"delta {comparison['pairs'][0]['metric']}")
         ax.legend(fontsize=7)
         ax.set_title("per-query delta against the baseline")
-        fig.tight_layout()
-        paths["plot_delta"] = folder / "per_query_delta.png"
-        fig.savefig(paths["plot_delta"], dpi=100)
-        plt.close(fig)
+        paths["plot_delta"] = _save(plt, fig, folder / "per_query_delta.png")
 
     fig, ax = plt.subplots(figsize=(8, 4))
     p50 = [comparison["latency_ms"][n].get("total", {}).get("p50", 0) for n in names]
@@ -196,10 +190,7 @@ def write_comparison(folder: Path, comparison: Comparison, title: str = "Compari
     ax.set_ylabel("total ms per query")
     ax.legend()
     ax.set_title("latency by configuration")
-    fig.tight_layout()
-    paths["plot_latency"] = folder / "latency_by_run.png"
-    fig.savefig(paths["plot_latency"], dpi=100)
-    plt.close(fig)
+    paths["plot_latency"] = _save(plt, fig, folder / "latency_by_run.png")
     paths["summary"].write_text(comparison_summary(comparison, title), encoding="utf-8")
     return paths
 
@@ -255,8 +246,5 @@ def write_replay(folder: Path, report: ReplayReport) -> dict[str, Path]:
     ax.set_xlabel(f"overlap@{report['k']} of the changed queries")
     ax.set_ylabel("queries")
     ax.set_title(f"replay: {report['changed']} of {report['replayed']} changed")
-    fig.tight_layout()
-    paths["plot_overlap"] = folder / "overlap.png"
-    fig.savefig(paths["plot_overlap"], dpi=100)
-    plt.close(fig)
+    paths["plot_overlap"] = _save(plt, fig, folder / "overlap.png")
     return paths
