@@ -32,9 +32,10 @@ class LineError:
     line: int
     field: str
     reason: str
+    unit: str = "line"  # "record" for records given to ``remember``, numbered from 1
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.field}: {self.reason}"
+        return f"{self.unit} {self.line}: {self.field}: {self.reason}"
 
 
 @dataclass
@@ -44,7 +45,8 @@ class IngestValidationError(DimpleError):
     errors: list[LineError] = field(default_factory=list)
 
     def __str__(self) -> str:
-        head = f"{len(self.errors)} invalid line(s); nothing was written"
+        unit = self.errors[0].unit if self.errors else "line"
+        head = f"{len(self.errors)} invalid {unit}(s); nothing was written"
         shown = "\n".join(f"  {e}" for e in self.errors[:50])
         more = f"\n  ... and {len(self.errors) - 50} more" if len(self.errors) > 50 else ""
         return f"{head}\n{shown}{more}"

@@ -101,6 +101,14 @@ class Settings(BaseSettings):
     )
     embedding_device: str = Field("cpu", description="torch device for the embedder")
     embed_batch_size: int = Field(64, ge=1, le=4096)
+    write_wait_s: float = Field(600.0, gt=0, description="how long a write waits for the one before it to publish")
+    compact_max_deltas: int = Field(
+        256, ge=1, description="un-compacted deltas that make a compaction due (see also compact_delta_memories)"
+    )
+    compact_delta_memories: int = Field(
+        20_000, ge=1,
+        description="memories in un-compacted deltas that make a compaction due; a write this large goes straight into a new base",
+    )
     ingest_batch_size: int = Field(512, ge=1, le=100_000)
     query_batch_size: int = Field(64, ge=1, le=10_000, description="queries per canvas in search_many")
 
@@ -205,10 +213,10 @@ class Settings(BaseSettings):
 
     @property
     def store_path(self) -> Path:
-        """The published store generation (see ``pipeline.store.generations``)."""
-        from pipeline.store.generations import current_or_default
+        """The published base (``pipeline.store.segments``), or where a first one would be."""
+        from pipeline.store.segments import LEGACY_FILE, base_path
 
-        return current_or_default(self.data_dir)
+        return base_path(self.data_dir) or self.data_dir / LEGACY_FILE
 
     @property
     def audit_path(self) -> Path:

@@ -1,4 +1,5 @@
-"""The Python API: ``search``, ``search_async`` and ``search_many``.
+"""The Python API: ``search``, ``search_async`` and ``search_many``; the
+writes ``remember``, ``forget`` (each with an ``_async`` form) and ``get``.
 
 Embedded (no broker configured) the canvas runs in-process; with
 ``DIMPLE_BROKER_URL`` set the same canvas runs on workers and
@@ -18,12 +19,22 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pipeline.contracts import Batch, QueryOptions, Results, make_query
-from pipeline.errors import BrokerUnavailableError, DimpleError, InputError, QueryTimeoutError, StageError
+from pipeline.errors import (
+    BrokerUnavailableError,
+    DimpleError,
+    IngestValidationError,
+    InputError,
+    LineError,
+    QueryTimeoutError,
+    StageError,
+)
+from pipeline.store.writes import WriteResult
 
 from . import resources
 from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
+from .tasks import forget_task, get_task, remember_task
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 _BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
@@ -244,4 +255,121 @@ def search_many(
     return out
 
 
-__all__ = ["search", "search_async", "search_many", "QueryOptions", "Results"]
+# -- writes -----------------------------------------------------------------------------
+class _DecodesWrite:
+    """``get()`` returns a ``WriteResult``; records the worker found invalid
+    raise ``IngestValidationError`` (nothing written), a timeout
+    ``QueryTimeoutError``, a lost broker ``BrokerUnavailableError``."""
+
+    id: str
+
+    def get(self, *args: Any, **kwargs: Any) -> WriteResult:
+        try:
+            value = super().get(*args, **kwargs)  # type: ignore[misc]
+        except _BROKER_DOWN as exc:
+            reset_connections(app)
+            raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
+        except CeleryTimeoutError:
+            timeout = kwargs.get("timeout", args[0] if args else None)
+            raise QueryTimeoutError(
+                f"write {self.id} not acknowledged within {timeout} s; it stays queued and is applied when "
+                f"an ingest worker runs it (start one: {START_WORKER['ingest']})") from None
+        except DimpleError:
+            raise
+        except Exception as exc:
+            raise StageError(f"the write failed on a worker: {type(exc).__name__}: {exc}") from None
+        if not value.get("ok", True):
+            raise IngestValidationError([_line_error(e) for e in value["errors"]])
+        value.pop("ok", None)
+        return WriteResult.model_validate(value)
+
+
+def _line_error(text: str) -> LineError:
+    unit, _, rest = text.partition(" ")
+    number, _, rest = rest.partition(": ")
+    where, _, reason = rest.partition(": ")
+    return LineError(int(number) if number.isdigit() else 0, where, reason, unit=unit)
+
+
+class WriteAsyncResult(_DecodesWrite, AsyncResult):
+    """An ``AsyncResult`` for a write sent to the ``ingest`` queue."""
+
+
+class EagerWriteResult(_DecodesWrite, EagerResult):
+    """The embedded counterpart: the write is on disk when returned."""
+
+
+def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
+    if app.conf.task_always_eager:
+        res = task.apply(args=list(args))
+        if res.failed():
+            raise res.result
+        return EagerWriteResult(res.id, res.result, res.state)
+    try:
+        handle = task.apply_async(args=list(args))
+    except _BROKER_DOWN as exc:
+        reset_connections(app)
+        raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
+    return WriteAsyncResult(handle.id, app=app)
+
+
+def remember_async(records: Any, *, skip_invalid: bool = False) -> WriteAsyncResult | EagerWriteResult:
+    """Remember one memory (a dict, the fields of an ingest line) or a list of
+    them: an upsert by id (an id is derived from namespace and content when
+    none is given). ``.get()`` returns a ``WriteResult`` once the write is on
+    disk and visible to the next query.
+
+    Records are validated here first: a bad one raises ``IngestValidationError``
+    naming the record (from 1) and the field, and nothing is sent.
+    """
+    from pipeline.store.writes import parse_records
+
+    settings = resources.settings()
+    parsed = parse_records(records, settings)
+    if parsed.errors and not skip_invalid:  # checks against the store (edge targets) run on the worker
+        raise IngestValidationError(sorted(parsed.errors, key=lambda e: (e.line, e.field)))
+    return _send(remember_task, [r.model_dump(mode="json", exclude_none=True) for r in parsed.records], skip_invalid)
+
+
+def remember(records: Any, *, skip_invalid: bool = False) -> WriteResult:
+    """``remember_async(...).get()``, waiting up to ``DIMPLE_TASK_TIMEOUT_S``."""
+    return remember_async(records, skip_invalid=skip_invalid).get(timeout=resources.settings().task_timeout_s)
+
+
+def forget_async(ids: str | Iterable[str], reason: str | None = None) -> WriteAsyncResult | EagerWriteResult:
+    """Forget memories by id: they leave every result and every link at once,
+    and the store's files at the next compaction. Unknown ids are reported
+    in ``not_found``, not refused."""
+    wanted = [ids] if isinstance(ids, str) else list(ids)
+    if not wanted:
+        raise InputError("ids", "give at least one memory id")
+    for i, mid in enumerate(wanted):
+        if not isinstance(mid, str) or not mid.strip() or len(mid) > 512:
+            raise InputError(f"ids[{i}]", "must be a memory id (1-512 characters)")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 10_000):
+        raise InputError("reason", "text of at most 10,000 characters")
+    return _send(forget_task, wanted, reason)
+
+
+def forget(ids: str | Iterable[str], reason: str | None = None) -> WriteResult:
+    """``forget_async(...).get()``, waiting up to ``DIMPLE_TASK_TIMEOUT_S``."""
+    return forget_async(ids, reason).get(timeout=resources.settings().task_timeout_s)
+
+
+def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
+    """The live memories among ``ids`` as written (fields of an ingest line),
+    in the order asked; unknown and forgotten ids are left out."""
+    wanted = [ids] if isinstance(ids, str) else list(ids)
+    if app.conf.task_always_eager:
+        from pipeline.store.writes import get as read
+
+        return read(resources.settings(), wanted, reader=resources.reader())
+    try:
+        return get_task.apply_async(args=[wanted]).get(timeout=resources.settings().task_timeout_s)
+    except _BROKER_DOWN as exc:
+        reset_connections(app)
+        raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
+
+
+__all__ = ["search", "search_async", "search_many", "remember", "remember_async", "forget", "forget_async", "get",
+           "QueryOptions", "Results", "WriteResult"]

@@ -21,7 +21,7 @@ START_WORKER = {
     "embed": "dimple worker --queues embed",
     "search": "dimple worker --queues search --concurrency 2",
     "audit": "dimple worker --queues audit --concurrency 1",
-    "ingest": "dimple worker --queues ingest --concurrency 1",
+    "ingest": "dimple worker --queues ingest --concurrency 2",
 }
 # How long a consumer check waits for workers' answers (each answers in milliseconds
 # unless it is still starting: it answers once it has logged its ready line).
@@ -32,6 +32,7 @@ ROUTES = {
     "search.*": {"queue": "search"},
     "audit.*": {"queue": "audit"},
     "ingest.*": {"queue": "ingest"},
+    "store.get": {"queue": "search"},
 }
 
 

@@ -127,6 +127,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="validate here, then send batches to the ingest queue (edges must point to earlier lines or the store)")
     s.set_defaults(func=cmd_ingest)
 
+    s = sub.add_parser("forget", help="forget memories by id: gone from results and links at once, from the files at the next compaction")
+    s.add_argument("ids", nargs="+", metavar="ID", help="memory ids to forget")
+    s.add_argument("--reason", help="why (kept in the delta until compaction)")
+    s.set_defaults(func=cmd_forget)
+
+    s = sub.add_parser("compact", help="merge the pending deltas into a new base now")
+    s.set_defaults(func=cmd_compact)
+
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
     s.set_defaults(func=cmd_reindex)
 
@@ -226,24 +234,48 @@ def cmd_ingest(args) -> int:
         print(
             f"ingested {args.file}: {report.inserted} new, {report.updated} updated, {report.unchanged} unchanged, "
             f"{report.embedded} embedded in {report.seconds['total']:.1f}s; "
-            + (f"generation {report.generation}" if written else f"nothing to write, generation {report.generation} kept")
+            + (f"store version {report.version}" if written else f"nothing to write, store version {report.version} kept")
         )
         for line in report.skipped:
             print(f"skipped {line}")
     return 0
 
 
+def cmd_forget(args) -> int:
+    from .api import forget
+
+    settings = cli_settings()
+    if settings.embedded:
+        require_store(settings)
+    report = forget(args.ids, reason=args.reason)
+    print(f"forgot {report.forgotten} memor{'y' if report.forgotten == 1 else 'ies'} (store version {report.version})"
+          + (f"; not in the store: {', '.join(report.not_found)}" if report.not_found else ""))
+    return 0
+
+
+def cmd_compact(args) -> int:
+    from pipeline.store.compact import compact
+
+    settings = cli_settings()
+    require_store(settings)
+    report = compact(settings, wait=True)
+    if not report.ran:
+        print(f"nothing to compact (store version {report.version})")
+    else:
+        print(f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
+              f"forgotten for good, in {report.seconds:.1f}s (store version {report.version})")
+    return 0
+
+
 def cmd_reindex(args) -> int:
-    from pipeline.store import generations
-    from pipeline.store.database import Store
-    from pipeline.store.ingest import rebuild_tree
+    from pipeline.store.compact import compact
 
     settings = cli_settings()
     require_store(settings)
     t0 = time.perf_counter()
-    with generations.writing(settings.data_dir) as path, Store.open(path, read_only=False) as store:
-        tree = rebuild_tree(store, settings)
-    print(f"reindexed: {len(tree.leaves())} leaves, {len(tree.topics) - 1} topics in {time.perf_counter() - t0:.1f}s")
+    report = compact(settings, rebuild=True, wait=True)
+    print(f"reindexed: deltas merged, every namespace clustered again and the index rebuilt in "
+          f"{time.perf_counter() - t0:.1f}s (store version {report.version})")
     return 0
 
 

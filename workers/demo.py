@@ -27,7 +27,7 @@ SHOWCASE = 3
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
     from pipeline.datasets.demo import write_demo
-    from pipeline.store import generations
+    from pipeline.store import segments
 
     from . import resources
     from .service import ingest_file
@@ -35,13 +35,13 @@ def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Pat
     files = write_demo(settings.data_dir / "files")
     if rebuild:
         resources.close_store()
-        generations.drop_all(settings.data_dir)
-    if generations.current(settings.data_dir) is None:
+        segments.drop_all(settings.data_dir)
+    if not segments.exists(settings.data_dir):
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
         report = ingest_file(files["memories"], settings)
         print(
             f"  {report.inserted} memories embedded and indexed in {report.seconds['total']:.1f}s "
-            f"(embedding {report.seconds['embed']:.1f}s)"
+            f"(embedding {report.seconds.get('embed', 0.0):.1f}s)"
         )
     return files
 

@@ -159,11 +159,11 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
 
 def _ensure_store(settings, records: list[dict], what: str) -> None:
     """Ingest ``records`` into ``settings.data_dir`` unless a store is there already."""
-    from pipeline.store import generations
+    from pipeline.store import segments
 
     from .service import ingest_file
 
-    if generations.current(settings.data_dir) is not None:
+    if segments.exists(settings.data_dir):
         return
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     path = settings.data_dir / f"{what}-records.jsonl"
@@ -383,20 +383,23 @@ def _axes(args) -> dict[str, list[Any]]:
 def tree_copy(settings, max_leaf_items: int, work: Path):
     """Settings on a temporary copy of the published store whose tree is
     rebuilt with ``max_leaf_items``; the user's store is only read."""
-    from pipeline.store import generations
-    from pipeline.store.database import Store
-    from pipeline.store.ingest import rebuild_tree
+    from pipeline.store import segments
+    from pipeline.store.compact import compact
 
     from .service import require_store
 
-    source = require_store(settings)
+    require_store(settings)
     copy = settings.replace(data_dir=work / f"leaf-{max_leaf_items}",
                             tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
     copy.data_dir.mkdir(parents=True)
-    target = copy.data_dir / generations.LEGACY
-    shutil.copyfile(source, target)
-    with Store.open(target, read_only=False) as store:
-        rebuild_tree(store, copy)
+    with segments.write_lock(settings.data_dir):  # a manifest and the files it names, together
+        manifest = segments.read_manifest(settings.data_dir)
+        assert manifest is not None  # require_store
+        for name in sorted(manifest.files()):
+            (copy.data_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(settings.data_dir / name, copy.data_dir / name)
+        (copy.data_dir / segments.MANIFEST).write_text(manifest.as_json(), encoding="utf-8")
+    compact(copy, rebuild=True, wait=True)
     return copy
 
 

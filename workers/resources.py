@@ -1,8 +1,8 @@
-"""Heavy per-process resources, loaded lazily once: the embedder, the read-only
-store and the vector index (reloaded when the store's generation changes).
+"""Heavy per-process resources, loaded lazily once: the embedder, and the
+read-only store (base, vector index and deltas, following each published write).
 
 The module is this process's ``pipeline.stages.registry.Resources``:
-``settings()``, ``embedder()``, ``index()`` and ``cursor()``. A worker loads
+``settings()``, ``embedder()``, ``index()``, ``overlay()`` and ``cursor()``. A worker loads
 what its queues need up front (``warm``); a forked child never inherits its
 parent's DuckDB connections.
 """
@@ -19,17 +19,16 @@ from typing import Any
 
 from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
-from pipeline.errors import StoreError
 from pipeline.settings import Settings, get_settings
 from pipeline.stages.descend import VectorIndex
-from pipeline.store import generations
 from pipeline.store.database import Store
+from pipeline.store.overlay import Overlay
+from pipeline.store.reader import Reader, Snapshot, View
 
 _lock = threading.RLock()
 _settings: Settings | None = None
 _embedders: dict[bool, Embedder] = {}  # by bulk: the query embedder, the ingest embedder
-_store: Store | None = None
-_index: VectorIndex | None = None
+_reader: Reader | None = None
 _audit_writer: AuditWriter | None = None
 
 
@@ -68,6 +67,14 @@ def embedder(bulk: bool = False) -> Embedder:
         return _embedders[bulk]
 
 
+def write_embedder() -> Embedder:
+    """The embedder a write uses: the query embedder once loaded (a few memories
+    embed faster there, without loading torch), else the ingest embedder
+    (``make_embedder``: the vectors agree to 1e-6)."""
+    with _lock:
+        return _embedders.get(False) or embedder(bulk=True)
+
+
 def audit_writer() -> AuditWriter:
     """This process's audit writer (its connection held open between writes, bounded)."""
     global _audit_writer
@@ -89,69 +96,61 @@ def release_audit() -> None:
 atexit.register(release_audit)
 
 
-def store() -> Store | None:
-    """The published store generation, read-only, or None when none exists yet.
-
-    Switches to a newer generation as soon as one is published, so an
-    acknowledged ingest is visible to the next task without a restart.
-    """
-    global _store, _index
+def reader() -> Reader:
+    """This process's view of the published store (``pipeline.store.reader``)."""
+    global _reader
     with _lock:
-        for _ in range(5):
-            path = generations.current(settings().data_dir)
-            if path is None:
-                return None
-            if _store is not None and _store.path == path:
-                return _store
-            try:
-                fresh = Store.open(path, read_only=True)
-            except StoreError:
-                if path.exists():
-                    raise
-                continue  # deleted between reading CURRENT and opening: read CURRENT again
-            # DuckDB would otherwise keep the blocks the index load read
-            # (1.5 GB at 1M memories) cached beside the numpy copy
-            fresh.con.execute("SET memory_limit = ?", [settings().query_memory_limit])
-            if _store is not None:
-                _store.close()
-            _store, _index = fresh, None
-            return _store
-        raise StoreError(f"the store in {settings().data_dir} kept changing while opening it")
+        if _reader is None:
+            _reader = Reader(settings().data_dir, memory_limit=settings().query_memory_limit)
+        return _reader
+
+
+def snapshot() -> Snapshot | None:
+    """The published base and deltas, or None when nothing was written yet.
+
+    Follows every published write at the next task: a new delta is read and
+    merged at once; a new base (after compaction) loads in the background
+    while the old one answers.
+    """
+    return reader().snapshot()
+
+
+def store() -> Store | None:
+    """The published base, read-only (None when none exists yet)."""
+    snap = snapshot()
+    return snap.store if snap is not None else None
 
 
 def index() -> VectorIndex | None:
-    global _index
-    with _lock:
-        st = store()
-        if st is None:
-            return None
-        generation = st.generation
-        if _index is None or _index.generation != generation:
-            _index = VectorIndex.load(st.con, generation, st.info.embedding_dim)
-        return _index
+    snap = snapshot()
+    return snap.index() if snap is not None else None
+
+
+def overlay() -> Overlay | None:
+    """The published deltas merged over the base ``store()`` reads."""
+    snap = snapshot()
+    return snap.overlay if snap is not None else None
 
 
 @contextmanager
-def cursor() -> Iterator[Any]:
-    """A cursor for this thread on the read-only store (None when none is
-    published yet), closed on exit."""
-    st = store()
-    cur = st.cursor() if st is not None else None
-    try:
-        yield cur
-    finally:
-        if cur is not None:
-            cur.close()
+def view() -> Iterator[View | None]:
+    """One published state for one stage of this thread (``Snapshot.view``),
+    None when nothing was written yet."""
+    snap = snapshot()
+    if snap is None:
+        yield None
+        return
+    with snap.view() as v:
+        yield v
 
 
 def close_store() -> None:
-    """Release the store (before this process writes to it, or on shutdown)."""
-    global _store, _index
+    """Release the store (another data dir, or shutdown)."""
+    global _reader
     with _lock:
-        if _store is not None:
-            _store.close()
-        _store = None
-        _index = None
+        if _reader is not None:
+            _reader.close()
+        _reader = None
 
 
 def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
@@ -174,7 +173,9 @@ def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
         if vectors is None or st is None:
             what = f"no store in {settings().data_dir} yet (opened by the first query after one is published)"
         else:
-            what = f"store generation {st.generation} with its vector index ({vectors.size:,} memories)"
+            snap = snapshot()
+            version = snap.version if snap is not None else 0
+            what = f"store version {version} with its vector index ({vectors.size:,} memories)"
         loaded.append((what, time.perf_counter() - t0))
     return loaded
 
@@ -182,9 +183,9 @@ def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
 def _forget_parent_connections() -> None:
     """In a forked child: the parent's DuckDB store and audit connections are
     not ours to use or close; start without them (they are never touched again)."""
-    global _store, _index, _audit_writer, _lock
-    _inherited.extend(x for x in (_store, _audit_writer) if x is not None)
-    _store, _index, _audit_writer = None, None, None
+    global _reader, _audit_writer, _lock
+    _inherited.extend(x for x in (_reader, _audit_writer) if x is not None)
+    _reader, _audit_writer = None, None
     _lock = threading.RLock()  # a thread of the parent may have held it at the fork
 
 

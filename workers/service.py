@@ -69,10 +69,10 @@ def demo_settings(settings):
 def no_store(settings) -> StoreError:
     """The one message for a data dir without a store, with a hint that is true
     (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
-    from pipeline.store import generations
+    from pipeline.store import segments
 
     demo_dir = demo_settings(settings).data_dir
-    if generations.current(demo_dir) is not None:
+    if segments.exists(demo_dir):
         demo = f"search the demo's with DIMPLE_DATA_DIR={demo_dir}"
     else:
         demo = f"'dimple demo' to build the demo's, then search it with DIMPLE_DATA_DIR={demo_dir}"
@@ -80,10 +80,10 @@ def no_store(settings) -> StoreError:
 
 
 def require_store(settings) -> Path:
-    """The published store file; ``no_store`` when there is none (before any model is loaded)."""
-    from pipeline.store import generations
+    """The published base file; ``no_store`` when there is none (before any model is loaded)."""
+    from pipeline.store import segments
 
-    path = generations.current(settings.data_dir)
+    path = segments.base_path(settings.data_dir)
     if path is None:
         raise no_store(settings)
     return path
@@ -125,10 +125,10 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):
     """Validate ``path`` in full, then write it in one transaction (the CLI's ingest)."""
-    from pipeline.store import ingest
+    from pipeline.store import ingest, writes
 
     parsed = ingest.read_file(path, settings.limits)
-    return ingest.write_parsed(parsed, settings, skip_invalid=skip_invalid, progress=progress)
+    return writes.write_parsed(parsed, settings, skip_invalid=skip_invalid, progress=progress)
 
 
 def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
@@ -145,8 +145,9 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
     from celery.exceptions import TimeoutError as CeleryTimeoutError
 
     from pipeline.errors import BrokerUnavailableError, IngestTimeoutError, NoWorkerError, StageError
-    from pipeline.store import generations, ingest
-    from pipeline.store.database import Store
+    from pipeline.store import ingest
+    from pipeline.store.reader import Reader
+    from pipeline.store.writes import LiveView
     from workers.api import _BROKER_DOWN
     from workers.app import START_WORKER, consumed_queues
     from workers.celery_compat import stop_waiting
@@ -160,13 +161,11 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
         raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
     lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
     parsed = ingest.parse_lines(lines, settings.limits)
-    published = generations.current(settings.data_dir)
-    existing = Store.open(published, read_only=True) if published is not None else None
+    reader = Reader(settings.data_dir)
     try:
-        ingest.validate(parsed, existing, skip_invalid)
+        ingest.validate(parsed, LiveView(reader.snapshot()), skip_invalid)  # type: ignore[arg-type]
     finally:
-        if existing is not None:
-            existing.close()
+        reader.close()
     size, wait_s = settings.ingest_batch_size, settings.ingest_batch_wait_s
     for start in range(0, len(lines), size):
         chunk = lines[start : start + size]

@@ -1,5 +1,6 @@
 """Task registrations: each stage of ``pipeline.stages.registry.STAGES`` as a
-Celery task of the same name, plus ``audit.write`` and ``ingest.batch``.
+Celery task of the same name, plus ``audit.write``, the writes (``ingest.batch``, ``ingest.remember``,
+``ingest.forget``, ``ingest.compact``) and ``store.get``.
 
 A stage task validates its message into a ``Batch`` (a malformed one is a
 ``StageError`` naming the stage and the field), runs the stage with this
@@ -13,7 +14,9 @@ from pydantic import ValidationError
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
-from pipeline.store.ingest import parse_lines, write_parsed
+from pipeline.store.compact import compact
+from pipeline.store.ingest import parse_lines
+from pipeline.store.writes import get, parse_records, write
 
 from . import audit, resources
 from .app import app
@@ -75,18 +78,53 @@ def audit_write(self, records: list[dict]) -> dict:
     return {"rows": len(rows), "inserted": inserted, "refused": refused}
 
 
-@app.task(name="ingest.batch", acks_late=True, reject_on_worker_lost=True)
-def ingest_batch(lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
-    """Ingest JSONL lines as one transaction and publish a new store generation.
-
-    Bad lines come back as data (line numbers of the caller's file), not as an
-    exception, so the caller can print them. Re-running a batch is harmless:
-    ingest upserts by id.
-    """
-    settings = resources.settings()
-    parsed = parse_lines(lines, settings.limits, start=first_line)
+def _written(run) -> dict:
+    """A write's report as JSON (bad records come back as data, numbered as the
+    caller numbered them); a compaction is sent when the deltas passed a threshold."""
     try:
-        report = write_parsed(parsed, settings, skip_invalid=skip_invalid, embedder=resources.embedder(bulk=True))
+        report = run()
     except IngestValidationError as exc:
         return {"ok": False, "errors": [str(e) for e in exc.errors]}
+    if report.compact_due:
+        compact_task.apply_async()
     return {"ok": True, **report.as_dict()}
+
+
+# Writes: one delta each (pipeline.store.writes), acknowledged once on disk.
+# Re-running one is harmless: remember upserts by id, forget is idempotent.
+@app.task(name="ingest.batch", acks_late=True, reject_on_worker_lost=True)
+def ingest_batch(lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
+    """Remember JSONL lines (``dimple ingest --via-broker``), numbered from ``first_line``."""
+    settings = resources.settings()
+    parsed = parse_lines(lines, settings.limits, start=first_line)
+    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedder=resources.write_embedder(),
+                                  reader=resources.reader()))
+
+
+@app.task(name="ingest.remember", acks_late=True, reject_on_worker_lost=True)
+def remember_task(records: list[dict], skip_invalid: bool = False) -> dict:
+    """``workers.api.remember`` through the broker."""
+    settings = resources.settings()
+    parsed = parse_records(records, settings)
+    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedder=resources.write_embedder(),
+                                  reader=resources.reader()))
+
+
+@app.task(name="ingest.forget", acks_late=True, reject_on_worker_lost=True)
+def forget_task(ids: list[str], reason: str | None = None) -> dict:
+    """``workers.api.forget`` through the broker."""
+    settings = resources.settings()
+    return _written(lambda: write(settings, forget=ids, reason=reason, reader=resources.reader()))
+
+
+@app.task(name="ingest.compact", acks_late=True, reject_on_worker_lost=True)
+def compact_task(rebuild: bool = False) -> dict:
+    """Merge the deltas into a new base (``pipeline.store.compact``); returns at
+    once when another compaction is running."""
+    return compact(resources.settings(), rebuild=rebuild).as_dict()
+
+
+@app.task(name="store.get")
+def get_task(ids: list[str]) -> list[dict]:
+    """``workers.api.get`` through the broker: the live memories among ``ids``."""
+    return get(resources.settings(), ids, reader=resources.reader())

@@ -46,7 +46,7 @@ def corpus(n: int, locomo: Path) -> list[dict]:
 def measure(settings: Settings, records: list[dict]) -> dict:
     """Raw embedding of the records' texts, then ``dimple ingest`` of the same
     records into a fresh store; both timed in this process."""
-    from pipeline.store.generations import drop_all
+    from pipeline.store.segments import drop_all
     from workers.cli import ingest_file
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)

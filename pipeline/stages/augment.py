@@ -14,6 +14,7 @@ from collections import defaultdict
 from pipeline.contracts import Batch, GraphLink, Result
 from pipeline.stages.scope import in_scope
 from pipeline.store.database import ids_filter
+from pipeline.store.overlay import Overlay
 from pipeline.timing import ms_since
 
 # {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
@@ -22,6 +23,8 @@ _ROWS = "SELECT id, namespace, content_type, created_at, content FROM memories W
 _TOPICS = "SELECT memory_id, topic_key FROM memory_topics WHERE {memory_id} ORDER BY 1, 2"
 _CONCEPTS = "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id} ORDER BY 1, 2"
 _EDGES = "SELECT DISTINCT src, dst, kind FROM edges WHERE {dst} OR (kind = 'conflicts' AND {src}) ORDER BY 1, 2, 3"
+# with deltas: the declaring memory too, since a delta voids the edges its memories declared in the base
+_EDGES_BY_ORIGIN = "SELECT DISTINCT src, dst, kind, origin FROM edges WHERE {dst} OR (kind = 'conflicts' AND {src})"
 
 
 def _by_ids(con, sql: str, ids: list[str]) -> list[tuple]:
@@ -39,8 +42,25 @@ def preview(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
 
 
-def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
-    """The ``search.augment`` stage: fused candidates become results with graph context."""
+def _live_edges(con, wanted: list[str], overlay: Overlay) -> list[tuple[str, str, str]]:
+    """Edges touching ``wanted``: the base's, less those a delta voided (their
+    declaring memory was rewritten or forgotten), plus those delta memories declare."""
+    base = [(s, d, k) for s, d, k, origin in _by_ids(con, _EDGES_BY_ORIGIN, wanted) if origin not in overlay.touched]
+    want = set(wanted)
+    delta = [
+        (s, d, k) for m in overlay.members.values() for s, d, k in m.edges()
+        if d in want or (k == "conflicts" and s in want)
+    ]
+    return sorted(set(base) | set(delta))
+
+
+def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None = None) -> Batch:
+    """The ``search.augment`` stage: fused candidates become results with graph context.
+
+    With deltas (``overlay``), delta memories are read from it and memories a
+    delta replaced or forgot are never read from the base: a forgotten memory
+    appears neither as a result nor in a link.
+    """
     t0 = time.perf_counter()
     wanted = sorted({f.id for s in batch.states for f in s.fused})
     if not wanted:
@@ -48,7 +68,8 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
             state.results = []
             state.timings["augment"] = ms_since(t0)
         return batch
-    edges = _by_ids(con, _EDGES, wanted)
+    live = overlay if overlay is not None and not overlay.empty else None
+    edges = _by_ids(con, _EDGES, wanted) if live is None else _live_edges(con, wanted, live)
     links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for src, dst, kind in edges:
         if kind == "supersedes":
@@ -60,13 +81,22 @@ def augment_batch(batch: Batch, con, preview_chars: int) -> Batch:
             links[src]["conflicts"].add(dst)
     linked = {m for per in links.values() for group in per.values() for m in group}
     everything = sorted(set(wanted) | linked)
-    rows = {r[0]: r for r in _by_ids(con, _ROWS, everything)}
+    from_base = everything if live is None else [m for m in everything if m not in live.touched]
+    rows = {r[0]: r for r in _by_ids(con, _ROWS, from_base)} if from_base else {}
     topics: dict[str, list[str]] = defaultdict(list)
-    for mid, key in _by_ids(con, _TOPICS, everything):
-        topics[mid].append(key)
     concepts: dict[str, list[str]] = defaultdict(list)
-    for mid, concept in _by_ids(con, _CONCEPTS, everything):
-        concepts[mid].append(concept)
+    if from_base:
+        for mid, key in _by_ids(con, _TOPICS, from_base):
+            topics[mid].append(key)
+        for mid, concept in _by_ids(con, _CONCEPTS, from_base):
+            concepts[mid].append(concept)
+    if live is not None:
+        for mid in everything:
+            m = live.members.get(mid)
+            if m is not None:
+                rows[mid] = (mid, m.namespace, m.content_type, m.created_at, m.content)
+                topics[mid] = m.all_topics
+                concepts[mid] = sorted(m.concepts)
 
     def link(mid: str) -> GraphLink:
         _, ns, ctype, _, content = rows[mid]

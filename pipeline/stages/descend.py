@@ -16,6 +16,7 @@ import numpy as np
 from pipeline.contracts import Batch, Hit, LegRun, Scope
 from pipeline.errors import InputError
 from pipeline.settings import TreeSettings
+from pipeline.store.overlay import Overlay
 from pipeline.store.tree import ROOT, namespace_key
 from pipeline.timing import ms_since
 
@@ -214,6 +215,7 @@ def descend(
     top_k: int,
     mask: np.ndarray | None = None,
     deadline: float | None = None,
+    exclude: np.ndarray | None = None,
 ) -> tuple[list[tuple[str, float]], dict[str, Any]]:
     """Beam descent (the seed's ``resolve_topics``), then score only reached leaves.
 
@@ -258,6 +260,8 @@ def descend(
     rows = np.concatenate([np.arange(index.leaf_start[t], index.leaf_end[t]) for t in leaves])
     if mask is not None:
         rows = rows[mask[rows]]
+    if exclude is not None:
+        rows = rows[~exclude[rows]]
     hits = _top(index, rows, query, top_k)
     profile["memories_scored"] = int(len(rows))
     profile["ms"] = ms_since(t0)
@@ -291,8 +295,14 @@ def _top(index: VectorIndex, rows: np.ndarray, query: np.ndarray, top_k: int) ->
     return [(index.ids[rows[i]], float(sims[i])) for i in chosen]
 
 
-def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings) -> Batch:
-    """The ``search.descend`` stage: the vector leg for every query of a batch."""
+def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings,
+                  overlay: Overlay | None = None) -> Batch:
+    """The ``search.descend`` stage: the vector leg for every query of a batch.
+
+    With deltas (``overlay``) the base's beam descent skips dead rows and the
+    live delta memories in scope are scored exactly; one ranking, ties by id.
+    """
+    live = overlay is not None and not overlay.empty
     for state in batch.states:
         q = state.query
         if "vector" in state.legs:  # already decided upstream (deadline)
@@ -303,11 +313,11 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
         t0 = time.perf_counter()
         hits: list[tuple[str, float]]
         profile: dict[str, Any]
+        if q.vector is not None and index is not None and len(q.vector) != index.emb.shape[1]:
+            raise InputError("vector", f"{len(q.vector)} dimensions; the store's embeddings have {index.emb.shape[1]}")
         if index is None or index.size == 0 or q.vector is None:
             hits, profile = [], {"topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "timed_out": False}
         else:
-            if len(q.vector) != index.emb.shape[1]:
-                raise InputError("vector", f"{len(q.vector)} dimensions; the store's embeddings have {index.emb.shape[1]}")
             scope = q.scope
             hits, profile = descend(
                 index,
@@ -318,7 +328,12 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
                 top_k=q.top_k,
                 mask=index.row_mask(con, scope),
                 deadline=q.deadline,
+                exclude=overlay.dead_rows(index) if live and overlay is not None else None,
             )
+        if live and overlay is not None and q.vector is not None and not profile.get("timed_out", False):
+            extra = overlay.vector_hits(np.asarray(q.vector, dtype=np.float32), q.scope, q.top_k)
+            profile["delta_memories_scored"] = len(overlay.ids)
+            hits = sorted(hits + extra, key=lambda h: (-h[1], h[0]))[: q.top_k]
         state.legs["vector"] = LegRun(
             leg="vector",
             ran=not profile.get("timed_out", False),

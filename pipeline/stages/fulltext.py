@@ -40,6 +40,7 @@ from pipeline.contracts import Batch, Hit, LegRun, Scope
 from pipeline.settings import FulltextSettings
 from pipeline.store.database import placeholders
 from pipeline.store.fulltext_index import index_exists
+from pipeline.store.overlay import Overlay
 from pipeline.timing import ms_since
 
 # A query is three short statements, each with a small plan: its terms (the
@@ -75,6 +76,38 @@ SELECT f.id, top.score FROM top JOIN fts_docs f ON f.docid = top.docid
 ORDER BY top.score DESC, top.docid
 """
 
+# With deltas (``pipeline.store.overlay``): the same BM25, but N, avgdl and
+# each term's df are the live corpus's (base minus dead memories, plus the
+# deltas'), passed in, and the base's dead memories are skipped.
+_BASE_TERMS = "SELECT t.term, t.termid, p.df FROM fts_terms t JOIN fts_postings p USING (termid) WHERE t.term IN ({terms})"
+
+_DEAD_PER_TERM = """
+SELECT termid, count(*) FROM (
+    SELECT termid, unnest(postings).docid AS docid FROM fts_postings WHERE termid IN ({terms}))
+WHERE docid IN (SELECT unnest($dead)) GROUP BY termid
+"""
+
+_SCORE_LIVE = """
+WITH d AS (SELECT unnest($tids) AS termid, unnest($dfs) AS live_df),
+p AS (
+    SELECT d.live_df AS df, unnest(fp.postings, recursive := true)
+    FROM fts_postings fp JOIN d ON d.termid = fp.termid
+    WHERE fp.termid IN ({terms})
+),
+top AS (
+    SELECT p.docid,
+           sum(log(((($n - p.df) + 0.5) / (p.df + 0.5)) + 1)
+               * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / $avgdl))))))) AS score
+    FROM p
+    WHERE {filters}
+    GROUP BY p.docid
+    ORDER BY score DESC, p.docid
+    LIMIT $limit
+)
+SELECT f.id, top.score FROM top JOIN fts_docs f ON f.docid = top.docid
+ORDER BY top.score DESC, top.docid
+"""
+
 _FILTERS = {
     "ns": "p.ns = (SELECT code FROM fts_labels WHERE kind = 'namespace' AND label = $ns)",
     "types": "p.ct IN (SELECT code FROM fts_labels WHERE kind = 'content_type' AND list_contains($types, label))",
@@ -82,26 +115,18 @@ _FILTERS = {
               "WHERE list_contains($topics, mt.topic_key))",
     "concepts": "p.docid IN (SELECT f.docid FROM memory_concepts mc JOIN fts_docs f ON f.id = mc.memory_id "
                 "WHERE list_contains($concepts, mc.concept))",
+    "dead": "p.docid NOT IN (SELECT unnest($dead))",
 }
 
 
-def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
-    """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
-
-    Ties are broken by id so a ranking is reproducible. Each distinct query
-    term counts once, as in ``match_bm25``.
-    """
+def _query_terms(con, text: str, settings: FulltextSettings) -> list[str]:
+    """The distinct stemmed terms of ``text``, by the index's own tokenizer and stemmer."""
     if not text.strip():
         return []
-    terms = [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
-    if not terms:
-        return []
-    slots, params = placeholders("t", terms)
-    termids = [r[0] for r in con.execute(_TERM_IDS.replace("{terms}", slots), params).fetchall()]
-    if not termids:
-        return []
-    slots, params = placeholders("t", sorted(termids))
-    params.update({"k1": settings.k1, "b": settings.b, "limit": limit})
+    return [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
+
+
+def _scope_filters(scope: Scope, params: dict) -> str:
     scope_values = {
         "ns": scope.namespace,
         "types": list(scope.content_types),
@@ -113,29 +138,92 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
         if value is not None and value != []:
             filters.append(_FILTERS[name])
             params[name] = value
-    sql = _SCORE.replace("{terms}", slots).replace("{filters}", " AND ".join(filters))
+    return " AND ".join(filters)
+
+
+def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
+    """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
+
+    Ties are broken by id so a ranking is reproducible. Each distinct query
+    term counts once, as in ``match_bm25``.
+    """
+    terms = _query_terms(con, text, settings)
+    if not terms:
+        return []
+    slots, params = placeholders("t", terms)
+    termids = [r[0] for r in con.execute(_TERM_IDS.replace("{terms}", slots), params).fetchall()]
+    if not termids:
+        return []
+    slots, params = placeholders("t", sorted(termids))
+    params.update({"k1": settings.k1, "b": settings.b, "limit": limit})
+    sql = _SCORE.replace("{terms}", slots).replace("{filters}", _scope_filters(scope, params))
     return [(r[0], float(r[1])) for r in con.execute(sql, params).fetchall()]
 
 
-def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSettings, deadline: float | None):
-    """``search`` that gives up at ``deadline`` (wall clock); returns (hits, timed_out)."""
+def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSettings,
+                overlay: Overlay) -> list[tuple[str, float]]:
+    """``search`` over the base and the deltas of ``overlay``: BM25 with the
+    live corpus's N, avgdl and document frequencies, the base's dead memories
+    skipped, the deltas' memories scored from their terms; one ranking, ties by id.
+    """
+    terms = _query_terms(con, text, settings)
+    if not terms:
+        return []
+    slots, params = placeholders("t", terms)
+    base = {term: (termid, df) for term, termid, df in con.execute(_BASE_TERMS.replace("{terms}", slots), params).fetchall()}
+    dead: dict[int, int] = {}
+    if base and overlay.dead_docids:
+        slots, params = placeholders("t", sorted(t for t, _ in base.values()))
+        params["dead"] = overlay.dead_docids
+        dead = dict(con.execute(_DEAD_PER_TERM.replace("{terms}", slots), params).fetchall())
+    df = {t: overlay.delta_df(t) for t in terms}
+    for term, (termid, base_df) in base.items():
+        df[term] += base_df - dead.get(termid, 0)
+    n, avgdl = overlay.live_stats()
+    hits = overlay.fulltext_hits(terms, df, scope, settings.k1, settings.b, limit)
+    if base and n:
+        tids = sorted(t for t, _ in base.values())
+        by_id = {termid: term for term, (termid, _) in base.items()}
+        slots, params = placeholders("t", tids)
+        params.update({"k1": settings.k1, "b": settings.b, "limit": limit, "n": n, "avgdl": avgdl,
+                       "tids": tids, "dfs": [df[by_id[t]] for t in tids]})
+        filters = _scope_filters(scope, params)
+        if overlay.dead_docids:
+            filters += " AND " + _FILTERS["dead"]
+            params["dead"] = overlay.dead_docids
+        sql = _SCORE_LIVE.replace("{terms}", slots).replace("{filters}", filters)
+        hits += [(r[0], float(r[1])) for r in con.execute(sql, params).fetchall()]
+    hits.sort(key=lambda h: (-h[1], h[0]))
+    return hits[:limit]
+
+
+def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSettings, deadline: float | None,
+                 overlay: Overlay | None = None):
+    """``search`` (``search_live`` when ``overlay`` has deltas) that gives up at
+    ``deadline`` (wall clock); returns (hits, timed_out)."""
+    def run() -> list[tuple[str, float]]:
+        if overlay is not None and not overlay.empty:
+            return search_live(con, text, scope, limit, settings, overlay)
+        return search(con, text, scope, limit, settings)
+
     if deadline is None:
-        return search(con, text, scope, limit, settings), False
+        return run(), False
     remaining = deadline - time.time()
     if remaining <= 0:
         return [], True
     timer = threading.Timer(remaining, con.interrupt)
     timer.start()
     try:
-        return search(con, text, scope, limit, settings), False
+        return run(), False
     except duckdb.InterruptException:
         return [], True
     finally:
         timer.cancel()
 
 
-def fulltext_batch(batch: Batch, con, settings: FulltextSettings) -> Batch:
-    """The ``search.fulltext`` stage: BM25 for every query of a batch that wants it."""
+def fulltext_batch(batch: Batch, con, settings: FulltextSettings, overlay: Overlay | None = None) -> Batch:
+    """The ``search.fulltext`` stage: BM25 for every query of a batch that wants it,
+    over the base read through ``con`` and the deltas of ``overlay``."""
     has_index = con is not None and index_exists(con)
     for state in batch.states:
         q = state.query
@@ -144,7 +232,7 @@ def fulltext_batch(batch: Batch, con, settings: FulltextSettings) -> Batch:
             continue
         t0 = time.perf_counter()
         if has_index:
-            hits, timed_out = search_until(con, q.text, q.scope, q.top_k, settings, q.deadline)
+            hits, timed_out = search_until(con, q.text, q.scope, q.top_k, settings, q.deadline, overlay)
         else:
             hits, timed_out = [], False
         ms = ms_since(t0)

@@ -23,12 +23,13 @@ from pipeline.embedders import Embedder
 from pipeline.settings import Settings
 from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
-from pipeline.stages.descend import VectorIndex, descend_batch
+from pipeline.stages.descend import descend_batch
 from pipeline.stages.embed import embed_batch
 from pipeline.stages.fulltext import fulltext_batch
 from pipeline.stages.fuse import fuse_batch
 from pipeline.stages.scope import scope_batch
 from pipeline.store.database import created_at_of
+from pipeline.store.reader import View
 
 
 class Resources(Protocol):
@@ -38,10 +39,10 @@ class Resources(Protocol):
 
     def embedder(self) -> Embedder: ...
 
-    def index(self) -> VectorIndex | None: ...
-
-    def cursor(self) -> AbstractContextManager[Any]:
-        """A DuckDB cursor on the published store for this thread (None when there is no store), closed on exit."""
+    def view(self) -> AbstractContextManager[View | None]:
+        """The published store for one stage (``pipeline.store.reader.View``: a
+        cursor on the base for this thread, the deltas over it, its vector
+        index), or None when nothing was written yet; closed on exit."""
         ...
 
 
@@ -59,25 +60,38 @@ def _embed(batch: Batch, res: Resources) -> Batch:
 
 
 def _descend(batch: Batch, res: Resources) -> Batch:
-    index = res.index()
-    with res.cursor() as cur:
-        return vectors_consumed(descend_batch(batch, index, cur, res.settings().tree))
+    with res.view() as v:
+        if v is None:
+            return vectors_consumed(descend_batch(batch, None, None, res.settings().tree))
+        return vectors_consumed(descend_batch(batch, v.index(), v.cursor, res.settings().tree, v.overlay))
 
 
 def _fulltext(batch: Batch, res: Resources) -> Batch:
-    with res.cursor() as cur:
-        return fulltext_batch(batch, cur, res.settings().fulltext)
+    with res.view() as v:
+        if v is None:
+            return fulltext_batch(batch, None, res.settings().fulltext)
+        return fulltext_batch(batch, v.cursor, res.settings().fulltext, v.overlay)
 
 
 def _fuse(parts: list[Batch], res: Resources) -> Batch:
-    with res.cursor() as cur:
-        created = (lambda ids: created_at_of(cur, ids)) if cur is not None else (lambda ids: {})
+    with res.view() as v:
+
+        def created(ids: list[str]) -> dict:
+            if v is None:
+                return {}
+            members = v.overlay.members
+            out = {m: members[m].created_at for m in ids if m in members}
+            rest = [m for m in ids if m not in members]
+            if v.cursor is not None and rest:
+                out.update(created_at_of(v.cursor, rest))
+            return out
+
         return fuse_batch(parts, res.settings().rrf_k, created)
 
 
 def _augment(batch: Batch, res: Resources) -> Batch:
-    with res.cursor() as cur:
-        return augment_batch(batch, cur, res.settings().preview_chars)
+    with res.view() as v:
+        return augment_batch(batch, v.cursor if v else None, res.settings().preview_chars, v.overlay if v else None)
 
 
 def _scope(batch: Batch, res: Resources) -> Batch:

@@ -91,6 +91,7 @@ class ParsedFile:
     records: list[MemoryRecord]
     lines: list[int]
     errors: list[LineError] = field(default_factory=list)
+    unit: str = "line"  # what ``lines`` number: file lines, or records given to ``remember``
 
 
 def parse_lines(lines: Iterable[str], limits: LimitSettings, start: int = 1) -> ParsedFile:
@@ -179,9 +180,9 @@ def check_edges(parsed: ParsedFile, store: Store | None) -> None:
         for name in ("supersedes", "conflicts", "supported_by"):
             for target in getattr(record, name):
                 if target in missing:
-                    parsed.errors.append(
-                        LineError(number, name, f"unknown memory id {target!r} (not in the store nor in this file)")
-                    )
+                    parsed.errors.append(LineError(
+                        number, name, f"unknown memory id {target!r} (not in the store nor in this file)",
+                        unit=parsed.unit))
 
 
 def read_lines(path: Path) -> list[str]:
@@ -205,6 +206,7 @@ class IngestReport:
     seconds: dict[str, float] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
     generation: int = 0
+    forgotten: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -330,12 +332,17 @@ def ingest_records(
     *,
     progress: bool = False,
     now: datetime | None = None,
+    vectors_of: dict[str, np.ndarray] | None = None,
+    forget: list[str] | None = None,
 ) -> IngestReport:
     """Write validated records: embed what changed, upsert, maintain tree and index.
 
     One transaction: on any failure nothing is written. Records the store
     already holds as given (``unchanged_ids``) are counted, not written; when
     every record is, nothing is written and the generation stays.
+    ``vectors_of`` gives embeddings already computed (a compaction: ``embedder``
+    is then not used); ``forget`` ids are deleted, with their tree places,
+    annotations and declared edges, in the same transaction.
     """
     report = IngestReport()
     t0 = time.perf_counter()
@@ -354,8 +361,11 @@ def ingest_records(
     report.seconds["prepare"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    vectors = np.zeros((len(records), embedder.dim), dtype=np.float32)
-    if to_embed:
+    dim = store.info.embedding_dim
+    vectors = np.zeros((len(records), dim), dtype=np.float32)
+    if to_embed and vectors_of is not None:
+        vectors[to_embed] = np.stack([vectors_of[ids[i]] for i in to_embed])
+    elif to_embed:
         texts = [embedding_text(records[i]) for i in to_embed]
         vectors[to_embed] = _embed_batched(embedder, texts, settings.embed_batch_size, progress)
     report.embedded = len(to_embed)
@@ -367,6 +377,8 @@ def ingest_records(
     with transaction(con):
         tree = load_tree(con, settings.tree)
         touched_ns: set[str] = set()
+        if forget:
+            report.forgotten = _forget_rows(con, tree, forget, touched_ns)
         new_rows = [i for i, r in enumerate(records) if r.id not in existing]
         moved_rows = [i for i in to_embed if records[i].id in existing]
         for i in moved_rows:
@@ -382,7 +394,7 @@ def ingest_records(
         save_namespaces(con, tree, touched_ns)
         report.seconds["tree"] = time.perf_counter() - t2 - report.seconds["upsert"]
         t3 = time.perf_counter()
-        if records:
+        if records or report.forgotten:
             fulltext_index.rebuild_index(con, settings.fulltext)
             store.set_meta("fts_generation", str(store.generation + 1))
             store.set_meta("generation", str(store.generation + 1))
@@ -390,39 +402,6 @@ def ingest_records(
     report.namespaces = sorted(touched_ns)
     report.seconds["write"] = time.perf_counter() - t2
     report.seconds["total"] = time.perf_counter() - t0
-    return report
-
-
-def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool = False, progress: bool = False,
-                 embedder: Embedder | None = None) -> IngestReport:
-    """Validate against the published store, then write a new generation and publish it,
-    unless the store already holds every record as given: then nothing is
-    written or published (the report counts them unchanged).
-
-    Raises ``IngestValidationError`` (nothing written) unless ``skip_invalid``.
-    """
-    from pipeline.embedders import make_embedder
-    from pipeline.store import generations
-
-    t0 = time.perf_counter()
-    published = generations.current(settings.data_dir)
-    existing = Store.open(published, read_only=True) if published is not None else None
-    try:
-        skipped = validate(parsed, existing, skip_invalid)
-        if existing is not None and len(unchanged_ids(existing.con, parsed.records)) == len(parsed.records):
-            # nothing to change: no model, no copy, no new generation
-            elapsed = time.perf_counter() - t0
-            return IngestReport(unchanged=len(parsed.records), skipped=skipped, generation=existing.generation,
-                                seconds={"prepare": elapsed, "embed": 0.0, "write": 0.0, "total": elapsed})
-    finally:
-        if existing is not None:
-            existing.close()
-    embedder = embedder or make_embedder(settings, bulk=True)
-    with generations.writing(settings.data_dir) as path:
-        with Store.open(path, read_only=False, embedding_model=embedder.name, embedding_dim=embedder.dim) as store:
-            report = ingest_records(store, parsed.records, embedder, settings, progress=progress)
-            report.generation = store.generation
-    report.skipped = skipped
     return report
 
 
@@ -537,6 +516,26 @@ def _replace_annotations(con, records: list[MemoryRecord]) -> None:
         con.execute(
             "INSERT INTO edges SELECT unnest(?), unnest(?), unnest(?), unnest(?)", [list(c) for c in cols]
         )
+
+
+def _forget_rows(con, tree: Tree, ids: list[str], touched: set[str]) -> int:
+    """Delete memories ``ids``: their rows, tree places (centroids moved off
+    them), annotations and the edges they declared. Returns how many were held."""
+    rows = con.execute(
+        "SELECT id, namespace, embedding FROM memories WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
+    for mid, namespace, embedding in rows:
+        tree.remove(mid, np.asarray(embedding, dtype=np.float32))
+        touched.add(namespace)
+    held = [r[0] for r in rows]
+    if held:
+        for sql in (
+            "DELETE FROM memories WHERE id IN (SELECT unnest(?))",
+            "DELETE FROM memory_topics WHERE memory_id IN (SELECT unnest(?))",
+            "DELETE FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))",
+            "DELETE FROM edges WHERE origin IN (SELECT unnest(?))",
+        ):
+            con.execute(sql, [held])
+    return len(held)
 
 
 def _place_in_tree(con, tree: Tree, records, vectors, rows: list[int], touched: set[str]) -> None:

@@ -236,15 +236,19 @@ class Tree:
         rng = np.random.default_rng([self.settings.seed, _stable_int(key)])
         self._split_into(key, np.arange(len(ids)), ids, vectors, texts, None, rng)
 
-    def remove(self, memory_id: str) -> None:
-        """Take one memory out of its leaf, dropping topics left empty."""
+    def remove(self, memory_id: str, vector: np.ndarray | None = None) -> None:
+        """Take one memory out of its leaf, dropping topics left empty; with its
+        ``vector``, the centroids above it are moved off it (as ``insert`` moves them on)."""
         key = self.leaf_of.pop(memory_id, None)
         if key is None:
             return
         leaf = self.topics[key]
         leaf.members.remove(memory_id)
         for k in self.path_to(key) + [ROOT]:
-            self.topics[k].size -= 1
+            t = self.topics[k]
+            if vector is not None and t.centroid is not None and t.size > 1:
+                t.centroid = _unit(t.centroid * t.size - vector)
+            t.size -= 1
         node = key
         while node != ROOT and self.topics[node].size <= 0:
             parent = self.topics[node].parent

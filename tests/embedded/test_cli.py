@@ -256,20 +256,17 @@ def test_search_takes_top_k_and_weights(cli_store, capsys):
 
 # -- 8: an identical file changes nothing -------------------------------------------------------------
 def test_reingesting_an_identical_file_says_so_and_publishes_nothing(cli_env, tmp_path, capsys):
-    from pipeline.store import generations
+    from tests.stores import published
 
     path = write_jsonl(tmp_path / "m.jsonl", [_mem(i) for i in range(8)])
     assert main(["ingest", str(path)]) == 0
     assert capsys.readouterr().out.startswith(f"ingested {path}: 8 new, 0 updated, 0 unchanged, 8 embedded in ")
-    store = generations.current(cli_env.data_dir)
-    data, mtime = store.read_bytes(), store.stat().st_mtime_ns
+    before = published(cli_env)
     assert main(["ingest", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"ingested {path}: 0 new, 0 updated, 8 unchanged, 0 embedded in " in out
-    assert out.rstrip().endswith("nothing to write, generation 1 kept")
-    assert generations.current(cli_env.data_dir) == store
-    assert store.read_bytes() == data and store.stat().st_mtime_ns == mtime
-    assert [n for n, _ in generations.generation_files(cli_env.data_dir)] == [1]
+    assert out.rstrip().endswith("nothing to write, store version 1 kept")
+    assert published(cli_env) == before  # the same manifest and segment files, byte for byte
 
 
 # -- 10: start-up off the query's clock; nothing heavy imported ----------------------------------------

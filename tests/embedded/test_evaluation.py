@@ -157,11 +157,10 @@ def test_replay_since_filters_rows(cli_env, tmp_path):
 
 # -- sweep -------------------------------------------------------------------------------------
 def test_sweep_runs_each_configuration_without_touching_the_store(cli_env, tmp_path):
-    from pipeline.store import generations
+    from tests.stores import published
 
     queries, qrels = _queries_and_qrels(tmp_path)
-    store = generations.current(cli_env.data_dir)
-    before = store.read_bytes()
+    before = published(cli_env)
     out = tmp_path / "out"
     assert main(["eval", "sweep", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--name", "s",
                  "--modes", "keyword,hybrid", "--max-leaf-items", "4,64", "--no-progress"]) == 0
@@ -172,7 +171,7 @@ def test_sweep_runs_each_configuration_without_touching_the_store(cli_env, tmp_p
     assert c["metrics"][c["runs"][0]] == c["metrics"][c["runs"][1]]
     reports = {n: json.loads((out / "s" / n / "report.json").read_text()) for n in c["runs"]}
     assert reports[c["runs"][2]]["config"]["tree"]["max_leaf_items"] == 4
-    assert generations.current(cli_env.data_dir) == store and store.read_bytes() == before
+    assert published(cli_env) == before
 
 
 # -- bad inputs: exit 2, one line, the report says what was skipped ------------------------------
@@ -268,10 +267,10 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
     assert report["queries"] == 3 and report["skipped"]["queries_without_judgments"]["ids"] == ["b3"]
     assert report["metrics"]["mrr@10"] == 1.0  # each title is its query
     assert report["config"]["data_dir"] == str(store)
-    from pipeline.store import generations
+    from pipeline.store import segments
     from pipeline.store.database import Store
 
-    with Store.open(generations.current(store), read_only=True) as st:
+    with Store.open(segments.base_path(store), read_only=True) as st:
         assert st.count() == len(TOPICS)
     (folder / "qrels" / "test.tsv").unlink()
     capsys.readouterr()

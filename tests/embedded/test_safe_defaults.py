@@ -55,6 +55,6 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(old)
         resources.close_store()
-    for folder in (settings.data_dir, settings.data_dir / "generations", settings.audit_dir, settings.dead_letter_dir):
+    for folder in (settings.data_dir, settings.data_dir / "segments", settings.audit_dir, settings.dead_letter_dir):
         assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
     assert letter.exists()

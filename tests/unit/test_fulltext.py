@@ -105,19 +105,20 @@ def test_identifiers_find_their_memory(corpus):
 
 def test_postings_follow_ingest(settings, tmp_path):
     """What ingest writes is searchable at once; an update replaces its postings."""
-    from pipeline.store import generations
-    from pipeline.store.ingest import parse_lines, write_parsed
+    from pipeline.store.ingest import parse_lines
+    from pipeline.store.writes import write_parsed
+    from tests.stores import compacted
 
     def ingest(lines):
         write_parsed(parse_lines(lines, settings.limits), settings)
 
     ingest(['{"id": "a", "namespace": "n", "content": "alpha ERR_CONN_RESET"}',
             '{"id": "b", "namespace": "n", "content": "beta gamma"}'])
-    with Store.open(generations.current(settings.data_dir), read_only=True) as st:
+    with Store.open(compacted(settings), read_only=True) as st:
         assert [h[0] for h in fulltext.search(st.con, "ERR_CONN_RESET", Scope(), 5, settings.fulltext)] == ["a"]
     ingest(['{"id": "a", "namespace": "n", "content": "alpha only now"}',
             '{"id": "c", "namespace": "n", "content": "ERR_CONN_RESET again", "content_type": "log"}'])
-    with Store.open(generations.current(settings.data_dir), read_only=True) as st:
+    with Store.open(compacted(settings), read_only=True) as st:
         assert index_exists(st.con)
         assert [h[0] for h in fulltext.search(st.con, "ERR_CONN_RESET", Scope(), 5, settings.fulltext)] == ["c"]
         assert [h[0] for h in fulltext.search(st.con, "ERR_CONN_RESET", Scope(content_types=("text",)), 5, settings.fulltext)] == []

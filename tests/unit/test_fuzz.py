@@ -18,7 +18,6 @@ import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-import duckdb
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
@@ -300,22 +299,22 @@ def ingest_store(tmp_path):
 
 
 def _ingest_case(settings: Settings, tmp_path: Path, lines: list[str], skip_invalid: bool) -> None:
-    from pipeline.store import generations
     from pipeline.store.ingest import derive_id
+    from pipeline.store.writes import get
+    from tests.stores import published
     from workers.cli import ingest_file
 
     with case("ingest"):
         path = tmp_path / "fuzz.jsonl"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
-        store_path = generations.current(settings.data_dir)
-        before = _checksum(store_path)
+        before = published(settings)
         try:
             report = ingest_file(path, settings, skip_invalid=skip_invalid, progress=False)
         except (IngestValidationError, InputError) as exc:
             if isinstance(exc, IngestValidationError):
                 assert exc.errors and all(e.line >= 1 and e.field and e.reason for e in exc.errors)
-            # nothing written: the same generation, byte for byte
-            assert generations.current(settings.data_dir) == store_path and _checksum(store_path) == before
+            # nothing written: the same manifest and segments, byte for byte
+            assert published(settings) == before
             refused("ingest")
             return
         written = report.inserted + report.updated
@@ -327,11 +326,7 @@ def _ingest_case(settings: Settings, tmp_path: Path, lines: list[str], skip_inva
                 continue
             data = json.loads(raw)
             wanted.add(data.get("id") or derive_id(data["namespace"], data["content"]))
-        con = duckdb.connect(str(generations.current(settings.data_dir)), read_only=True)
-        try:  # everything accepted is there
-            found = {r[0] for r in con.execute("SELECT id FROM memories WHERE list_contains(?, id)", [sorted(wanted)]).fetchall()}
-        finally:
-            con.close()
+        found = {m["id"] for m in get(settings, sorted(wanted))}  # everything accepted is there
         assert found == wanted
 
 

@@ -14,6 +14,7 @@ from pipeline.store import ingest
 from pipeline.store.database import Store
 from pipeline.store.stats import store_stats
 from tests.conftest import write_jsonl
+from tests.stores import compacted, published
 from workers.cli import ingest_file, main
 
 
@@ -51,13 +52,13 @@ def test_each_bad_line_is_reported_and_nothing_is_written(store_with_base, tmp_p
     settings = store_with_base.replace(limits={"max_content_chars": 30_000 - 1})
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(_mem(100)) + "\n" + line + "\n", encoding="utf-8")
-    before = _checksum(settings.store_path)
+    before = published(settings)
     with pytest.raises(IngestValidationError) as info:
         ingest_file(path, settings, progress=False)
     errors = info.value.errors
     assert [(e.line, e.field) for e in errors] == [(2, field)]
     assert reason in errors[0].reason
-    assert _checksum(settings.store_path) == before
+    assert published(settings) == before
 
 
 def test_duplicate_id_in_one_file_names_both_lines(settings, tmp_path):
@@ -88,7 +89,7 @@ def test_skip_invalid_writes_the_rest_and_reports(settings, tmp_path):
     report = ingest_file(write_jsonl(tmp_path / "mixed.jsonl", records), settings, skip_invalid=True, progress=False)
     assert report.inserted == 2
     assert sorted(e.line for e in report.skipped) == [2, 4]
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         assert store.existing_ids(["m1", "m3", "m4"]) == {"m1", "m3"}
 
 
@@ -96,7 +97,7 @@ def test_edges_may_point_into_the_store_or_the_same_file(store_with_base, tmp_pa
     recs = [_mem(100, supersedes=["m1"]), _mem(101, conflicts=["m100"], supported_by=["m2"])]
     report = ingest_file(write_jsonl(tmp_path / "edges.jsonl", recs), store_with_base, progress=False)
     assert report.inserted == 2
-    with Store.open(store_with_base.store_path, read_only=True) as store:
+    with Store.open(compacted(store_with_base), read_only=True) as store:
         edges = set(store.con.execute("SELECT src, dst, kind FROM edges").fetchall())
     assert edges == {("m100", "m1", "supersedes"), ("m101", "m100", "conflicts"), ("m2", "m101", "supports")}
 
@@ -106,7 +107,7 @@ def test_reingest_updates_never_duplicates_and_reembeds_only_changes(store_with_
     recs = [_mem(1), _mem(2, content="completely new words here"), _mem(3, content_type="note")]
     report = ingest_file(write_jsonl(tmp_path / "upd.jsonl", recs), s, progress=False)
     assert (report.inserted, report.updated, report.unchanged, report.embedded) == (0, 2, 1, 1)
-    with Store.open(s.store_path, read_only=True) as store:
+    with Store.open(compacted(s), read_only=True) as store:
         assert store.count() == 40
         row = store.con.execute("SELECT content, content_type FROM memories WHERE id='m2'").fetchone()
         assert row == ("completely new words here", "text")
@@ -123,14 +124,14 @@ def test_derived_ids_are_stable(settings, tmp_path):
     ingest_file(write_jsonl(tmp_path / "a.jsonl", [rec]), settings, progress=False)
     report = ingest_file(write_jsonl(tmp_path / "b.jsonl", [rec]), settings, progress=False)
     assert (report.inserted, report.updated, report.unchanged) == (0, 0, 1)
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         assert store.existing_ids([ingest.derive_id("alpha", "no id given")])
 
 
 def test_ingest_reopen_stats(settings, tmp_path):
     recs = [_mem(i, ns=("alpha" if i % 3 else "beta"), content_type=("code" if i % 2 else "text")) for i in range(150)]
     ingest_file(write_jsonl(tmp_path / "m.jsonl", recs), settings, progress=False)
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         stats = store_stats(store)
     assert stats["memories"] == 150
     assert stats["by_namespace"] == {"alpha": 100, "beta": 50}
@@ -172,7 +173,7 @@ def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_p
     from pipeline.settings import get_settings
 
     def tree_rows():
-        with Store.open(settings.store_path, read_only=True) as store:
+        with Store.open(compacted(settings), read_only=True) as store:
             return sorted(store.con.execute("SELECT memory_id, topic_key FROM memory_topics WHERE kind='leaf'").fetchall())
 
     get_settings.cache_clear()
@@ -184,7 +185,7 @@ def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_p
     finally:
         get_settings.cache_clear()
     assert len(first) == 180 and len({m for m, _ in first}) == 180
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         stats = store_stats(store)
     assert stats["fts"]["fresh"] and stats["tree"]["largest_leaf"] <= settings.tree.max_leaf_items
 
@@ -192,12 +193,7 @@ def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_p
 
 
 # -- re-ingesting what the store holds writes nothing ---------------------------------------------
-def _published(settings):
-    from pipeline.store import generations
-
-    path = generations.current(settings.data_dir)
-    return path, _checksum(path), (settings.data_dir / generations.CURRENT).read_text(), \
-        sorted(p.name for p in (settings.data_dir / "generations").iterdir())
+_published = published
 
 
 def test_an_identical_file_writes_and_publishes_nothing(store_with_base, tmp_path, monkeypatch):
@@ -207,14 +203,12 @@ def test_an_identical_file_writes_and_publishes_nothing(store_with_base, tmp_pat
         raise AssertionError("nothing to embed, yet a model was loaded")
 
     before = _published(store_with_base)
-    with Store.open(before[0], read_only=True) as store:
-        generation = store.generation
     monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
     report = ingest_file(write_jsonl(tmp_path / "same.jsonl", [_mem(i) for i in range(40)]), store_with_base,
                          progress=False)
     assert (report.inserted, report.updated, report.unchanged, report.embedded) == (0, 0, 40, 0)
-    assert report.generation == generation
-    assert _published(store_with_base) == before  # same generation file, byte for byte, same pointer
+    assert report.delta is None and not report.compacted
+    assert _published(store_with_base) == before  # the same manifest and segment files, byte for byte
 
 
 def test_a_record_without_created_at_is_unchanged_when_nothing_else_is(settings, tmp_path):
@@ -237,9 +231,7 @@ def test_any_change_of_a_record_is_an_update_and_a_new_generation(store_with_bas
     report = ingest_file(write_jsonl(tmp_path / "c.jsonl", recs), store_with_base, progress=False)
     assert (report.inserted, report.updated, report.unchanged) == (0, 1, 1)
     after = _published(store_with_base)
-    assert after[0] != before[0]
-    with Store.open(after[0], read_only=True) as store:
-        assert store.generation == report.generation
+    assert after[0] != before[0] and report.delta is not None and report.version == report.generation
     # and the same file again is now unchanged
     again = ingest_file(write_jsonl(tmp_path / "d.jsonl", recs), store_with_base, progress=False)
     assert (again.inserted, again.updated, again.unchanged) == (0, 0, 2)
@@ -251,6 +243,6 @@ def test_dropping_an_annotation_is_an_update(settings, tmp_path):
     ingest_file(write_jsonl(tmp_path / "a.jsonl", full), settings, progress=False)
     report = ingest_file(write_jsonl(tmp_path / "b.jsonl", [_mem(1), _mem(2)]), settings, progress=False)
     assert (report.inserted, report.updated, report.unchanged) == (0, 1, 1)
-    with Store.open(settings.store_path, read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         assert store.con.execute("SELECT count(*) FROM edges").fetchone()[0] == 0
         assert store.con.execute("SELECT metadata FROM memories WHERE id = 'm2'").fetchone()[0] is None

@@ -16,7 +16,7 @@ def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
     ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": f"m{i}", "namespace": "a", "content": f"memory {i}"}
                                                    for i in range(5)]), embedded, progress=False)
     loaded = dict(resources.warm(["embed", "search", "audit"]))
-    assert set(loaded) == {"query embedder hash-64 (64-d)", "store generation 1 with its vector index (5 memories)"}
+    assert set(loaded) == {"query embedder hash-64 (64-d)", "store version 1 with its vector index (5 memories)"}
     assert all(seconds >= 0 for seconds in loaded.values())
     assert resources.warm(["audit"]) == []
 
@@ -62,7 +62,7 @@ def test_a_forked_child_does_not_inherit_the_store_connection(embedded, tmp_path
     assert parent_store is not None
     pid = os.fork()
     if pid == 0:  # the child: its own connection, never the parent's
-        code = 0 if resources._store is None and resources.store() is not parent_store else 1
+        code = 0 if resources._reader is None and resources.store() is not parent_store else 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

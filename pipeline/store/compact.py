@@ -1,0 +1,133 @@
+"""Compaction: merge the published deltas into a new base, in the background.
+
+It copies the base to a fresh file (no reader has it open), applies the
+deltas there in one transaction (forgotten memories deleted with their tree
+places, annotations and declared edges; new and rewritten ones placed in the
+tree, whose touched topics and centroids follow; the full-text index rebuilt),
+fsyncs it, then, holding ``WRITE.lock`` only for that moment, publishes a
+manifest naming the new base and the deltas written meanwhile, and removes
+the files no reader needs any more (``segments.remove_unreferenced``).
+
+Writes go on while it works (they take ``WRITE.lock`` for their own delta
+only) and so do queries (readers load the new base in the background). A
+compaction killed at any point leaves the previous manifest in force and at
+most an unpublished file, removed by the next compaction.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.settings import Settings
+from pipeline.store import segments
+from pipeline.store.database import Store, one
+from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree
+from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
+
+
+@dataclass
+class CompactReport:
+    version: int = 0
+    base: str | None = None
+    merged_deltas: int = 0
+    memories: int = 0  # delta memories written into the base
+    forgotten: int = 0  # memories deleted from the base's files
+    removed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    ran: bool = True  # False: another compaction was running, or there was nothing to merge
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "base": self.base, "merged_deltas": self.merged_deltas,
+                "memories": self.memories, "forgotten": self.forgotten, "removed": self.removed,
+                "seconds": round(self.seconds, 3), "ran": self.ran}
+
+
+def _record(m: DeltaMemory) -> MemoryRecord:
+    return MemoryRecord.model_construct(
+        id=m.id, namespace=m.namespace, content=m.content, content_type=m.content_type, created_at=m.created_at,
+        topics=sorted(m.topics), concepts=sorted(m.concepts), supersedes=sorted(m.supersedes),
+        conflicts=sorted(m.conflicts), supported_by=sorted(m.supported_by), context=m.context, metadata=m.metadata,
+    )
+
+
+def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool = False,
+            wait: bool = False) -> CompactReport:
+    """Merge every published delta (and ``extra``, a write going straight into
+    the base) into a new base and publish it. ``rebuild`` re-clusters every
+    namespace too (``dimple reindex``). Without ``wait`` it returns at once
+    (``ran`` False) when another compaction is running."""
+    t0 = time.perf_counter()
+    data_dir = settings.data_dir
+    with segments.compact_lock(data_dir, wait=wait) as held:
+        if not held:
+            return CompactReport(ran=False)
+        start = segments.read_manifest(data_dir) or segments.Manifest()
+        consumed = list(start.deltas)
+        if not consumed and (extra is None or extra.empty) and not rebuild:
+            return CompactReport(version=start.version, base=start.base, ran=False)
+        with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
+            reserve = segments.read_manifest(data_dir) or segments.Manifest()
+            seq = reserve.next_seq
+            reserve.next_seq += 1
+            segments.publish(data_dir, reserve)  # the number is ours; the state is unchanged
+        target = segments.new_base_path(data_dir, seq)
+        work = target.with_name(target.name + ".work")
+        try:
+            if start.base is not None:
+                shutil.copyfile(data_dir / start.base, work)
+            merged = Overlay.build(0, [segments.read_delta(data_dir, d) for d in consumed], None)
+            members = dict(merged.members)
+            vectors = {m: merged.emb[i] for i, m in enumerate(merged.ids)}
+            forget = set(merged.forgotten)
+            if extra is not None:
+                for i, m in enumerate(extra.memories):
+                    members[m.id] = m
+                    vectors[m.id] = extra.vectors[i] if extra.vectors is not None else np.zeros(0, np.float32)
+                    forget.discard(m.id)
+                forget |= {f["id"] for f in extra.forget}
+                for mid in forget:
+                    members.pop(mid, None)
+            records = [_record(members[m]) for m in sorted(members)]
+            dim = next(iter(vectors.values())).shape[0] if vectors else None
+            opened = Store.open(work, read_only=False,
+                                embedding_model=settings.embedding_model if start.base is None else None,
+                                embedding_dim=dim if start.base is None else None)
+            with opened as store:
+                report = ingest_records(store, records, None, settings,  # type: ignore[arg-type]
+                                        vectors_of=vectors, forget=sorted(forget))
+                if rebuild:
+                    rebuild_tree(store, settings)
+                store.con.execute("CHECKPOINT")
+                # DuckDB leaves deleted and overwritten rows in free blocks of the
+                # file: a memory forgotten or rewritten is gone from the files
+                # only in a database written afresh from the live rows
+                # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
+                store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
+                name = str(one(store.con, "SELECT current_database()")[0]).replace('"', '""')
+                store.con.execute(f'COPY FROM DATABASE "{name}" TO fresh')  # a catalog name, not user text
+                store.con.execute("DETACH fresh")
+            work.unlink()
+            segments.fsync_file(target)
+            segments.fsync_dir(target.parent)
+        except BaseException:
+            for path in (target, work):
+                path.unlink(missing_ok=True)
+                path.with_name(path.name + ".wal").unlink(missing_ok=True)
+            raise
+        with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
+            now = segments.read_manifest(data_dir) or segments.Manifest()
+            done = {d.seq for d in consumed}
+            new = segments.Manifest(
+                version=now.version + 1, base=str(target.relative_to(data_dir)),
+                deltas=[d for d in now.deltas if d.seq not in done], next_seq=now.next_seq,
+                compacted_base=start.base, consumed=consumed,
+            )
+            segments.publish(data_dir, new)
+            removed = segments.remove_unreferenced(data_dir, new)
+    return CompactReport(version=new.version, base=new.base, merged_deltas=len(consumed), memories=len(records),
+                         forgotten=report.forgotten, removed=removed, seconds=time.perf_counter() - t0)

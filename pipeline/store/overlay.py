@@ -1,0 +1,268 @@
+"""The deltas as a query reads them: every un-compacted write merged in
+memory, over the base it is read with.
+
+A delta holds whole memories (upserts: text, annotations, edges, embedding,
+full-text terms) and tombstones (forgotten ids), applied in sequence order:
+the newest version of an id wins, a later tombstone removes it. Any id a
+delta touches is dead in the base, whether replaced or forgotten.
+
+``Overlay`` is built once per published manifest in each query process and
+is immutable; the stages read it beside the base:
+
+- the vector leg scores live delta memories exactly (they are few) and skips
+  dead base rows (``dead_rows``);
+- the full-text leg scores delta memories from their stored terms and the
+  base from its postings, both with collection statistics over every live
+  memory (``live_stats``, ``live_df``), so scores equal BM25 over the merged
+  corpus, as a compaction would index it;
+- augment reads delta memories and edges here and drops dead base ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from pipeline.contracts import Scope
+from pipeline.store.database import one
+
+
+@dataclass
+class DeltaMemory:
+    """One live memory of a delta, as written (``pipeline.store.writes.delta_memory``)."""
+
+    id: str
+    namespace: str
+    content: str
+    content_type: str
+    created_at: datetime
+    context: str | None
+    metadata: Any
+    content_hash: str
+    topics: list[str]  # given by the user
+    concepts: list[str]
+    supersedes: list[str]
+    conflicts: list[str]
+    supported_by: list[str]
+    tree: list[str]  # the base leaf it was routed to, then that leaf's ancestors
+    fts_len: int
+    terms: dict[str, int]  # stemmed term -> frequency, as the FTS extension tokenizes
+    seq: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], seq: int) -> DeltaMemory:
+        fields = dict(data)
+        fields["created_at"] = datetime.fromisoformat(fields["created_at"])
+        return cls(**fields, seq=seq)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "seq"}
+        out["created_at"] = self.created_at.isoformat()
+        return out
+
+    @property
+    def all_topics(self) -> list[str]:
+        return sorted(set(self.topics) | set(self.tree))
+
+    def edges(self) -> list[tuple[str, str, str]]:
+        """The (src, dst, kind) edges this memory declares."""
+        return (
+            [(self.id, t, "supersedes") for t in self.supersedes]
+            + [(self.id, t, "conflicts") for t in self.conflicts]
+            + [(t, self.id, "supports") for t in self.supported_by]
+        )
+
+
+@dataclass
+class Prepared:
+    """A validated write, ready to become a delta (or part of a base)."""
+
+    memories: list[DeltaMemory] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    forget: list[dict[str, Any]] = field(default_factory=list)
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    embedded: int = 0
+    not_found: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.memories and not self.forget
+
+
+@dataclass
+class Overlay:
+    """Deltas ``seqs`` of manifest ``version`` merged, bound to one base."""
+
+    version: int
+    seqs: list[int]
+    members: dict[str, DeltaMemory]  # live delta memories by id
+    touched: set[str]  # every id a delta wrote or forgot: dead in the base
+    forgotten: set[str]  # ids whose last word is a tombstone
+    dead_ids: set[str]  # touched ids the base holds
+    dead_docids: list[int]  # the base full-text docids of dead memories
+    base_docs: int  # live memories of the base, as the full-text leg counts them
+    base_len: int  # their summed token count
+    ids: list[str] = field(default_factory=list)  # delta memories, sorted
+    emb: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # term -> (row, tf)
+    lens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _dead_rows: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.row_of = {m: i for i, m in enumerate(self.ids)}
+
+    @property
+    def empty(self) -> bool:
+        return not self.touched
+
+    # -- building -------------------------------------------------------------
+    @classmethod
+    def build(cls, version: int, deltas: list[tuple[dict[str, Any], np.ndarray]], base_con, dim: int = 0) -> Overlay:
+        """Merge ``deltas`` (JSON body, embeddings; in sequence order) over the
+        base read through ``base_con`` (None: no base)."""
+        members: dict[str, DeltaMemory] = {}
+        vectors: dict[str, np.ndarray] = {}
+        touched: set[str] = set()
+        forgotten: set[str] = set()
+        seqs = []
+        for body, emb in deltas:
+            seq = int(body["seq"])
+            seqs.append(seq)
+            for row, data in enumerate(body.get("memories", ())):
+                memory = DeltaMemory.from_json(data, seq)
+                members[memory.id] = memory
+                vectors[memory.id] = emb[row]
+                forgotten.discard(memory.id)
+                touched.add(memory.id)
+            for item in body.get("forget", ()):
+                members.pop(item["id"], None)
+                vectors.pop(item["id"], None)
+                forgotten.add(item["id"])
+                touched.add(item["id"])
+        ids = sorted(members)
+        dim = next(iter(vectors.values())).shape[0] if vectors else dim
+        emb = np.stack([vectors[m] for m in ids]).astype(np.float32) if ids else np.zeros((0, dim), np.float32)
+        postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for row, mid in enumerate(ids):
+            for term, tf in members[mid].terms.items():
+                postings[term].append((row, tf))
+        lens = np.asarray([members[m].fts_len for m in ids], dtype=np.int64)
+        dead_ids: set[str] = set()
+        dead_docids: list[int] = []
+        base_docs = base_len = 0
+        if base_con is not None:
+            if touched:
+                dead_ids = {r[0] for r in base_con.execute(
+                    "SELECT id FROM memories WHERE id IN (SELECT unnest(?))", [sorted(touched)]).fetchall()}
+            base_docs, base_len, dead_docids = _fulltext_base(base_con, sorted(dead_ids))
+        return cls(
+            version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
+            dead_ids=dead_ids, dead_docids=dead_docids,
+            base_docs=base_docs, base_len=base_len, ids=ids, emb=emb, postings=dict(postings), lens=lens,
+        )
+
+    # -- liveness -------------------------------------------------------------
+    def dead_rows(self, index) -> np.ndarray | None:
+        """Rows of the base's vector ``index`` that a delta replaced or forgot
+        (None when there are none); computed once per index."""
+        key = id(index)
+        if key not in self._dead_rows:
+            rows = [index.row_of[m] for m in self.dead_ids if m in index.row_of]
+            mask = None
+            if rows:
+                mask = np.zeros(index.size, dtype=bool)
+                mask[rows] = True
+            self._dead_rows = {key: mask}  # one index at a time
+        return self._dead_rows[key]
+
+    def live_ids(self, ids: list[str], base_ids: set[str]) -> set[str]:
+        """Which of ``ids`` are live: in a delta, or in the base (``base_ids``) and not dead."""
+        return {m for m in ids if m in self.members or (m in base_ids and m not in self.touched)}
+
+    # -- scope ----------------------------------------------------------------
+    def rows_in(self, scope: Scope) -> np.ndarray:
+        """Delta rows inside ``scope`` (namespace, content types, topics, concepts)."""
+        keep = np.ones(len(self.ids), dtype=bool)
+        for row, mid in enumerate(self.ids):
+            m = self.members[mid]
+            if scope.namespace is not None and m.namespace != scope.namespace:
+                keep[row] = False
+            elif scope.content_types and m.content_type not in scope.content_types:
+                keep[row] = False
+            elif scope.topics and not set(scope.topics) & set(m.all_topics):
+                keep[row] = False
+            elif scope.concepts and not set(scope.concepts) & set(m.concepts):
+                keep[row] = False
+        return keep
+
+    # -- vector leg -----------------------------------------------------------
+    def vector_hits(self, query: np.ndarray, scope: Scope, top_k: int) -> list[tuple[str, float]]:
+        """Exact cosine over the live delta memories in scope, best first, ties by id."""
+        if not self.ids:
+            return []
+        rows = np.flatnonzero(self.rows_in(scope))
+        if not len(rows):
+            return []
+        sims = self.emb[rows] @ query
+        order = sorted(range(len(rows)), key=lambda i: (-float(sims[i]), self.ids[rows[i]]))[:top_k]
+        return [(self.ids[rows[i]], float(sims[i])) for i in order]
+
+    # -- full-text leg --------------------------------------------------------
+    def live_stats(self) -> tuple[int, float]:
+        """(number of live memories, their mean token count) over base and deltas."""
+        n = self.base_docs + len(self.ids)
+        total = self.base_len + int(self.lens.sum())
+        return n, (total / n if n else 0.0)
+
+    def delta_df(self, term: str) -> int:
+        return len(self.postings.get(term, ()))
+
+    def fulltext_hits(self, terms: list[str], df: dict[str, int], scope: Scope, k1: float, b: float,
+                      limit: int) -> list[tuple[str, float]]:
+        """BM25 of the delta memories in scope for ``terms`` (distinct, stemmed),
+        with the live document frequencies ``df`` and ``live_stats``: the same
+        formula and statistics as the base's scores (``pipeline.stages.fulltext``)."""
+        n, avgdl = self.live_stats()
+        if not self.ids or not n:
+            return []
+        inside = self.rows_in(scope)
+        scores: dict[int, float] = defaultdict(float)
+        for term in terms:
+            plist = self.postings.get(term)
+            if not plist:
+                continue
+            d = df[term]
+            idf = math.log10(((n - d) + 0.5) / (d + 0.5) + 1)
+            for row, tf in plist:
+                if inside[row]:
+                    scores[row] += idf * ((tf * (k1 + 1)) / (tf + (k1 * ((1 - b) + (b * (self.lens[row] / avgdl))))))
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], self.ids[kv[0]]))[:limit]
+        return [(self.ids[row], score) for row, score in ranked]
+
+
+def _fulltext_base(con, dead_ids: list[str]) -> tuple[int, int, list[int]]:
+    """(live documents, their summed length, dead docids) of the base's full-text index."""
+    from pipeline.store.fulltext_index import index_exists
+
+    if not index_exists(con):
+        return 0, 0, []
+    docs, total = one(con, "SELECT count(*), coalesce(sum(len), 0) FROM fts_docs")
+    dead: list[int] = []
+    if dead_ids:
+        rows = con.execute(
+            "SELECT docid, len FROM fts_docs WHERE id IN (SELECT unnest(?))", [dead_ids]).fetchall()
+        dead = [r[0] for r in rows]
+        docs -= len(rows)
+        total -= sum(r[1] for r in rows)
+    return int(docs), int(total), dead
+
+
+def empty(version: int = 0) -> Overlay:
+    return Overlay.build(version, [], None)

@@ -1,0 +1,231 @@
+"""What one process reads: the published base, its vector index and the
+deltas over it, kept current by reading ``MANIFEST`` (a small file) before
+each task.
+
+- A write publishes a delta: only that delta is read (a few kilobytes per
+  memory) and the overlay rebuilt; the base stays open.
+- A compaction publishes a new base: it is opened and indexed in a
+  background thread while queries keep being answered from the old base
+  plus every delta (the old ones it holds in memory, the new ones it loads),
+  which is the same store; then the new base takes over. No query waits for
+  an index load, except the first one of a process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import StoreError
+from pipeline.store import segments
+from pipeline.store.database import Store
+from pipeline.store.overlay import Overlay
+
+
+@dataclass
+class Snapshot:
+    """A base (read-only), the deltas over it, and the manifest version they make."""
+
+    version: int
+    base: str | None
+    store: Store | None
+    overlay: Overlay
+    deltas: dict[int, tuple[dict[str, Any], np.ndarray]]  # by seq, the bodies the overlay merged
+    _index: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def index(self):
+        """The base's vector index, loaded on first use (None without a base)."""
+        from pipeline.stages.descend import VectorIndex
+
+        with self._lock:
+            if self._index is None and self.store is not None:
+                self._index = VectorIndex.load(self.store.con, self.version, self.store.info.embedding_dim)
+            return self._index
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    @contextmanager
+    def view(self) -> Iterator[View]:
+        """This snapshot for one stage of one thread: a cursor on its base (None
+        without one), its deltas and its vector index, all of the same state."""
+        cur = self.store.cursor() if self.store is not None else None
+        try:
+            yield View(cursor=cur, overlay=self.overlay, index=self.index)
+        finally:
+            if cur is not None:
+                cur.close()
+
+
+@dataclass
+class View:
+    cursor: Any
+    overlay: Overlay
+    index: Callable[[], Any]
+
+
+class Reader:
+    """The current ``Snapshot`` of ``data_dir`` for one process (thread-safe)."""
+
+    def __init__(self, data_dir: Path, *, memory_limit: str | None = None):
+        self.data_dir = data_dir
+        self.memory_limit = memory_limit
+        self._lock = threading.RLock()
+        self._current: Snapshot | None = None
+        self._loading: threading.Thread | None = None
+        self._pending: Snapshot | None = None
+        self._failed: BaseException | None = None
+
+    # -- public -----------------------------------------------------------------
+    def snapshot(self) -> Snapshot | None:
+        """The newest published state (None when nothing was written yet).
+
+        A new base is loaded in the background after the first one; until it
+        is ready the old base answers with the new deltas merged.
+        """
+        with self._lock:
+            if self._pending is not None:
+                self._swap()
+            for _ in range(5):
+                manifest = segments.read_manifest(self.data_dir)
+                if manifest is None:
+                    return None
+                try:
+                    return self._follow(manifest)
+                except FileNotFoundError:
+                    continue  # compaction removed a file between reading MANIFEST and opening it
+            raise StoreError(f"the store in {self.data_dir} kept changing while reading it")
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until a background base load (if any) is done and in use."""
+        thread = self._loading
+        if thread is not None:
+            thread.join(timeout)
+        with self._lock:
+            if self._pending is not None:
+                self._swap()
+            if self._failed is not None:
+                failed, self._failed = self._failed, None
+                raise failed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._current is not None:
+                self._current.close()
+            self._current = None
+
+    # -- internals --------------------------------------------------------------
+    def _follow(self, manifest: segments.Manifest) -> Snapshot:
+        cur = self._current
+        if cur is not None and cur.version == manifest.version:
+            return cur
+        if cur is None or cur.base != manifest.base:
+            if cur is None or cur.store is None or cur.base != manifest.compacted_base:
+                fresh = self._load(manifest, {})
+                if cur is not None:
+                    cur.close()
+                self._current = fresh
+                return fresh
+            if self._loading is None:
+                self._start_background(manifest, index_wanted=cur._index is not None)
+            # meanwhile: the old base, every delta the compaction merged, and those written since
+            extra = [d for d in manifest.consumed + manifest.deltas if d.seq not in cur.deltas]
+            self._current = self._extend(cur, manifest.version, extra)
+            return self._current
+        loaded = {d.seq for d in manifest.deltas}
+        if not set(cur.deltas) <= loaded:  # a delta vanished without a new base: reload whole
+            fresh = self._load(manifest, {})
+            cur.close()
+            self._current = fresh
+            return fresh
+        extra = [d for d in manifest.deltas if d.seq not in cur.deltas]
+        self._current = self._extend(cur, manifest.version, extra)
+        return self._current
+
+    def _extend(self, cur: Snapshot, version: int, extra: list[segments.DeltaRef]) -> Snapshot:
+        deltas = dict(cur.deltas)
+        for ref in extra:
+            deltas[ref.seq] = segments.read_delta(self.data_dir, ref)
+        overlay = Overlay.build(version, [deltas[s] for s in sorted(deltas)],
+                                cur.store.con if cur.store is not None else None, _dim(cur.store))
+        return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
+                        _index=cur._index)
+
+    def _load(self, manifest: segments.Manifest, cache: dict, index_wanted: bool = False) -> Snapshot:
+        store = None
+        if manifest.base is not None:
+            path = self.data_dir / manifest.base
+            if not path.exists():
+                raise FileNotFoundError(path)  # removed by a compaction since MANIFEST was read
+            store = Store.open(path, read_only=True)
+            if self.memory_limit:
+                # DuckDB would otherwise keep the blocks the index load read
+                # (1.5 GB at 1M memories) cached beside the numpy copy
+                store.con.execute("SET memory_limit = ?", [self.memory_limit])
+        try:
+            deltas = {d.seq: cache.get(d.seq) or segments.read_delta(self.data_dir, d) for d in manifest.deltas}
+            overlay = Overlay.build(manifest.version, [deltas[s] for s in sorted(deltas)],
+                                    store.con if store is not None else None, _dim(store))
+            snap = Snapshot(version=manifest.version, base=manifest.base, store=store, overlay=overlay, deltas=deltas)
+            if index_wanted:
+                snap.index()
+            return snap
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
+
+    def _start_background(self, manifest: segments.Manifest, index_wanted: bool) -> None:
+        def run() -> None:
+            try:
+                snap = self._load(manifest, {}, index_wanted)
+            except BaseException as exc:  # the next snapshot() loads in the foreground
+                with self._lock:
+                    self._failed = exc
+                    self._loading = None
+                return
+            with self._lock:
+                self._pending = snap
+                self._loading = None
+
+        self._loading = threading.Thread(target=run, name="dimple-base-load", daemon=True)
+        _LOADING.add(self._loading)
+        self._loading.start()
+
+    def _swap(self) -> None:
+        """Put the background-loaded base in use, with the deltas published since it."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        manifest = segments.read_manifest(self.data_dir)
+        if manifest is not None and manifest.base == pending.base:
+            extra = [d for d in manifest.deltas if d.seq not in pending.deltas]
+            pending = self._extend(pending, manifest.version, extra)
+        old, self._current = self._current, pending
+        if old is not None and old.store is not None and old.store is not pending.store:
+            old.store.close()
+
+
+# DuckDB aborts the process when it exits while a thread is inside a query:
+# a base still loading in the background is waited for at exit.
+_LOADING: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _join_loading() -> None:
+    for thread in list(_LOADING):
+        thread.join()
+
+
+def _dim(store: Store | None) -> int:
+    return store.info.embedding_dim if store is not None else 0

@@ -1,0 +1,470 @@
+"""Writes: remember (upsert) and forget, each one delta segment whose cost is
+the size of the write, not of the store (``pipeline.store.segments``).
+
+A write, under ``WRITE.lock`` (writers wait their turn, none is refused):
+read the published state (base + deltas, ``pipeline.store.reader``),
+validate against it (edges must point at live memories or at the write's
+own), leave out what the store already holds as given, embed only changed
+content, tokenize for BM25 with the FTS extension itself (so a delta's terms
+are what a compacted index would hold), route each memory to its nearest
+leaf of the base's tree, write the delta, fsync it, publish a manifest that
+lists it. Returns once that is on disk.
+
+A first write (no base yet) and a large one (``compact_delta_memories`` or
+more) go straight into a new base through compaction, as ``dimple ingest``
+of a whole file always did.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.embedders import Embedder
+from pipeline.errors import InputError
+from pipeline.settings import FulltextSettings, Settings
+from pipeline.store import segments
+from pipeline.store.database import Store, fts_extension_path, utcnow
+from pipeline.store.ingest import (
+    IngestReport,
+    MemoryRecord,
+    ParsedFile,
+    _embed_batched,
+    content_hash,
+    embedding_text,
+    fts_text,
+    parse_lines,
+    record_id,
+    unchanged_ids,
+    validate,
+)
+from pipeline.store.overlay import DeltaMemory, Prepared
+from pipeline.store.reader import Reader, Snapshot
+from pipeline.store.tree import ROOT, namespace_key
+
+
+class LiveView:
+    """The published state as validation reads it: live ids and current versions."""
+
+    def __init__(self, snap: Snapshot | None):
+        self.snap = snap
+        self.overlay = snap.overlay if snap is not None else None
+        self.con = snap.store.con if snap is not None and snap.store is not None else None
+
+    def existing_ids(self, ids) -> set[str]:
+        ids = list(ids)
+        out: set[str] = set()
+        if self.overlay is not None:
+            out |= {m for m in ids if m in self.overlay.members}
+        rest = [m for m in ids if m not in out and (self.overlay is None or m not in self.overlay.touched)]
+        if rest and self.con is not None:
+            out |= {r[0] for r in self.con.execute(
+                "SELECT id FROM memories WHERE id IN (SELECT unnest(?))", [rest]).fetchall()}
+        return out
+
+    def in_base(self, ids: list[str]) -> dict[str, tuple[str, str, datetime, np.ndarray]]:
+        """(namespace, content hash, created_at, embedding) of the live base memories among ``ids``."""
+        rest = [m for m in ids if self.overlay is None or m not in self.overlay.touched]
+        if not rest or self.con is None:
+            return {}
+        return {
+            r[0]: (r[1], r[2], r[3], np.asarray(r[4], dtype=np.float32))
+            for r in self.con.execute(
+                "SELECT id, namespace, content_hash, created_at, embedding FROM memories WHERE id IN (SELECT unnest(?))",
+                [rest],
+            ).fetchall()
+        }
+
+
+def _same_as_delta(record: MemoryRecord, m: DeltaMemory) -> bool:
+    return (
+        (m.namespace, m.content, m.content_type, m.context) == (record.namespace, record.content,
+                                                                 record.content_type, record.context)
+        and (record.created_at is None or record.created_at == m.created_at)
+        and _canonical(m.metadata) == _canonical(record.metadata)
+        and sorted(m.topics) == record.topics and sorted(m.concepts) == record.concepts
+        and sorted(m.supersedes) == record.supersedes and sorted(m.conflicts) == record.conflicts
+        and sorted(m.supported_by) == record.supported_by
+    )
+
+
+def _canonical(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings: Settings,
+            *, now: datetime | None = None, for_delta: bool = True, progress: bool = False) -> Prepared:
+    """Leave out unchanged records, embed changed content, and (``for_delta``)
+    tokenize and route: the delta's rows. A write that goes straight into a
+    base needs neither: compaction indexes and places it."""
+    out = Prepared()
+    overlay = live.overlay
+    ids = [record_id(r) for r in records]
+    same_base = unchanged_ids(live.con, [r for r in records if overlay is None or r.id not in overlay.touched]) \
+        if live.con is not None else set()
+    base = live.in_base(ids)
+    keep: list[MemoryRecord] = []
+    for r in records:
+        current = overlay.members.get(record_id(r)) if overlay is not None else None
+        if r.id in same_base or (current is not None and _same_as_delta(r, current)):
+            out.unchanged += 1
+        else:
+            keep.append(r)
+    if not keep:
+        return out
+    now = now or utcnow()
+    dim = 0
+    vectors: list[np.ndarray | None] = []
+    created: list[datetime] = []
+    for r in keep:
+        rid = record_id(r)
+        digest = content_hash(r.content)
+        current = overlay.members.get(rid) if overlay is not None else None
+        old = None
+        if current is not None and overlay is not None:
+            old = (current.namespace, current.content_hash, current.created_at, overlay.emb[overlay.row_of[rid]])
+        elif rid in base:
+            old = base[rid]
+        if old is None:
+            out.inserted += 1
+        else:
+            out.updated += 1
+        reuse = old is not None and old[0] == r.namespace and old[1] == digest
+        vectors.append(old[3] if reuse and old is not None else None)
+        created.append(r.created_at or (old[2] if old is not None else now))
+    todo = [i for i, v in enumerate(vectors) if v is None]
+    if todo:
+        embedder = embedder_for(len(todo))
+        fresh = _embed_batched(embedder, [embedding_text(keep[i]) for i in todo], settings.embed_batch_size, progress)
+        for i, vec in zip(todo, fresh):
+            vectors[i] = np.asarray(vec, dtype=np.float32)
+        out.embedded = len(todo)
+    matrix = np.stack([v for v in vectors if v is not None]).astype(np.float32)
+    dim = matrix.shape[1]
+    terms = tokenize([fts_text(r) for r in keep], settings.fulltext) if for_delta else [(0, {}) for _ in keep]
+    router = TreeRouter.of(live.snap) if live.snap is not None and for_delta else None
+    for i, r in enumerate(keep):
+        length, counts = terms[i]
+        out.memories.append(DeltaMemory(
+            id=record_id(r), namespace=r.namespace, content=r.content, content_type=r.content_type,
+            created_at=created[i], context=r.context, metadata=r.metadata, content_hash=content_hash(r.content),
+            topics=list(r.topics), concepts=list(r.concepts), supersedes=list(r.supersedes),
+            conflicts=list(r.conflicts), supported_by=list(r.supported_by),
+            tree=router.route(r.namespace, matrix[i]) if router is not None else [],
+            fts_len=length, terms=counts,
+        ))
+    out.vectors = matrix.reshape(len(keep), dim)
+    return out
+
+
+# -- full-text terms --------------------------------------------------------------
+_TOKENIZER: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
+def tokenize(texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
+    """(token count, {term: frequency}) of each text, by the FTS extension with
+    the store's settings: the same tokenizer, stemmer and stopwords that index
+    the base, so a delta's memories score as a compacted index would score them."""
+    con = _TOKENIZER.get("con")
+    if con is None:
+        con = duckdb.connect()
+        con.execute(f"LOAD '{str(fts_extension_path()).replace(chr(39), chr(39) * 2)}'")
+        _TOKENIZER["con"] = con
+    con.execute("CREATE OR REPLACE TABLE delta_docs (pos INTEGER, fts_text VARCHAR)")
+    con.execute("INSERT INTO delta_docs SELECT unnest(?), unnest(?)", [list(range(len(texts))), texts])
+    ignore = settings.ignore.replace("'", "''")
+    con.execute(
+        "PRAGMA create_fts_index('delta_docs', 'pos', 'fts_text', "
+        f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
+        f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
+    )
+    out: list[tuple[int, dict[str, int]]] = [(0, {}) for _ in texts]
+    for pos, length in con.execute("SELECT name, len FROM fts_main_delta_docs.docs").fetchall():
+        out[int(pos)] = (int(length), {})
+    for pos, term, tf in con.execute(
+        "SELECT d.name, t2.term, count(*) FROM fts_main_delta_docs.terms t "
+        "JOIN fts_main_delta_docs.docs d ON d.docid = t.docid "
+        "JOIN fts_main_delta_docs.dict t2 ON t2.termid = t.termid GROUP BY 1, 2"
+    ).fetchall():
+        out[int(pos)][1][term] = int(tf)
+    return out
+
+
+# -- tree routing -----------------------------------------------------------------
+class TreeRouter:
+    """The base tree's centroids, to give a delta memory the leaf (and its
+    ancestors) an insertion would choose, as its topics until compaction."""
+
+    def __init__(self, rows: list[tuple[str, str | None, bool, Any]]):
+        self.parent: dict[str, str | None] = {}
+        self.children: dict[str, list[str]] = {}
+        self.centroid: dict[str, np.ndarray] = {}
+        self.leaf: set[str] = set()
+        for key, parent, is_leaf, centroid in rows:
+            self.parent[key] = parent
+            if parent is not None:
+                self.children.setdefault(parent, []).append(key)
+            if centroid is not None:
+                self.centroid[key] = np.asarray(centroid, dtype=np.float32)
+            if is_leaf:
+                self.leaf.add(key)
+        for kids in self.children.values():
+            kids.sort()
+
+    @classmethod
+    def of(cls, snap: Snapshot) -> TreeRouter | None:
+        if snap.store is None:
+            return None
+        cached = getattr(snap, "_router", None)
+        if cached is None:
+            cached = cls(snap.store.con.execute("SELECT topic_key, parent, is_leaf, centroid FROM topics").fetchall())
+            snap._router = cached  # type: ignore[attr-defined]
+        return cached
+
+    def route(self, namespace: str, vector: np.ndarray) -> list[str]:
+        key = namespace_key(namespace)
+        if key not in self.parent:
+            return []
+        while key not in self.leaf and self.children.get(key):
+            key = min(self.children[key], key=lambda c: (-float(self.centroid[c] @ vector), c))
+        path = []
+        node: str | None = key
+        while node is not None and node != ROOT:
+            path.append(node)
+            node = self.parent.get(node)
+        return path
+
+
+# -- the write itself ---------------------------------------------------------------
+class WriteResult(BaseModel):
+    """What a write did, as ``remember`` and ``forget`` return it (JSON on the wire)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(default_factory=list, description="the remembered records' ids, in the order given")
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = Field(0, description="records the store already held exactly as given: nothing written")
+    embedded: int = 0
+    forgotten: int = Field(0, description="live memories forgotten")
+    not_found: list[str] = Field(default_factory=list, description="ids to forget that no live memory has")
+    skipped: list[str] = Field(default_factory=list, description="invalid records left out (skip_invalid)")
+    namespaces: list[str] = Field(default_factory=list)
+    version: int = Field(0, description="the store version (manifest) the write published, or the one it found")
+    delta: int | None = Field(None, description="the delta segment written (None: nothing, or straight into a base)")
+    compacted: bool = Field(False, description="the write went straight into a new base")
+    compact_due: bool = Field(False, description="the deltas passed a compaction threshold")
+    seconds: dict[str, float] = Field(default_factory=dict)
+    generation: int = Field(0, description="the same as version (the name before segments)")
+
+
+@dataclass
+class WriteReport(IngestReport):
+    ids: list[str] = field(default_factory=list)
+    forgotten: int = 0
+    not_found: list[str] = field(default_factory=list)
+    version: int = 0
+    delta: int | None = None
+    compacted: bool = False
+    compact_due: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "ids": self.ids, "forgotten": self.forgotten, "not_found": self.not_found,
+                "version": self.version, "delta": self.delta, "compacted": self.compacted,
+                "compact_due": self.compact_due}
+
+    def result(self) -> WriteResult:
+        return WriteResult.model_validate(self.as_dict())
+
+
+def _embedder_for(settings: Settings, embedder: Embedder | None):
+    def pick(n: int) -> Embedder:
+        if embedder is not None:
+            return embedder
+        from pipeline.embedders import make_embedder
+
+        return make_embedder(settings, bulk=n > settings.embed_batch_size)
+    return pick
+
+
+def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool = False, progress: bool = False,
+                 embedder: Embedder | None = None, reader: Reader | None = None) -> WriteReport:
+    """Remember a validated file's records (``dimple ingest``, ``ingest.batch``): ``write``."""
+    return write(settings, parsed, skip_invalid=skip_invalid, progress=progress, embedder=embedder, reader=reader)
+
+
+def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str] | None = None, *,
+          reason: str | None = None, skip_invalid: bool = False, embedder: Embedder | None = None,
+          reader: Reader | None = None, progress: bool = False) -> WriteReport:
+    """Remember ``parsed``'s records and forget ``forget``'s ids as one write.
+
+    Raises ``IngestValidationError`` for bad records (nothing written) unless
+    ``skip_invalid``. Returns once the delta and its manifest are on disk.
+    """
+    t0 = time.perf_counter()
+    data_dir = settings.data_dir
+    parsed = parsed or ParsedFile([], [])
+    forget = list(dict.fromkeys(forget or []))
+    for i, mid in enumerate(forget):
+        if not isinstance(mid, str) or not mid.strip() or len(mid) > 512:
+            raise InputError(f"ids[{i}]", "must be a memory id (1-512 characters)")
+    own = reader is None
+    reader = reader or Reader(data_dir)
+    try:
+        with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
+            snap = reader.snapshot()
+            live = LiveView(snap)
+            skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
+            forgotten_live = live.existing_ids(forget)
+            clash = sorted(forgotten_live & {record_id(r) for r in parsed.records})
+            if clash:
+                raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
+            manifest = segments.read_manifest(data_dir) or segments.Manifest()
+            direct = manifest.base is None or len(parsed.records) >= settings.compact_delta_memories
+            prepared = prepare(parsed.records, live, _embedder_for(settings, embedder), settings,
+                               for_delta=not direct, progress=progress)
+            prepared.forget = [{"id": m, "reason": reason} for m in forget if m in forgotten_live]
+            prepared.not_found = [m for m in forget if m not in forgotten_live]
+            report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
+                                 skipped=skipped, embedded=prepared.embedded, forgotten=len(prepared.forget),
+                                 not_found=prepared.not_found)
+            report.namespaces = sorted({m.namespace for m in prepared.memories})
+            report.ids = [record_id(r) for r in parsed.records]
+            report.version = manifest.version
+            if not prepared.empty and not direct:
+                seq = manifest.next_seq
+                ref = segments.write_delta(data_dir, seq, _payload(prepared), prepared.vectors
+                                           if prepared.vectors is not None else np.zeros((0, 0), np.float32))
+                manifest.deltas.append(ref)
+                manifest.next_seq = seq + 1
+                manifest.version += 1
+                segments.publish(data_dir, manifest)
+                report.version, report.delta = manifest.version, seq
+        report.generation = report.version
+        if not prepared.empty and direct:
+            from pipeline.store.compact import compact
+
+            done = compact(settings, extra=prepared, wait=True)
+            report.compacted = True
+            report.version = report.generation = done.version
+        report.compact_due = compaction_due(settings)
+    finally:
+        if own:
+            reader.close()
+    report.seconds = {"total": time.perf_counter() - t0}
+    return report
+
+
+def _payload(prepared: Prepared) -> dict[str, Any]:
+    return {"written_at": utcnow().isoformat(), "memories": [m.to_json() for m in prepared.memories],
+            "forget": prepared.forget}
+
+
+def compaction_due(settings: Settings) -> bool:
+    """Whether the published deltas passed a threshold (count or memories, in settings)."""
+    manifest = segments.read_manifest(settings.data_dir)
+    if manifest is None or not manifest.deltas:
+        return False
+    return (len(manifest.deltas) >= settings.compact_max_deltas
+            or manifest.delta_memories >= settings.compact_delta_memories)
+
+
+def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> list[dict[str, Any]]:
+    """The live memories among ``ids``, in the order asked, as a user wrote them
+    (missing and forgotten ids are left out)."""
+    own = reader is None
+    reader = reader or Reader(settings.data_dir)
+    try:
+        snap = reader.snapshot()
+        if snap is None:
+            return []
+        overlay = snap.overlay
+        found: dict[str, dict[str, Any]] = {}
+        for mid in ids:
+            m = overlay.members.get(mid)
+            if m is not None:
+                found[mid] = _as_record(m.id, m.namespace, m.content, m.content_type, m.created_at, m.context,
+                                        m.metadata, m.topics, m.concepts, m.supersedes, m.conflicts, m.supported_by)
+        rest = [m for m in ids if m not in found and m not in overlay.touched]
+        if rest and snap.store is not None:
+            found.update(_base_records(snap.store, rest))
+        return [found[m] for m in dict.fromkeys(ids) if m in found]
+    finally:
+        if own:
+            reader.close()
+
+
+def _as_record(mid, namespace, content, content_type, created_at, context, metadata, topics, concepts,
+               supersedes, conflicts, supported_by) -> dict[str, Any]:
+    return {"id": mid, "namespace": namespace, "content": content, "content_type": content_type,
+            "created_at": created_at.isoformat(), "context": context, "metadata": metadata,
+            "topics": sorted(topics), "concepts": sorted(concepts), "supersedes": sorted(supersedes),
+            "conflicts": sorted(conflicts), "supported_by": sorted(supported_by)}
+
+
+def _base_records(store: Store, ids: list[str]) -> dict[str, dict[str, Any]]:
+    con = store.con
+    rows = con.execute(
+        "SELECT id, namespace, content, content_type, created_at, context, metadata::VARCHAR FROM memories "
+        "WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
+    if not rows:
+        return {}
+    known = [r[0] for r in rows]
+    topics: dict[str, list[str]] = {}
+    for mid, t in con.execute("SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'user' AND "
+                              "memory_id IN (SELECT unnest(?))", [known]).fetchall():
+        topics.setdefault(mid, []).append(t)
+    concepts: dict[str, list[str]] = {}
+    for mid, c in con.execute("SELECT memory_id, concept FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))",
+                              [known]).fetchall():
+        concepts.setdefault(mid, []).append(c)
+    edges: dict[str, dict[str, list[str]]] = {}
+    for src, dst, kind, origin in con.execute(
+        "SELECT src, dst, kind, origin FROM edges WHERE origin IN (SELECT unnest(?))", [known]).fetchall():
+        per = edges.setdefault(origin, {"supersedes": [], "conflicts": [], "supported_by": []})
+        if kind == "supports":
+            per["supported_by"].append(src)
+        else:
+            per[kind].append(dst)
+    out = {}
+    for mid, ns, content, ctype, created, context, metadata in rows:
+        per = edges.get(mid, {"supersedes": [], "conflicts": [], "supported_by": []})
+        out[mid] = _as_record(mid, ns, content, ctype, created, context,
+                              None if metadata is None else json.loads(metadata), topics.get(mid, []),
+                              concepts.get(mid, []), per["supersedes"], per["conflicts"], per["supported_by"])
+    return out
+
+
+def parse_records(items: list[Any], settings: Settings) -> ParsedFile:
+    """Records given to ``remember`` (dicts, as a JSONL line holds them), validated
+    exactly as ingest validates lines; errors are numbered by record from 1."""
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        raise InputError("records", "a memory (a dict) or a list of them")
+    lines = []
+    for i, item in enumerate(items):
+        if isinstance(item, MemoryRecord):
+            item = item.model_dump(mode="json", exclude_none=True)
+        try:
+            lines.append(json.dumps(item, ensure_ascii=False, default=_not_json))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"records[{i}]", f"not JSON: {exc}") from None
+    parsed = parse_lines(lines, settings.limits)
+    parsed.unit = "record"
+    for err in parsed.errors:
+        err.unit = "record"
+    return parsed
+
+
+def _not_json(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
