@@ -376,6 +376,9 @@ class QueryState(_Strict):
     beyond_budget: int = Field(
         0, ge=0, description="in-scope candidates augment did not carry because max_units could not keep them"
     )
+    store_version: int | None = Field(
+        None, description="the store version (manifest) the results' content was read from (search.augment)"
+    )
 
     @property
     def mode(self) -> str:
@@ -416,6 +419,7 @@ class Results(_Strict):
     legs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     timings: dict[str, float] = Field(default_factory=dict)
     total_ms: float = 0.0
+    store_version: int | None = Field(None, description="the store version the results were read from")
 
     @classmethod
     def from_state(cls, state: QueryState) -> Results:
@@ -430,6 +434,7 @@ class Results(_Strict):
             legs={name: {"ran": leg.ran, "hits": leg.n_hits, **leg.profile} for name, leg in state.legs.items()},
             timings=state.timings,
             total_ms=round((time.time() - state.query.started_at) * 1000.0, 3),
+            store_version=state.store_version,
         )
 
 

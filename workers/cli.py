@@ -280,16 +280,24 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_stats(args) -> int:
+    from pipeline.store import segments
     from pipeline.store.database import Store
     from pipeline.store.stats import store_stats
 
     settings = cli_settings()
     with Store.open(require_store(settings), read_only=True) as store:
         stats = store_stats(store)
+    manifest = segments.read_manifest(settings.data_dir) or segments.Manifest()
+    stats["segments"] = {"version": manifest.version, "deltas": len(manifest.deltas),
+                         "delta_memories": manifest.delta_memories,
+                         "delta_forgotten": sum(d.forgotten for d in manifest.deltas)}
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
         return 0
-    print(f"store       {stats['path']} (schema {stats['schema_version']}, generation {stats['generation']})")
+    seg = stats["segments"]
+    print(f"store       {stats['path']} (schema {stats['schema_version']}, store version {seg['version']})")
+    print(f"deltas      {seg['deltas']} pending ({seg['delta_memories']} memories written, "
+          f"{seg['delta_forgotten']} forgotten), merged into the base by the next compaction")
     print(f"model       {stats['embedding_model']} ({stats['embedding_dim']}-d)")
     print(f"memories    {stats['memories']} in {stats['namespaces']} namespace(s)")
     for ns, n in stats["by_namespace"].items():

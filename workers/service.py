@@ -114,10 +114,10 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
         return
     from . import resources
 
-    store = resources.store()
-    if store is None:
+    snap = resources.snapshot()
+    if snap is None:
         raise no_store(settings)
-    check_namespace(store.namespaces(), options.get("namespace"))
+    check_namespace(snap.namespaces(), options.get("namespace"))
     if wants_vectors:
         resources.index()
         resources.embedder()
@@ -206,7 +206,7 @@ def replay_row(row) -> dict[str, Any]:
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
     import workers
-    from pipeline.audit.explain import diff_served, replay_options
+    from pipeline.audit.explain import diff_served, replay_options, store_changed
 
     from . import resources
     from .api import search
@@ -222,7 +222,11 @@ def replay_row(row) -> dict[str, Any]:
             workers.configure(settings)
     diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
     changes = diff["changes"]
-    return {"verdict": "same list" if diff["same"] else f"{len(changes)} change(s)", "changes": changes,
+    verdict = "same list" if diff["same"] else f"{len(changes)} change(s)"
+    moved = store_changed(row, now.store_version)
+    if moved and not diff["same"]:
+        verdict += f"; {moved}"
+    return {"verdict": verdict, "changes": changes, "store_changed": moved,
             "replay_query_id": now.query_id, "logged_as": None if settings.embedded else now.query_id}
 
 

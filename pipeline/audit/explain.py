@@ -39,6 +39,16 @@ def replay_options(record: AuditRecord) -> dict[str, Any]:
     return {**options_from_recorded(record.options), "mode": record.requested_mode}
 
 
+def store_changed(record: AuditRecord, now: int | None) -> str | None:
+    """Why a replay may differ from what was served: the writes published
+    between the row's store version and ``now`` (None when the same, or unknown)."""
+    then = record.query_profile.get("store_version")
+    if then is None or now is None or then == now:
+        return None
+    return (f"the store changed since: version {then} then, {now} now "
+            f"({now - then} write(s) or compaction(s) published in between)")
+
+
 def diff_served(before: list[str], after: list[str], k: int | None = None) -> dict[str, Any]:
     """How a served list changed: one line per added, moved or dropped id, plus
     overlap@k (shared ids over the longer top-k; 1.0 when both are empty), the

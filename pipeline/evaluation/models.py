@@ -97,6 +97,7 @@ class ReplayReport(TypedDict):
     skipped: dict[str, Skipped]
     seconds: float
     changed: int
+    changed_after_writes: int  # changed rows whose store version differs from now
     unchanged: int
     mean_overlap: float | None
     mean_moved: float | None

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.audit.explain import diff_served, replay_options
+from pipeline.audit.explain import diff_served, replay_options, store_changed
 from pipeline.audit.record import AuditRecord
 from pipeline.errors import EvalInputError
 from pipeline.evaluation.models import ReplayReport
@@ -45,7 +45,8 @@ def replay(
             continue
         diff = diff_served(before, now.ranked, k)
         rows.append({"query_id": record.query_id, "text": record.query_text, "logged_at": record.logged_at.isoformat(),
-                     "mode": record.requested_mode, "before": before[:k], "after": now.ranked[:k], **diff})
+                     "mode": record.requested_mode, "before": before[:k], "after": now.ranked[:k], **diff,
+                     "store_changed": store_changed(record, now.store_version)})
     done = [r for r in rows if "error" not in r]
     changed = sorted((r for r in done if not r["same"]), key=lambda r: (r["overlap"], r["query_id"]))
     return {
@@ -56,6 +57,7 @@ def replay(
         "skipped": {"no_query_text": {"count": len(skipped), "ids": skipped[:50]}} if skipped else {},
         "seconds": round(secs, 3),
         "changed": len(changed),
+        "changed_after_writes": sum(1 for r in changed if r["store_changed"]),
         "unchanged": len(done) - len(changed),
         "mean_overlap": round(float(np.mean([r["overlap"] for r in done])), 4) if done else None,
         "mean_moved": round(float(np.mean([r["moved"] for r in done])), 3) if done else None,

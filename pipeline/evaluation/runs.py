@@ -36,6 +36,7 @@ class QueryRun:
     total_ms: float = 0.0
     mode: str = ""
     error: str | None = None
+    store_version: int | None = None
 
 
 def run_queries(
@@ -64,7 +65,8 @@ def run_queries(
             out.append(QueryRun(q.id, error=f"{type(res).__name__}: {res}"))
             continue
         out.append(QueryRun(
-            q.id, [r.id for r in res.results], [r.score for r in res.results], dict(res.timings), res.total_ms, res.mode
+            q.id, [r.id for r in res.results], [r.score for r in res.results], dict(res.timings), res.total_ms, res.mode,
+            store_version=res.store_version,
         ))
     return out, secs
 

@@ -91,7 +91,10 @@ def _fuse(parts: list[Batch], res: Resources) -> Batch:
 
 def _augment(batch: Batch, res: Resources) -> Batch:
     with res.view() as v:
-        return augment_batch(batch, v.cursor if v else None, res.settings().preview_chars, v.overlay if v else None)
+        out = augment_batch(batch, v.cursor if v else None, res.settings().preview_chars, v.overlay if v else None)
+        for state in out.states:
+            state.store_version = v.overlay.version if v else None
+        return out
 
 
 def _scope(batch: Batch, res: Resources) -> Batch:

@@ -111,12 +111,14 @@ class Overlay:
     base_len: int  # their summed token count
     ids: list[str] = field(default_factory=list)  # delta memories, sorted
     emb: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    postings: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # term -> (row, tf)
+    postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # term -> (rows, tfs)
     lens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _dead_rows: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.row_of = {m: i for i, m in enumerate(self.ids)}
+        self.ns = np.asarray([self.members[m].namespace for m in self.ids], dtype=object)
+        self.ct = np.asarray([self.members[m].content_type for m in self.ids], dtype=object)
 
     @property
     def empty(self) -> bool:
@@ -149,10 +151,12 @@ class Overlay:
         ids = sorted(members)
         dim = next(iter(vectors.values())).shape[0] if vectors else dim
         emb = np.stack([vectors[m] for m in ids]).astype(np.float32) if ids else np.zeros((0, dim), np.float32)
-        postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        lists: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for row, mid in enumerate(ids):
             for term, tf in members[mid].terms.items():
-                postings[term].append((row, tf))
+                lists[term].append((row, tf))
+        postings = {t: (np.asarray([r for r, _ in p], dtype=np.int64), np.asarray([f for _, f in p], dtype=np.float64))
+                    for t, p in lists.items()}
         lens = np.asarray([members[m].fts_len for m in ids], dtype=np.int64)
         dead_ids: set[str] = set()
         dead_docids: list[int] = []
@@ -165,7 +169,7 @@ class Overlay:
         return cls(
             version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
             dead_ids=dead_ids, dead_docids=dead_docids,
-            base_docs=base_docs, base_len=base_len, ids=ids, emb=emb, postings=dict(postings), lens=lens,
+            base_docs=base_docs, base_len=base_len, ids=ids, emb=emb, postings=postings, lens=lens,
         )
 
     # -- liveness -------------------------------------------------------------
@@ -190,16 +194,16 @@ class Overlay:
     def rows_in(self, scope: Scope) -> np.ndarray:
         """Delta rows inside ``scope`` (namespace, content types, topics, concepts)."""
         keep = np.ones(len(self.ids), dtype=bool)
-        for row, mid in enumerate(self.ids):
-            m = self.members[mid]
-            if scope.namespace is not None and m.namespace != scope.namespace:
-                keep[row] = False
-            elif scope.content_types and m.content_type not in scope.content_types:
-                keep[row] = False
-            elif scope.topics and not set(scope.topics) & set(m.all_topics):
-                keep[row] = False
-            elif scope.concepts and not set(scope.concepts) & set(m.concepts):
-                keep[row] = False
+        if scope.namespace is not None:
+            keep &= self.ns == scope.namespace
+        if scope.content_types:
+            keep &= np.isin(self.ct, list(scope.content_types))
+        if scope.topics or scope.concepts:
+            topics, concepts = set(scope.topics), set(scope.concepts)
+            for row in np.flatnonzero(keep):
+                m = self.members[self.ids[row]]
+                if (topics and not topics & set(m.all_topics)) or (concepts and not concepts & set(m.concepts)):
+                    keep[row] = False
         return keep
 
     # -- vector leg -----------------------------------------------------------
@@ -211,6 +215,10 @@ class Overlay:
         if not len(rows):
             return []
         sims = self.emb[rows] @ query
+        if len(rows) > top_k:  # rows tied with the k-th score stay, so ties break by id exactly
+            kth = np.partition(-sims, top_k - 1)[top_k - 1]
+            keep = np.flatnonzero(-sims <= kth)
+            rows, sims = rows[keep], sims[keep]
         order = sorted(range(len(rows)), key=lambda i: (-float(sims[i]), self.ids[rows[i]]))[:top_k]
         return [(self.ids[rows[i]], float(sims[i])) for i in order]
 
@@ -222,7 +230,9 @@ class Overlay:
         return n, (total / n if n else 0.0)
 
     def delta_df(self, term: str) -> int:
-        return len(self.postings.get(term, ()))
+        """Live delta memories holding ``term``."""
+        found = self.postings.get(term)
+        return 0 if found is None else len(found[0])
 
     def fulltext_hits(self, terms: list[str], df: dict[str, int], scope: Scope, k1: float, b: float,
                       limit: int) -> list[tuple[str, float]]:
@@ -233,18 +243,19 @@ class Overlay:
         if not self.ids or not n:
             return []
         inside = self.rows_in(scope)
-        scores: dict[int, float] = defaultdict(float)
+        scores = np.zeros(len(self.ids), dtype=np.float64)
+        hit = np.zeros(len(self.ids), dtype=bool)
         for term in terms:
-            plist = self.postings.get(term)
-            if not plist:
+            if term not in self.postings:
                 continue
+            rows, tf = self.postings[term]
             d = df[term]
             idf = math.log10(((n - d) + 0.5) / (d + 0.5) + 1)
-            for row, tf in plist:
-                if inside[row]:
-                    scores[row] += idf * ((tf * (k1 + 1)) / (tf + (k1 * ((1 - b) + (b * (self.lens[row] / avgdl))))))
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], self.ids[kv[0]]))[:limit]
-        return [(self.ids[row], score) for row, score in ranked]
+            scores[rows] += idf * ((tf * (k1 + 1)) / (tf + (k1 * ((1 - b) + (b * (self.lens[rows] / avgdl))))))
+            hit[rows] = True
+        found = np.flatnonzero(hit & inside)
+        ranked = sorted(found.tolist(), key=lambda row: (-scores[row], self.ids[row]))[:limit]
+        return [(self.ids[row], float(scores[row])) for row in ranked]
 
 
 def _fulltext_base(con, dead_ids: list[str]) -> tuple[int, int, list[int]]:

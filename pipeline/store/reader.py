@@ -55,6 +55,11 @@ class Snapshot:
         if self.store is not None:
             self.store.close()
 
+    def namespaces(self) -> list[str]:
+        """Every namespace holding a memory, in the base or a delta, sorted."""
+        held = set(self.store.namespaces()) if self.store is not None else set()
+        return sorted(held | {m.namespace for m in self.overlay.members.values()})
+
     @contextmanager
     def view(self) -> Iterator[View]:
         """This snapshot for one stage of one thread: a cursor on its base (None

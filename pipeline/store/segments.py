@@ -53,7 +53,7 @@ SEGMENTS = "segments"
 LEGACY_CURRENT = "CURRENT"
 LEGACY_FILE = "store.duckdb"
 FORMAT = 1
-_BASE = re.compile(r"^base-(\d{8})\.duckdb$")
+_BASE = re.compile(r"^base-(\d{8})\.duckdb(\.work)?(\.wal)?$")  # .work: a compaction killed midway
 _DELTA = re.compile(r"^delta-(\d{8})\.(json|npy)$")
 
 

@@ -1,0 +1,210 @@
+"""The write path against the whole-store path, in the same run, at several
+store sizes (synthetic stores, ``ops.bench.synth``):
+
+    python -m ops.bench.writes --sizes 10000 100000 --work /tmp/wbench --out /tmp/wbench/writes.json
+
+(a) one memory remembered, and the time until a query in another process
+    (a warm reader polling keyword search) returns it;
+(b) a 1,000-memory batch;
+(c) query p50 (keyword and vector legs, in-process) with 0, 10 and 100
+    un-compacted one-memory deltas, and after compacting them;
+(e) compaction time.
+
+The whole-store path is the same code with every write sent straight into a
+new base (``compact_delta_memories=1``): copy the base, apply, re-index,
+publish; what every write cost before segments. Embeddings come from the
+hash embedder (384-d) on both sides, so embedding is not timed (the real
+model adds ~17 ms per memory, BENCHMARKS.md "Query embedder").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_POLLER = """
+import sys, time
+from pipeline.contracts import Scope
+from pipeline.settings import Settings
+from pipeline.stages import fulltext
+from pipeline.store.reader import Reader
+s = Settings(data_dir=sys.argv[1], embedding_model="hash-384", _env_file=None)
+token = sys.argv[2]
+reader = Reader(s.data_dir)
+snap = reader.snapshot(); snap.index()
+print("ready", flush=True)
+while True:
+    snap = reader.snapshot()
+    search = fulltext.search_live if not snap.overlay.empty else None
+    hits = (search(snap.store.con, token, Scope(), 5, s.fulltext, snap.overlay) if search
+            else fulltext.search(snap.store.con, token, Scope(), 5, s.fulltext))
+    if hits:
+        print(time.time(), flush=True)
+        break
+    time.sleep(0.005)
+"""
+
+
+def _settings(data_dir: Path, direct: bool):
+    from pipeline.settings import Settings
+
+    extra = {"compact_delta_memories": 1} if direct else {}
+    return Settings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
+
+
+def _template(work: Path, n: int) -> Path:
+    from ops.bench.synth import build_store
+
+    folder = work / f"store-{n}"
+    if not (folder / "store.duckdb").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        build_store(folder / "store.duckdb", n, _settings(folder, False), log=lambda *a: None)
+    return folder
+
+
+def _fresh(template: Path, scratch: Path) -> Path:
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(template, scratch)
+    return scratch
+
+
+def _records(prefix: str, n: int, token: str = "") -> list[dict]:
+    return [{"id": f"{prefix}-{i}", "namespace": f"ns{i % 4}",
+             "content": f"benchmark memory {prefix} {i} deploy window {token}".strip()} for i in range(n)]
+
+
+def _write(settings, records):
+    from pipeline.embedders import HashEmbedder
+    from pipeline.store.writes import parse_records, write
+
+    t = time.perf_counter()
+    write(settings, parse_records(records, settings), embedder=HashEmbedder(384))
+    return time.perf_counter() - t
+
+
+def one_memory(template: Path, scratch: Path, direct: bool) -> dict:
+    data = _fresh(template, scratch)
+    settings = _settings(data, direct)
+    _write(settings, _records("warm", 1))  # the store is in segment form on both sides
+    token = f"zqvis{int(time.time() * 1000) % 10**8}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    poller = subprocess.Popen([sys.executable, "-c", _POLLER, str(data), token], stdout=subprocess.PIPE, text=True,
+                              env=env, cwd=ROOT)
+    assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+    start = time.time()
+    ack_s = _write(settings, _records("one", 1, token))
+    acked = time.time()
+    seen = float(poller.stdout.readline())
+    poller.wait(30)
+    return {"ack_s": round(ack_s, 4), "visible_after_ack_s": round(max(seen - acked, 0.0), 4),
+            "visible_s": round(seen - start, 4)}
+
+
+def batch(template: Path, scratch: Path, direct: bool, size: int = 1000) -> float:
+    settings = _settings(_fresh(template, scratch), direct)
+    _write(settings, _records("warm", 1))
+    return round(_write(settings, _records("batch", size)), 3)
+
+
+def query_p50(settings, queries: list[str], vectors: np.ndarray, rounds: int = 3) -> dict:
+    from pipeline.contracts import Scope
+    from pipeline.stages import fulltext
+    from pipeline.stages.descend import descend
+    from pipeline.store.reader import Reader
+
+    reader = Reader(settings.data_dir)
+    snap = reader.snapshot()
+    index, overlay, con = snap.index(), snap.overlay, snap.store.con
+    tree = settings.tree
+    fts, vec = [], []
+    for _ in range(rounds):
+        for q, v in zip(queries, vectors):
+            t = time.perf_counter()
+            if overlay.empty:
+                fulltext.search(con, q, Scope(), 10, settings.fulltext)
+            else:
+                fulltext.search_live(con, q, Scope(), 10, settings.fulltext, overlay)
+            fts.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            hits, _ = descend(index, v, index.start_topics(Scope()), beam_width=tree.beam_width,
+                              max_depth=tree.max_depth, top_k=10, exclude=overlay.dead_rows(index))
+            if not overlay.empty:
+                sorted(hits + overlay.vector_hits(v, Scope(), 10), key=lambda h: (-h[1], h[0]))
+            vec.append(time.perf_counter() - t)
+    reader.close()
+    return {"fts_p50_ms": round(statistics.median(fts) * 1000, 3), "vector_p50_ms": round(statistics.median(vec) * 1000, 3)}
+
+
+def pending_deltas(template: Path, scratch: Path) -> dict:
+    from ops.bench.synth import queries as synth_queries
+    from pipeline.embedders import HashEmbedder
+    from pipeline.store.compact import compact
+
+    settings = _settings(_fresh(template, scratch), False).replace(compact_max_deltas=10_000)
+    qs = synth_queries(100)
+    vecs = HashEmbedder(384).embed(qs)
+    out = {}
+    _write(settings, _records("warm", 1))
+    compact(settings, wait=True)
+    out["compacted"] = query_p50(settings, qs, vecs)
+    written = 0
+    for target in (10, 100):
+        while written < target:
+            _write(settings, _records(f"d{written}", 1))
+            written += 1
+        out[f"{target}_deltas"] = query_p50(settings, qs, vecs)
+    t = time.perf_counter()
+    compact(settings, wait=True)
+    out["compaction_s"] = round(time.perf_counter() - t, 3)
+    out["after_compaction"] = query_p50(settings, qs, vecs)
+    for name in ("10_deltas", "100_deltas", "after_compaction"):
+        for leg in ("fts_p50_ms", "vector_p50_ms"):
+            out[name][leg.replace("p50_ms", "ratio")] = round(out[name][leg] / out["compacted"][leg], 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    p.add_argument("--work", type=Path, default=Path("/tmp/dimple-writes-bench"))
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    report: dict = {"load_before": os.getloadavg()}
+    for n in args.sizes:
+        template = _template(args.work, n)
+        scratch = args.work / f"scratch-{n}"
+        row: dict = {}
+        for side, direct in (("segments", False), ("whole_store", True)):
+            row[side] = {"one_memory": one_memory(template, scratch, direct),
+                         "batch_1000_s": batch(template, scratch, direct)}
+            print(n, side, row[side], flush=True)
+        row["one_memory_visible_ratio"] = round(
+            row["segments"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
+        row["batch_ratio"] = round(row["segments"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
+        row["pending_deltas"] = pending_deltas(template, scratch)
+        print(n, "pending", row["pending_deltas"], flush=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+        report[str(n)] = row
+    report["load_after"] = os.getloadavg()
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
