@@ -187,7 +187,8 @@ def main(argv=None) -> int:
     stack = Stack(args.run_dir, args.port)
     stack.start_redis()
     for queue in args.queues.split(","):
-        stack.start_worker(f"w-{queue}", queue)
+        # ingest: writes and a background compaction side by side (ops/RUNBOOK.md)
+        stack.start_worker(f"w-{queue}", queue, concurrency=2 if queue == "ingest" else 1)
     print(f"broker {stack.broker_url}; logs and pid files in {args.run_dir}")
     print(f"export DIMPLE_BROKER_URL={stack.broker_url}")
     return 0

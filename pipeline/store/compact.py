@@ -104,14 +104,20 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                     rebuild_tree(store, settings)
                 store.con.execute("CHECKPOINT")
                 # DuckDB leaves deleted and overwritten rows in free blocks of the
-                # file: a memory forgotten or rewritten is gone from the files
-                # only in a database written afresh from the live rows
-                # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
-                store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
-                name = str(one(store.con, "SELECT current_database()")[0]).replace('"', '""')
-                store.con.execute(f'COPY FROM DATABASE "{name}" TO fresh')  # a catalog name, not user text
-                store.con.execute("DETACH fresh")
-            work.unlink()
+                # file: when a memory was forgotten or rewritten it is gone from
+                # the files only in a database written afresh from the live rows
+                # (one more copy, so only then)
+                afresh = bool(report.forgotten or report.updated or rebuild)
+                if afresh:
+                    # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
+                    store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
+                    name = str(one(store.con, "SELECT current_database()")[0]).replace('"', '""')
+                    store.con.execute(f'COPY FROM DATABASE "{name}" TO fresh')  # a catalog name, not user text
+                    store.con.execute("DETACH fresh")
+            if afresh:
+                work.unlink()
+            else:
+                work.rename(target)
             segments.fsync_file(target)
             segments.fsync_dir(target.parent)
         except BaseException:

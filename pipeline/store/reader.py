@@ -30,6 +30,40 @@ from pipeline.store.database import Store
 from pipeline.store.overlay import Overlay
 
 
+class _Uses:
+    """Who reads one base connection: it is closed when the base is retired
+    (a newer one took over) and the last stage reading it is done, never under
+    a query in flight on another thread."""
+
+    def __init__(self, store: Store | None):
+        self.store = store
+        self.users = 0
+        self.retired = False
+        self.lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.users += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.users -= 1
+            done = self.retired and self.users == 0
+        if done:
+            self._close()
+
+    def retire(self) -> None:
+        with self.lock:
+            self.retired = True
+            done = self.users == 0
+        if done:
+            self._close()
+
+    def _close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
 @dataclass
 class Snapshot:
     """A base (read-only), the deltas over it, and the manifest version they make."""
@@ -41,6 +75,11 @@ class Snapshot:
     deltas: dict[int, tuple[dict[str, Any], np.ndarray]]  # by seq, the bodies the overlay merged
     _index: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _uses: _Uses | None = None  # shared by the snapshots of one base
+
+    def __post_init__(self) -> None:
+        if self._uses is None:
+            self._uses = _Uses(self.store)
 
     def index(self):
         """The base's vector index, loaded on first use (None without a base)."""
@@ -52,8 +91,9 @@ class Snapshot:
             return self._index
 
     def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
+        """Retire this snapshot's base: closed once no stage reads it any more."""
+        assert self._uses is not None
+        self._uses.retire()
 
     def namespaces(self) -> list[str]:
         """Every namespace holding a memory, in the base or a delta, sorted."""
@@ -64,12 +104,17 @@ class Snapshot:
     def view(self) -> Iterator[View]:
         """This snapshot for one stage of one thread: a cursor on its base (None
         without one), its deltas and its vector index, all of the same state."""
-        cur = self.store.cursor() if self.store is not None else None
+        assert self._uses is not None
+        self._uses.enter()
         try:
-            yield View(cursor=cur, overlay=self.overlay, index=self.index)
+            cur = self.store.cursor() if self.store is not None else None
+            try:
+                yield View(cursor=cur, overlay=self.overlay, index=self.index)
+            finally:
+                if cur is not None:
+                    cur.close()
         finally:
-            if cur is not None:
-                cur.close()
+            self._uses.leave()
 
 
 @dataclass
@@ -164,7 +209,7 @@ class Reader:
         overlay = Overlay.build(version, [deltas[s] for s in sorted(deltas)],
                                 cur.store.con if cur.store is not None else None, _dim(cur.store))
         return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
-                        _index=cur._index)
+                        _index=cur._index, _uses=cur._uses)
 
     def _load(self, manifest: segments.Manifest, cache: dict, index_wanted: bool = False) -> Snapshot:
         store = None
@@ -217,8 +262,8 @@ class Reader:
             extra = [d for d in manifest.deltas if d.seq not in pending.deltas]
             pending = self._extend(pending, manifest.version, extra)
         old, self._current = self._current, pending
-        if old is not None and old.store is not None and old.store is not pending.store:
-            old.store.close()
+        if old is not None and old.store is not pending.store:
+            old.close()
 
 
 # DuckDB aborts the process when it exits while a thread is inside a query:

@@ -47,7 +47,7 @@ def stack(tmp_path_factory, demo_store):
         run.start_worker("w-embed", "embed", env=env)
         run.start_worker("w-search", "search", concurrency=2, env=env)
         run.start_worker("w-audit", "audit", env=env)
-        run.start_worker("w-ingest", "ingest", env=env)
+        run.start_worker("w-ingest", "ingest", concurrency=2, env=env)
         reconfigure(demo_store.with_broker(run.broker_url))
         run.wait_for_workers(app, ["w-embed", "w-search", "w-audit", "w-ingest"], timeout=120)
         yield run

@@ -233,17 +233,17 @@ def run_model(settings, steps: int, seed: int) -> None:
                 model.pop(m)
         elif action < 0.85:
             compact(settings, wait=True)
-        snap = reader.snapshot()
         every = [f"m{i}" for i in range(next_id)]
         got = {m["id"]: m for m in get(settings, every, reader=reader)}
+        snap = reader.snapshot()
         assert set(got) == set(model), step
         for mid, rec in model.items():
             assert got[mid]["content"] == rec["content"] and got[mid]["namespace"] == rec["namespace"], (step, mid)
         gone = [m for m in every if m not in model]
         if gone and snap.store is not None:
             probe = " ".join(f"tok{m[1:]}" for m in rng.sample(gone, k=min(5, len(gone))))
-            hits = fulltext.search_live(snap.store.con, probe, Scope(), 50, settings.fulltext, snap.overlay) \
-                if not snap.overlay.empty else fulltext.search(snap.store.con, probe, Scope(), 50, settings.fulltext)
+            with snap.view() as v:
+                hits = fulltext.search_until(v.cursor, probe, Scope(), 50, settings.fulltext, None, v.overlay)[0]
             assert not {m for m, _ in hits} - set(model), step
     reader.close()
 
