@@ -18,6 +18,7 @@ of a whole file always did.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -120,7 +121,6 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     if not keep:
         return out
     now = now or utcnow()
-    dim = 0
     vectors: list[np.ndarray | None] = []
     created: list[datetime] = []
     for r in keep:
@@ -165,7 +165,10 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
 
 
 # -- full-text terms --------------------------------------------------------------
+# one in-memory DuckDB per process (writes are serialised by WRITE.lock); a
+# forked child opens its own
 _TOKENIZER: dict[str, duckdb.DuckDBPyConnection] = {}
+os.register_at_fork(after_in_child=_TOKENIZER.clear)
 
 
 def tokenize(texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
