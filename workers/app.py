@@ -12,7 +12,7 @@ from celery import Celery
 
 from pipeline.settings import Settings, get_settings
 
-from .celery_compat import reset_connections, stop_waiting_at_exit
+from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
@@ -110,6 +110,7 @@ def reconfigure(settings: Settings) -> None:
 
 app = make_app(get_settings())
 install_warmup(app)
+guard_queue_items()  # a worker survives any item on its queues
 # Handles never collected (a timed-out or abandoned search_async) must not
 # unsubscribe from inside a half torn-down interpreter.
 atexit.register(stop_waiting_at_exit, app)

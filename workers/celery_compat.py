@@ -17,19 +17,36 @@ minor version pyproject pins (``celery>=5.7,<5.8``);
   the life of the process, and at exit ``AsyncResult.__del__`` unsubscribes
   through a half torn-down redis client ("Exception ignored in ...
   AsyncResult.__del__ ... sys.meta_path is None").
+- ``guard_queue_items``: kombu's Redis transport parses each queue item's
+  envelope itself (``loads`` in ``Channel._brpop_read`` and ``Channel._get``,
+  kombu 5.7); an item that is not one (``LPUSH search 'not json'``, a JSON
+  list, an envelope without properties or with a body that is not base64)
+  raised out of the worker's event loop and stopped the worker. Within those
+  two methods, items that are not a well-formed envelope become an envelope
+  no task accepts, which Celery logs and deletes ("Received and deleted
+  unknown message"); the item is logged at ERROR. Everywhere else (the
+  restore of unacked messages) ``loads`` is kombu's own.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextvars
+import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
 
+log = logging.getLogger("dimple.queue")
+
 # The private names this module relies on (checked by the test).
+TRANSPORT_METHODS = ("_brpop_read", "_get")  # kombu.transport.redis.Channel; both call the module's ``loads``
 APP_ATTRIBUTES = ("_pool", "_backend_cache", "_local")
 RESULT_METHODS = ("_maybe_reraise_parent_error",)
 BACKEND_ATTRIBUTES = ("_pending_results",)
@@ -134,4 +151,83 @@ def has_private_api() -> dict[str, bool]:
     found |= {f"RedisBackend.{a}": hasattr(backend, a) for a in BACKEND_ATTRIBUTES}
     found |= {f"ResultConsumer.{a}": hasattr(backend.result_consumer, a) for a in RESULT_CONSUMER_ATTRIBUTES}
     found["ResultConsumer.cancel_for"] = callable(getattr(ResultConsumer, "cancel_for", None))
+    import kombu.transport.redis as transport
+
+    found |= {f"redis.Channel.{m}": callable(getattr(transport.Channel, m, None)) for m in TRANSPORT_METHODS}
+    found["redis.loads"] = callable(getattr(transport, "loads", None))
     return found
+
+
+# -- queue items that are not messages ------------------------------------------------
+_READING = contextvars.ContextVar("dimple_reading_queue_item", default=False)
+
+
+def _envelope_problem(payload: Any) -> str | None:
+    """Why ``payload`` is not a kombu message envelope kombu can deliver (None when it is)."""
+    if not isinstance(payload, dict):
+        return f"a JSON {type(payload).__name__}, not an envelope"
+    props = payload.get("properties")
+    if not isinstance(props, dict) or not isinstance(props.get("delivery_tag"), str):
+        return "no properties.delivery_tag"
+    info = props.get("delivery_info", {})
+    if not isinstance(info, dict):
+        return "delivery_info is not an object"
+    headers = payload.get("headers")
+    if headers is not None and not isinstance(headers, dict):
+        return "headers is not an object"
+    body = payload.get("body")
+    if body is not None and not isinstance(body, str):
+        return "body is not a string"
+    for key in ("content-type", "content-encoding"):
+        if payload.get(key) is not None and not isinstance(payload.get(key), str):
+            return f"{key} is not a string"
+    encoding = props.get("body_encoding")
+    if encoding not in (None, "base64"):
+        return f"unknown body_encoding {encoding!r}"
+    if encoding == "base64" and body:
+        try:
+            base64.b64decode(body.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError):
+            return "body is not base64"
+    return None
+
+
+def _refused(problem: str, text: Any) -> dict:
+    shown = text if isinstance(text, str) else repr(text)
+    log.error("a queue item that is not a message was refused (%s): %.200r", problem, shown)
+    return {"body": "", "content-type": "application/json", "content-encoding": "utf-8", "headers": {},
+            "properties": {"delivery_tag": str(uuid.uuid4()), "delivery_info": {"exchange": "", "routing_key": ""},
+                           "priority": 0, "body_encoding": None}}
+
+
+def guard_queue_items() -> None:
+    """Make workers survive any item on a Redis queue (see the module docstring). Idempotent."""
+    import kombu.transport.redis as transport
+
+    if getattr(transport.loads, "_dimple_guard", False):
+        return
+    original_loads = transport.loads
+
+    def loads(text: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _READING.get():
+            return original_loads(text, *args, **kwargs)
+        try:
+            payload = original_loads(text, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is a refused item
+            return _refused(f"not JSON: {type(exc).__name__}", text)
+        problem = _envelope_problem(payload)
+        return payload if problem is None else _refused(problem, text)
+
+    loads._dimple_guard = True  # type: ignore[attr-defined]
+    transport.loads = loads  # type: ignore[assignment]
+    for name in TRANSPORT_METHODS:
+        method = getattr(transport.Channel, name)
+
+        def reading(self: Any, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            token = _READING.set(True)
+            try:
+                return _method(self, *args, **kwargs)
+            finally:
+                _READING.reset(token)
+
+        setattr(transport.Channel, name, reading)

@@ -9,7 +9,8 @@ store sizes (synthetic stores, ``ops.bench.synth``):
 (c) query p50 (the keyword and vector legs alone, and a hybrid query end to
     end through the embedded canvas) with 0, 10 and 100 un-compacted
     one-memory deltas, and after compacting them;
-(e) compaction time.
+(e) compaction time, and hybrid queries sent back to back meanwhile
+    (count, failures, p50/p99).
 
 The whole-store path is the same code with every write sent straight into a
 new base (``compact_delta_memories=1``): copy the base, apply, re-index,
@@ -165,6 +166,41 @@ def query_p50(settings, queries: list[str], vectors: np.ndarray, rounds: int = 3
             "hybrid_end_to_end_p50_ms": round(statistics.median(whole) * 1000, 3)}
 
 
+def queries_during(settings, queries: list[str], task) -> dict:
+    """Hybrid queries (embedded canvas) sent back to back while ``task`` runs in this process."""
+    import threading
+
+    import workers
+    from workers.api import search
+
+    workers.configure(settings.replace(audit_enabled=False))
+    search(queries[0])
+    stop, lat, failed = threading.Event(), [], []
+
+    def loop() -> None:
+        i = 0
+        while not stop.is_set():
+            t = time.perf_counter()
+            try:
+                search(queries[i % len(queries)])
+                lat.append(time.perf_counter() - t)
+            except Exception as exc:  # noqa: BLE001 - every failure counts
+                failed.append(repr(exc))
+            i += 1
+
+    thread = threading.Thread(target=loop)
+    thread.start()
+    t = time.perf_counter()
+    task()
+    took = time.perf_counter() - t
+    stop.set()
+    thread.join(120)
+    lat.sort()
+    return {"task_s": round(took, 3), "queries": len(lat), "failed": len(failed),
+            "p50_ms": round(lat[len(lat) // 2] * 1000, 2) if lat else None,
+            "p99_ms": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1000, 2) if lat else None}
+
+
 def pending_deltas(template: Path, scratch: Path) -> dict:
     from ops.bench.synth import queries as synth_queries
     from pipeline.embedders import HashEmbedder
@@ -183,9 +219,8 @@ def pending_deltas(template: Path, scratch: Path) -> dict:
             _write(settings, _records(f"d{written}", 1))
             written += 1
         out[f"{target}_deltas"] = query_p50(settings, qs, vecs)
-    t = time.perf_counter()
-    compact(settings, wait=True)
-    out["compaction_s"] = round(time.perf_counter() - t, 3)
+    out["during_compaction"] = queries_during(settings, qs, lambda: compact(settings, wait=True))
+    out["compaction_s"] = out["during_compaction"].pop("task_s")
     out["after_compaction"] = query_p50(settings, qs, vecs)
     for name in ("10_deltas", "100_deltas", "after_compaction"):
         for leg in ("fts_p50_ms", "vector_p50_ms", "hybrid_end_to_end_p50_ms"):

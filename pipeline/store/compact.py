@@ -27,7 +27,7 @@ from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.database import Store, one
 from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree
-from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
+from pipeline.store.overlay import Delta, DeltaMemory, Overlay, Prepared
 
 
 @dataclass
@@ -80,7 +80,7 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
         try:
             if start.base is not None:
                 shutil.copyfile(data_dir / start.base, work)
-            merged = Overlay.build(0, [segments.read_delta(data_dir, d) for d in consumed], None)
+            merged = Overlay.build(0, [Delta.load(data_dir, d) for d in consumed], None)
             members = dict(merged.members)
             vectors = {m: merged.emb[i] for i, m in enumerate(merged.ids)}
             forget = set(merged.forgotten)

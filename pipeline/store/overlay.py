@@ -79,6 +79,26 @@ class DeltaMemory:
 
 
 @dataclass
+class Delta:
+    """One published delta, parsed once per process (``load``)."""
+
+    seq: int
+    memories: list[DeltaMemory]
+    vectors: np.ndarray
+    forget: list[str]
+
+    @classmethod
+    def load(cls, data_dir, ref) -> Delta:
+        """Read and parse delta ``ref`` (FileNotFoundError once compaction removed it)."""
+        from pipeline.store import segments
+
+        body, vectors = segments.read_delta(data_dir, ref)
+        seq = int(body["seq"])
+        return cls(seq, [DeltaMemory.from_json(m, seq) for m in body.get("memories", ())], vectors,
+                   [item["id"] for item in body.get("forget", ())])
+
+
+@dataclass
 class Prepared:
     """A validated write, ready to become a delta (or part of a base)."""
 
@@ -126,28 +146,26 @@ class Overlay:
 
     # -- building -------------------------------------------------------------
     @classmethod
-    def build(cls, version: int, deltas: list[tuple[dict[str, Any], np.ndarray]], base_con, dim: int = 0) -> Overlay:
-        """Merge ``deltas`` (JSON body, embeddings; in sequence order) over the
-        base read through ``base_con`` (None: no base)."""
+    def build(cls, version: int, deltas: list[Delta], base_con, dim: int = 0) -> Overlay:
+        """Merge ``deltas`` (in sequence order) over the base read through
+        ``base_con`` (None: no base)."""
         members: dict[str, DeltaMemory] = {}
         vectors: dict[str, np.ndarray] = {}
         touched: set[str] = set()
         forgotten: set[str] = set()
         seqs = []
-        for body, emb in deltas:
-            seq = int(body["seq"])
-            seqs.append(seq)
-            for row, data in enumerate(body.get("memories", ())):
-                memory = DeltaMemory.from_json(data, seq)
+        for delta in deltas:
+            seqs.append(delta.seq)
+            for row, memory in enumerate(delta.memories):
                 members[memory.id] = memory
-                vectors[memory.id] = emb[row]
+                vectors[memory.id] = delta.vectors[row]
                 forgotten.discard(memory.id)
                 touched.add(memory.id)
-            for item in body.get("forget", ()):
-                members.pop(item["id"], None)
-                vectors.pop(item["id"], None)
-                forgotten.add(item["id"])
-                touched.add(item["id"])
+            for mid in delta.forget:
+                members.pop(mid, None)
+                vectors.pop(mid, None)
+                forgotten.add(mid)
+                touched.add(mid)
         ids = sorted(members)
         dim = next(iter(vectors.values())).shape[0] if vectors else dim
         emb = np.stack([vectors[m] for m in ids]).astype(np.float32) if ids else np.zeros((0, dim), np.float32)
@@ -274,6 +292,3 @@ def _fulltext_base(con, dead_ids: list[str]) -> tuple[int, int, list[int]]:
         total -= sum(r[1] for r in rows)
     return int(docs), int(total), dead
 
-
-def empty(version: int = 0) -> Overlay:
-    return Overlay.build(version, [], None)

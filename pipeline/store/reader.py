@@ -22,12 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pipeline.errors import StoreError
 from pipeline.store import segments
 from pipeline.store.database import Store
-from pipeline.store.overlay import Overlay
+from pipeline.store.overlay import Delta, Overlay
 
 
 class _Uses:
@@ -72,7 +70,7 @@ class Snapshot:
     base: str | None
     store: Store | None
     overlay: Overlay
-    deltas: dict[int, tuple[dict[str, Any], np.ndarray]]  # by seq, the bodies the overlay merged
+    deltas: dict[int, Delta]  # by seq, the deltas the overlay merged
     _index: Any = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _uses: _Uses | None = None  # shared by the snapshots of one base
@@ -205,7 +203,7 @@ class Reader:
     def _extend(self, cur: Snapshot, version: int, extra: list[segments.DeltaRef]) -> Snapshot:
         deltas = dict(cur.deltas)
         for ref in extra:
-            deltas[ref.seq] = segments.read_delta(self.data_dir, ref)
+            deltas[ref.seq] = Delta.load(self.data_dir, ref)
         overlay = Overlay.build(version, [deltas[s] for s in sorted(deltas)],
                                 cur.store.con if cur.store is not None else None, _dim(cur.store))
         return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
@@ -223,7 +221,7 @@ class Reader:
                 # (1.5 GB at 1M memories) cached beside the numpy copy
                 store.con.execute("SET memory_limit = ?", [self.memory_limit])
         try:
-            deltas = {d.seq: cache.get(d.seq) or segments.read_delta(self.data_dir, d) for d in manifest.deltas}
+            deltas = {d.seq: cache.get(d.seq) or Delta.load(self.data_dir, d) for d in manifest.deltas}
             overlay = Overlay.build(manifest.version, [deltas[s] for s in sorted(deltas)],
                                     store.con if store is not None else None, _dim(store))
             snap = Snapshot(version=manifest.version, base=manifest.base, store=store, overlay=overlay, deltas=deltas)

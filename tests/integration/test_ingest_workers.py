@@ -162,7 +162,7 @@ def test_no_ingest_worker_is_an_immediate_error_and_nothing_is_sent(demo_store, 
     print(f"\nno ingest worker: dimple ingest --via-broker exited {done.returncode} after {elapsed:.2f} s")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "no worker is consuming the 'ingest' queue" in done.stderr
-    assert "dimple worker --queues ingest --concurrency 1" in done.stderr
+    assert "dimple worker --queues ingest --concurrency 2" in done.stderr
     assert elapsed < 15  # generous: ~1 s of waiting for workers' answers plus the interpreter's start
 
     workers.configure(demo_store.with_broker(bare_broker.broker_url))

@@ -87,7 +87,7 @@ def test_vectors_match_sentence_transformers(ours, reference):
     assert_close(got, st_encode(reference, TEXTS))
     assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
     # Truncation at 256 tokens: the two long texts differ only past it.
-    assert np.array_equal(got[-1], got[-2])
+    assert np.allclose(got[-1], got[-2], atol=1e-6)  # equal up to BLAS summation order (row blocking)
     assert not np.allclose(got[0], got[1], atol=1e-3)  # different texts, different vectors
 
 

@@ -60,10 +60,11 @@ def test_one_worker_per_queue_sharing_one_data_volume():
             assert svc["environment"]["DIMPLE_DATA_DIR"] == "/data"
             assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
     assert sorted(queues) == sorted(QUEUES)
-    # single writers stay single
-    for queue in ("audit", "ingest"):
+    # the audit writer stays single; the ingest worker has two processes: writes
+    # (serialised by WRITE.lock) and a background compaction side by side
+    for queue, processes in (("audit", "1"), ("ingest", "2")):
         cmd = services[queues[queue]]["command"]
-        assert cmd[cmd.index("--concurrency") + 1] == "1"
+        assert cmd[cmd.index("--concurrency") + 1] == processes
 
 
 def test_every_service_has_a_health_check():
