@@ -7,8 +7,9 @@ store sizes (synthetic stores, ``ops.bench.synth``):
     (a warm reader polling keyword search) returns it;
 (b) a 1,000-memory batch;
 (c) query p50 (the keyword and vector legs alone, and a hybrid query end to
-    end through the embedded canvas) with 0, 10 and 100 un-compacted
-    one-memory deltas, and after compacting them;
+    end through the embedded canvas) with 10 and 100 un-compacted one-memory
+    deltas against the same memories compacted, the three stores alternated
+    round by round in one process;
 (e) compaction time, and hybrid queries sent back to back meanwhile
     (count, failures, p50/p99).
 
@@ -87,83 +88,97 @@ def _records(prefix: str, n: int, token: str = "") -> list[dict]:
              "content": f"benchmark memory {prefix} {i} deploy window {token}".strip()} for i in range(n)]
 
 
-def _write(settings, records):
+def _write(settings, records, reader=None):
+    """One write, timed; ``reader`` is the writer's view kept between writes, as
+    the ingest worker keeps its own (``workers.resources.reader``)."""
     from pipeline.embedders import HashEmbedder
     from pipeline.store.writes import parse_records, write
 
     t = time.perf_counter()
-    write(settings, parse_records(records, settings), embedder=HashEmbedder(384))
+    write(settings, parse_records(records, settings), embedder=HashEmbedder(384), reader=reader)
     return time.perf_counter() - t
 
 
 def one_memory(template: Path, scratch: Path, direct: bool) -> dict:
+    from pipeline.store.reader import Reader
+
     data = _fresh(template, scratch)
     settings = _settings(data, direct)
-    _write(settings, _records("warm", 1))  # the store is in segment form on both sides
+    reader = Reader(data)
+    _write(settings, _records("warm", 1), reader)  # the store is in segment form on both sides
     token = f"zqvis{int(time.time() * 1000) % 10**8}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     poller = subprocess.Popen([sys.executable, "-c", _POLLER, str(data), token], stdout=subprocess.PIPE, text=True,
                               env=env, cwd=ROOT)
     assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
     start = time.time()
-    ack_s = _write(settings, _records("one", 1, token))
+    ack_s = _write(settings, _records("one", 1, token), reader)
     acked = time.time()
     seen = float(poller.stdout.readline())
     poller.wait(30)
+    reader.close()
     return {"ack_s": round(ack_s, 4), "visible_after_ack_s": round(max(seen - acked, 0.0), 4),
             "visible_s": round(seen - start, 4)}
 
 
 def batch(template: Path, scratch: Path, direct: bool, size: int = 1000) -> float:
+    from pipeline.store.reader import Reader
+
     settings = _settings(_fresh(template, scratch), direct)
-    _write(settings, _records("warm", 1))
-    return round(_write(settings, _records("batch", size)), 3)
+    reader = Reader(settings.data_dir)
+    _write(settings, _records("warm", 1), reader)
+    took = _write(settings, _records("batch", size), reader)
+    reader.close()
+    return round(took, 3)
 
 
-def query_p50(settings, queries: list[str], vectors: np.ndarray, rounds: int = 3) -> dict:
+def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds: int = 5) -> dict:
+    """Query p50 of each side (settings of a data dir), the sides alternated
+    round by round in this process: the keyword and vector legs alone (one
+    reader per side, kept open), and a hybrid query end to end through the
+    embedded canvas (audit off), warmed before each round's timing."""
+    import workers
     from pipeline.contracts import Scope
     from pipeline.stages import fulltext
     from pipeline.stages.descend import descend
     from pipeline.store.reader import Reader
-
-    reader = Reader(settings.data_dir)
-    snap = reader.snapshot()
-    index, overlay, con = snap.index(), snap.overlay, snap.store.con
-    tree = settings.tree
-    fts, vec = [], []
-    for _ in range(rounds):
-        for q, v in zip(queries, vectors):
-            t = time.perf_counter()
-            if overlay.empty:
-                fulltext.search(con, q, Scope(), 10, settings.fulltext)
-            else:
-                fulltext.search_live(con, q, Scope(), 10, settings.fulltext, overlay)
-            fts.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            hits, _ = descend(index, v, index.start_topics(Scope()), beam_width=tree.beam_width,
-                              max_depth=tree.max_depth, top_k=10, exclude=overlay.dead_rows(index))
-            if not overlay.empty:
-                sorted(hits + overlay.vector_hits(v, Scope(), 10), key=lambda h: (-h[1], h[0]))
-            vec.append(time.perf_counter() - t)
-    reader.close()
-    # end to end: the embedded canvas (all stages, audit off), hybrid
-    import workers
     from workers import resources
     from workers.api import search
 
-    workers.configure(settings.replace(audit_enabled=False))
-    resources.reader().wait_ready()
-    for q in queries[:10]:
-        search(q)
-    whole = []
+    readers = {name: Reader(s.data_dir) for name, s in sides.items()}
+    times: dict = {name: {"fts": [], "vector": [], "hybrid": []} for name in sides}
     for _ in range(rounds):
-        for q in queries:
-            t = time.perf_counter()
-            search(q)
-            whole.append(time.perf_counter() - t)
-    resources.close_store()
-    return {"fts_p50_ms": round(statistics.median(fts) * 1000, 3), "vector_p50_ms": round(statistics.median(vec) * 1000, 3),
-            "hybrid_end_to_end_p50_ms": round(statistics.median(whole) * 1000, 3)}
+        for name, settings in sides.items():
+            snap = readers[name].snapshot()
+            index, overlay, con, tree = snap.index(), snap.overlay, snap.store.con, settings.tree
+            for q, v in zip(queries, vectors):
+                t = time.perf_counter()
+                fulltext.search_until(con, q, Scope(), 10, settings.fulltext, None, overlay)
+                times[name]["fts"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                hits, _ = descend(index, v, index.start_topics(Scope()), beam_width=tree.beam_width,
+                                  max_depth=tree.max_depth, top_k=10, exclude=overlay.dead_rows(index))
+                if not overlay.empty:
+                    sorted(hits + overlay.vector_hits(v, Scope(), 10), key=lambda h: (-h[1], h[0]))
+                times[name]["vector"].append(time.perf_counter() - t)
+            workers.configure(settings.replace(audit_enabled=False))
+            for q in queries[:10]:
+                search(q)
+            for q in queries:
+                t = time.perf_counter()
+                search(q)
+                times[name]["hybrid"].append(time.perf_counter() - t)
+            resources.close_store()
+    for r in readers.values():
+        r.close()
+    out = {name: {f"{leg}_p50_ms": round(statistics.median(v) * 1000, 3) for leg, v in legs.items()}
+           for name, legs in times.items()}
+    base = out["compacted"]
+    for name, row in out.items():
+        if name != "compacted":
+            for leg in ("fts", "vector", "hybrid"):
+                row[f"{leg}_ratio"] = round(row[f"{leg}_p50_ms"] / base[f"{leg}_p50_ms"], 3)
+    return out
 
 
 def queries_during(settings, queries: list[str], task) -> dict:
@@ -202,6 +217,9 @@ def queries_during(settings, queries: list[str], task) -> dict:
 
 
 def pending_deltas(template: Path, scratch: Path) -> dict:
+    """(c) and (e): the same memories as 10 and 100 one-memory deltas over the
+    base, and compacted; query p50s interleaved; then the 100 compacted while
+    queries run."""
     from ops.bench.synth import queries as synth_queries
     from pipeline.embedders import HashEmbedder
     from pipeline.store.compact import compact
@@ -209,22 +227,23 @@ def pending_deltas(template: Path, scratch: Path) -> dict:
     settings = _settings(_fresh(template, scratch), False).replace(compact_max_deltas=10_000)
     qs = synth_queries(100)
     vecs = HashEmbedder(384).embed(qs)
-    out = {}
     _write(settings, _records("warm", 1))
     compact(settings, wait=True)
-    out["compacted"] = query_p50(settings, qs, vecs)
-    written = 0
-    for target in (10, 100):
-        while written < target:
-            _write(settings, _records(f"d{written}", 1))
-            written += 1
-        out[f"{target}_deltas"] = query_p50(settings, qs, vecs)
+    copies = {}
+    for written in range(100):
+        _write(settings, _records(f"d{written}", 1))
+        if written + 1 in (10, 100):
+            folder = scratch.with_name(scratch.name + f"-{written + 1}")
+            _fresh(scratch, folder)
+            copies[f"{written + 1}_deltas"] = settings.replace(data_dir=folder)
+    compacted = copies["100_deltas"].replace(data_dir=_fresh(copies["100_deltas"].data_dir,
+                                                             scratch.with_name(scratch.name + "-compacted")))
+    compact(compacted, wait=True)
+    out = interleaved_p50({"compacted": compacted, **copies}, qs, vecs)
     out["during_compaction"] = queries_during(settings, qs, lambda: compact(settings, wait=True))
     out["compaction_s"] = out["during_compaction"].pop("task_s")
-    out["after_compaction"] = query_p50(settings, qs, vecs)
-    for name in ("10_deltas", "100_deltas", "after_compaction"):
-        for leg in ("fts_p50_ms", "vector_p50_ms", "hybrid_end_to_end_p50_ms"):
-            out[name][leg.replace("p50_ms", "ratio")] = round(out[name][leg] / out["compacted"][leg], 3)
+    for s in (compacted, *copies.values()):
+        shutil.rmtree(s.data_dir, ignore_errors=True)
     return out
 
 
@@ -233,19 +252,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-writes-bench"))
     p.add_argument("--out", type=Path)
+    p.add_argument("--only-pending", action="store_true", help="run (c) and (e) only")
     args = p.parse_args(argv)
     report: dict = {"load_before": os.getloadavg()}
     for n in args.sizes:
         template = _template(args.work, n)
         scratch = args.work / f"scratch-{n}"
         row: dict = {}
-        for side, direct in (("segments", False), ("whole_store", True)):
+        for side, direct in () if args.only_pending else (("segments", False), ("whole_store", True)):
             row[side] = {"one_memory": one_memory(template, scratch, direct),
                          "batch_1000_s": batch(template, scratch, direct)}
             print(n, side, row[side], flush=True)
-        row["one_memory_visible_ratio"] = round(
-            row["segments"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
-        row["batch_ratio"] = round(row["segments"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
+        if row:
+            row["one_memory_visible_ratio"] = round(
+                row["segments"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
+            row["batch_ratio"] = round(row["segments"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
         row["pending_deltas"] = pending_deltas(template, scratch)
         print(n, "pending", row["pending_deltas"], flush=True)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -13,27 +13,18 @@ from collections import defaultdict
 
 from pipeline.contracts import Batch, GraphLink, Result
 from pipeline.stages.scope import in_scope
-from pipeline.store.database import ids_filter
+from pipeline.store.database import rows_by_ids
 from pipeline.store.overlay import Overlay
 from pipeline.timing import ms_since
 
 # {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
-# pipeline.store.ids_filter (index lookups for one query's candidates).
+# pipeline.store.database.rows_by_ids (index lookups for one query's candidates).
 _ROWS = "SELECT id, namespace, content_type, created_at, content FROM memories WHERE {id}"
 _TOPICS = "SELECT memory_id, topic_key FROM memory_topics WHERE {memory_id} ORDER BY 1, 2"
 _CONCEPTS = "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id} ORDER BY 1, 2"
 _EDGES = "SELECT DISTINCT src, dst, kind FROM edges WHERE {dst} OR (kind = 'conflicts' AND {src}) ORDER BY 1, 2, 3"
 # with deltas: the declaring memory too, since a delta voids the edges its memories declared in the base
 _EDGES_BY_ORIGIN = "SELECT DISTINCT src, dst, kind, origin FROM edges WHERE {dst} OR (kind = 'conflicts' AND {src})"
-
-
-def _by_ids(con, sql: str, ids: list[str]) -> list[tuple]:
-    params: dict = {}
-    for column in ("id", "memory_id", "src", "dst"):
-        if "{" + column + "}" in sql:
-            where, params = ids_filter(column, ids)
-            sql = sql.replace("{" + column + "}", where)
-    return con.execute(sql, params).fetchall()
 
 
 def preview(text: str, width: int) -> str:
@@ -45,7 +36,7 @@ def preview(text: str, width: int) -> str:
 def _live_edges(con, wanted: list[str], overlay: Overlay) -> list[tuple[str, str, str]]:
     """Edges touching ``wanted``: the base's, less those a delta voided (their
     declaring memory was rewritten or forgotten), plus those delta memories declare."""
-    base = [(s, d, k) for s, d, k, origin in _by_ids(con, _EDGES_BY_ORIGIN, wanted) if origin not in overlay.touched]
+    base = [(s, d, k) for s, d, k, origin in rows_by_ids(con, _EDGES_BY_ORIGIN, wanted) if origin not in overlay.touched]
     want = set(wanted)
     delta = [
         (s, d, k) for m in overlay.members.values() for s, d, k in m.edges()
@@ -69,7 +60,7 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
             state.timings["augment"] = ms_since(t0)
         return batch
     live = overlay if overlay is not None and not overlay.empty else None
-    edges = _by_ids(con, _EDGES, wanted) if live is None else _live_edges(con, wanted, live)
+    edges = rows_by_ids(con, _EDGES, wanted) if live is None else _live_edges(con, wanted, live)
     links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for src, dst, kind in edges:
         if kind == "supersedes":
@@ -82,13 +73,13 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
     linked = {m for per in links.values() for group in per.values() for m in group}
     everything = sorted(set(wanted) | linked)
     from_base = everything if live is None else [m for m in everything if m not in live.touched]
-    rows = {r[0]: r for r in _by_ids(con, _ROWS, from_base)} if from_base else {}
+    rows = {r[0]: r for r in rows_by_ids(con, _ROWS, from_base)} if from_base else {}
     topics: dict[str, list[str]] = defaultdict(list)
     concepts: dict[str, list[str]] = defaultdict(list)
     if from_base:
-        for mid, key in _by_ids(con, _TOPICS, from_base):
+        for mid, key in rows_by_ids(con, _TOPICS, from_base):
             topics[mid].append(key)
-        for mid, concept in _by_ids(con, _CONCEPTS, from_base):
+        for mid, concept in rows_by_ids(con, _CONCEPTS, from_base):
             concepts[mid].append(concept)
     if live is not None:
         for mid in everything:

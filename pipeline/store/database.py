@@ -306,6 +306,18 @@ def ids_filter(column: str, ids: list[str]) -> tuple[str, dict]:
     return f"{column} IN (SELECT unnest($ids))", {"ids": list(ids)}
 
 
+def rows_by_ids(con, sql: str, ids: list[str]) -> list[tuple]:
+    """Rows of ``sql`` whose placeholders ``{id}``, ``{memory_id}``, ``{src}``,
+    ``{dst}``, ``{origin}`` each become "that column is one of ``ids``"
+    (``ids_filter``: index lookups for a few ids, one semi-join for many)."""
+    params: dict = {}
+    for column in ("id", "memory_id", "src", "dst", "origin"):
+        if "{" + column + "}" in sql:
+            where, params = ids_filter(column, ids)
+            sql = sql.replace("{" + column + "}", where)
+    return con.execute(sql, params).fetchall()
+
+
 def created_at_of(con, ids: list[str]) -> dict[str, datetime]:
     """``created_at`` of the given memories."""
     if not ids:

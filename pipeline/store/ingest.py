@@ -27,7 +27,7 @@ from pipeline.embedders import Embedder
 from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
 from pipeline.store import fulltext_index
-from pipeline.store.database import Store, transaction, utcnow
+from pipeline.store.database import Store, rows_by_ids, transaction, utcnow
 from pipeline.store.tree import Tree, load_tree, save_namespaces
 
 _ID_LIST: list[str] = Field(default_factory=list)  # a fresh empty list per record
@@ -283,28 +283,22 @@ def unchanged_ids(con, records: list[MemoryRecord]) -> set[str]:
         return set()
     stored = {
         row[0]: row[1:]
-        for row in con.execute(
-            "SELECT id, namespace, content_hash, content_type, created_at, metadata::VARCHAR, context "
-            "FROM memories WHERE id IN (SELECT unnest(?))", [ids]
-        ).fetchall()
+        for row in rows_by_ids(
+            con, "SELECT id, namespace, content_hash, content_type, created_at, metadata::VARCHAR, context "
+            "FROM memories WHERE {id}", ids)
     }
     if not stored:
         return set()
     known = list(stored)
     topics: dict[str, list[str]] = {}
-    for mid, topic in con.execute(
-        "SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'user' AND memory_id IN (SELECT unnest(?))", [known]
-    ).fetchall():
+    for mid, topic in rows_by_ids(
+            con, "SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'user' AND {memory_id}", known):
         topics.setdefault(mid, []).append(topic)
     concepts: dict[str, list[str]] = {}
-    for mid, concept in con.execute(
-        "SELECT memory_id, concept FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))", [known]
-    ).fetchall():
+    for mid, concept in rows_by_ids(con, "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id}", known):
         concepts.setdefault(mid, []).append(concept)
     edges: dict[str, list[tuple[str, str, str]]] = {}
-    for src, dst, kind, origin in con.execute(
-        "SELECT src, dst, kind, origin FROM edges WHERE origin IN (SELECT unnest(?))", [known]
-    ).fetchall():
+    for src, dst, kind, origin in rows_by_ids(con, "SELECT src, dst, kind, origin FROM edges WHERE {origin}", known):
         edges.setdefault(origin, []).append((src, dst, kind))
     same = set()
     for r in records:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.contracts import Scope
-from pipeline.store.database import one
+from pipeline.store.database import one, rows_by_ids
 
 
 @dataclass
@@ -146,9 +146,11 @@ class Overlay:
 
     # -- building -------------------------------------------------------------
     @classmethod
-    def build(cls, version: int, deltas: list[Delta], base_con, dim: int = 0) -> Overlay:
+    def build(cls, version: int, deltas: list[Delta], base_con, dim: int = 0,
+              base_totals: tuple[int, int] | None = None) -> Overlay:
         """Merge ``deltas`` (in sequence order) over the base read through
-        ``base_con`` (None: no base)."""
+        ``base_con`` (None: no base); ``base_totals`` is ``fulltext_totals``
+        of that base when the caller keeps it (it reads every document)."""
         members: dict[str, DeltaMemory] = {}
         vectors: dict[str, np.ndarray] = {}
         touched: set[str] = set()
@@ -181,9 +183,8 @@ class Overlay:
         base_docs = base_len = 0
         if base_con is not None:
             if touched:
-                dead_ids = {r[0] for r in base_con.execute(
-                    "SELECT id FROM memories WHERE id IN (SELECT unnest(?))", [sorted(touched)]).fetchall()}
-            base_docs, base_len, dead_docids = _fulltext_base(base_con, sorted(dead_ids))
+                dead_ids = {r[0] for r in rows_by_ids(base_con, "SELECT id FROM memories WHERE {id}", sorted(touched))}
+            base_docs, base_len, dead_docids = _fulltext_base(base_con, sorted(dead_ids), base_totals)
         return cls(
             version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
             dead_ids=dead_ids, dead_docids=dead_docids,
@@ -276,17 +277,24 @@ class Overlay:
         return [(self.ids[row], float(scores[row])) for row in ranked]
 
 
-def _fulltext_base(con, dead_ids: list[str]) -> tuple[int, int, list[int]]:
-    """(live documents, their summed length, dead docids) of the base's full-text index."""
+def fulltext_totals(con) -> tuple[int, int]:
+    """(documents, summed token count) of a base's full-text index; (0, 0) without one."""
     from pipeline.store.fulltext_index import index_exists
 
     if not index_exists(con):
-        return 0, 0, []
+        return 0, 0
     docs, total = one(con, "SELECT count(*), coalesce(sum(len), 0) FROM fts_docs")
+    return int(docs), int(total)
+
+
+def _fulltext_base(con, dead_ids: list[str], totals: tuple[int, int] | None) -> tuple[int, int, list[int]]:
+    """(live documents, their summed length, dead docids) of the base's full-text index."""
+    docs, total = totals if totals is not None else fulltext_totals(con)
+    if not docs:
+        return 0, 0, []
     dead: list[int] = []
     if dead_ids:
-        rows = con.execute(
-            "SELECT docid, len FROM fts_docs WHERE id IN (SELECT unnest(?))", [dead_ids]).fetchall()
+        rows = rows_by_ids(con, "SELECT docid, len FROM fts_docs WHERE {id}", dead_ids)
         dead = [r[0] for r in rows]
         docs -= len(rows)
         total -= sum(r[1] for r in rows)

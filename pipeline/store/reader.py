@@ -25,7 +25,7 @@ from typing import Any
 from pipeline.errors import StoreError
 from pipeline.store import segments
 from pipeline.store.database import Store
-from pipeline.store.overlay import Delta, Overlay
+from pipeline.store.overlay import Delta, Overlay, fulltext_totals
 
 
 class _Uses:
@@ -38,6 +38,9 @@ class _Uses:
         self.users = 0
         self.retired = False
         self.lock = threading.Lock()
+        # read once per base: its full-text totals, and the writer's tree router
+        self.totals = fulltext_totals(store.con) if store is not None else None
+        self.router: Any = None
 
     def enter(self) -> None:
         with self.lock:
@@ -204,8 +207,9 @@ class Reader:
         deltas = dict(cur.deltas)
         for ref in extra:
             deltas[ref.seq] = Delta.load(self.data_dir, ref)
+        assert cur._uses is not None
         overlay = Overlay.build(version, [deltas[s] for s in sorted(deltas)],
-                                cur.store.con if cur.store is not None else None, _dim(cur.store))
+                                cur.store.con if cur.store is not None else None, _dim(cur.store), cur._uses.totals)
         return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
                         _index=cur._index, _uses=cur._uses)
 
@@ -222,9 +226,11 @@ class Reader:
                 store.con.execute("SET memory_limit = ?", [self.memory_limit])
         try:
             deltas = {d.seq: cache.get(d.seq) or Delta.load(self.data_dir, d) for d in manifest.deltas}
+            uses = _Uses(store)
             overlay = Overlay.build(manifest.version, [deltas[s] for s in sorted(deltas)],
-                                    store.con if store is not None else None, _dim(store))
-            snap = Snapshot(version=manifest.version, base=manifest.base, store=store, overlay=overlay, deltas=deltas)
+                                    store.con if store is not None else None, _dim(store), uses.totals)
+            snap = Snapshot(version=manifest.version, base=manifest.base, store=store, overlay=overlay, deltas=deltas,
+                            _uses=uses)
             if index_wanted:
                 snap.index()
             return snap

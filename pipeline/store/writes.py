@@ -32,7 +32,7 @@ from pipeline.embedders import Embedder
 from pipeline.errors import InputError
 from pipeline.settings import FulltextSettings, Settings
 from pipeline.store import segments
-from pipeline.store.database import Store, fts_extension_path, utcnow
+from pipeline.store.database import Store, fts_extension_path, rows_by_ids, utcnow
 from pipeline.store.ingest import (
     IngestReport,
     MemoryRecord,
@@ -66,8 +66,7 @@ class LiveView:
             out |= {m for m in ids if m in self.overlay.members}
         rest = [m for m in ids if m not in out and (self.overlay is None or m not in self.overlay.touched)]
         if rest and self.con is not None:
-            out |= {r[0] for r in self.con.execute(
-                "SELECT id FROM memories WHERE id IN (SELECT unnest(?))", [rest]).fetchall()}
+            out |= {r[0] for r in rows_by_ids(self.con, "SELECT id FROM memories WHERE {id}", rest)}
         return out
 
     def in_base(self, ids: list[str]) -> dict[str, tuple[str, str, datetime, np.ndarray]]:
@@ -77,10 +76,8 @@ class LiveView:
             return {}
         return {
             r[0]: (r[1], r[2], r[3], np.asarray(r[4], dtype=np.float32))
-            for r in self.con.execute(
-                "SELECT id, namespace, content_hash, created_at, embedding FROM memories WHERE id IN (SELECT unnest(?))",
-                [rest],
-            ).fetchall()
+            for r in rows_by_ids(
+                self.con, "SELECT id, namespace, content_hash, created_at, embedding FROM memories WHERE {id}", rest)
         }
 
 
@@ -223,13 +220,12 @@ class TreeRouter:
 
     @classmethod
     def of(cls, snap: Snapshot) -> TreeRouter | None:
-        if snap.store is None:
+        if snap.store is None or snap._uses is None:
             return None
-        cached = getattr(snap, "_router", None)
-        if cached is None:
-            cached = cls(snap.store.con.execute("SELECT topic_key, parent, is_leaf, centroid FROM topics").fetchall())
-            snap._router = cached  # type: ignore[attr-defined]
-        return cached
+        if snap._uses.router is None:  # once per base and process
+            snap._uses.router = cls(
+                snap.store.con.execute("SELECT topic_key, parent, is_leaf, centroid FROM topics").fetchall())
+        return snap._uses.router
 
     def route(self, namespace: str, vector: np.ndarray) -> list[str]:
         key = namespace_key(namespace)
