@@ -217,6 +217,7 @@ class TreeRouter:
                 self.leaf.add(key)
         for kids in self.children.values():
             kids.sort()
+        self._matrix: dict[str, tuple[list[str], np.ndarray]] = {}
 
     @classmethod
     def of(cls, snap: Snapshot) -> TreeRouter | None:
@@ -227,12 +228,23 @@ class TreeRouter:
                 snap.store.con.execute("SELECT topic_key, parent, is_leaf, centroid FROM topics").fetchall())
         return snap._uses.router
 
+    def _kids(self, key: str) -> tuple[list[str], np.ndarray]:
+        """A topic's children (sorted by key) and their centroids as one matrix, built once."""
+        cached = self._matrix.get(key)
+        if cached is None:
+            kids = self.children[key]
+            cached = (kids, np.stack([self.centroid[c] for c in kids]).astype(np.float32))
+            self._matrix[key] = cached
+        return cached
+
     def route(self, namespace: str, vector: np.ndarray) -> list[str]:
         key = namespace_key(namespace)
         if key not in self.parent:
             return []
         while key not in self.leaf and self.children.get(key):
-            key = min(self.children[key], key=lambda c: (-float(self.centroid[c] @ vector), c))
+            kids, matrix = self._kids(key)
+            # nearest child; ties go to the smaller key (argmax takes the first, kids are sorted), as in insert
+            key = kids[int(np.argmax(matrix @ vector))]
         path = []
         node: str | None = key
         while node is not None and node != ROOT:

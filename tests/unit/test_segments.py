@@ -260,3 +260,26 @@ def test_manifest_and_deltas_are_json_and_npy(settings):
     assert manifest["format"] == 1 and manifest["deltas"][0]["memories"] == 1
     body = json.loads((settings.data_dir / manifest["deltas"][0]["file"]).read_text())
     assert body["memories"][0]["id"] == "m11" and body["memories"][0]["terms"]
+
+
+def test_a_delta_memory_is_routed_to_the_leaf_an_insert_would_choose(settings):
+    from pipeline.embedders import HashEmbedder
+    from pipeline.store.tree import load_tree, namespace_key
+
+    small = settings.replace(tree={**settings.tree.model_dump(), "max_leaf_items": 4})
+    rng = random.Random(5)
+    _remember(small, [_rec(i, rng, namespace="ns0") for i in range(200)])
+    text = "cache latency queue worker tok999"
+    _remember(small, [{"id": "routed", "namespace": "ns0", "content": text}])
+    reader = Reader(small.data_dir)
+    snap = reader.snapshot()
+    got = snap.overlay.members["routed"].tree
+    tree = load_tree(snap.store.con, small.tree)
+    vec = HashEmbedder(64).embed([text])[0]
+    key = namespace_key("ns0")
+    while not tree.topics[key].is_leaf:
+        key = min(tree.topics[key].children, key=lambda c: (-float(tree.topics[c].centroid @ vec), c))
+    assert got == tree.path_to(key) and got[-1] == "ns:ns0" and len(got) >= 2  # leaf, ancestors, namespace
+    res = fulltext.search_live(snap.store.con, "tok999", Scope(topics=(got[0],)), 5, small.fulltext, snap.overlay)
+    assert [m for m, _ in res] == ["routed"]  # a tree-topic scope finds it before compaction
+    reader.close()
