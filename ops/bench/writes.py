@@ -253,22 +253,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-writes-bench"))
     p.add_argument("--out", type=Path)
     p.add_argument("--only-pending", action="store_true", help="run (c) and (e) only")
+    p.add_argument("--no-pending", action="store_true", help="skip (c) and (e) (at 1M: minutes of compaction)")
+    p.add_argument("--baseline-parts", default="one,batch",
+                   help="which of one,batch the whole-store path runs (each costs a whole-store write)")
     args = p.parse_args(argv)
     report: dict = {"load_before": os.getloadavg()}
     for n in args.sizes:
         template = _template(args.work, n)
         scratch = args.work / f"scratch-{n}"
         row: dict = {}
+        parts = {"segments": {"one", "batch"}, "whole_store": set(args.baseline_parts.split(","))}
         for side, direct in () if args.only_pending else (("segments", False), ("whole_store", True)):
-            row[side] = {"one_memory": one_memory(template, scratch, direct),
-                         "batch_1000_s": batch(template, scratch, direct)}
+            row[side] = {}
+            if "one" in parts[side]:
+                row[side]["one_memory"] = one_memory(template, scratch, direct)
+            if "batch" in parts[side]:
+                row[side]["batch_1000_s"] = batch(template, scratch, direct)
             print(n, side, row[side], flush=True)
-        if row:
+        if row.get("whole_store", {}).get("one_memory"):
             row["one_memory_visible_ratio"] = round(
                 row["segments"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
+        if row.get("whole_store", {}).get("batch_1000_s"):
             row["batch_ratio"] = round(row["segments"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
-        row["pending_deltas"] = pending_deltas(template, scratch)
-        print(n, "pending", row["pending_deltas"], flush=True)
+        if not args.no_pending:
+            row["pending_deltas"] = pending_deltas(template, scratch)
+            print(n, "pending", row["pending_deltas"], flush=True)
         shutil.rmtree(scratch, ignore_errors=True)
         report[str(n)] = row
     report["load_after"] = os.getloadavg()
