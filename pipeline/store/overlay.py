@@ -134,6 +134,10 @@ class Overlay:
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # term -> (rows, tfs)
     lens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _dead_rows: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
+    # the base's term -> (termid, df), or None for a term the base lacks: the
+    # base never changes, so this is shared by every overlay over it
+    # (``pipeline.stages.fulltext.search_live`` fills it, bounded)
+    base_terms: dict[str, tuple[int, int] | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.row_of = {m: i for i, m in enumerate(self.ids)}
@@ -147,7 +151,8 @@ class Overlay:
     # -- building -------------------------------------------------------------
     @classmethod
     def build(cls, version: int, deltas: list[Delta], base_con, dim: int = 0,
-              base_totals: tuple[int, int] | None = None) -> Overlay:
+              base_totals: tuple[int, int] | None = None,
+              base_terms: dict[str, tuple[int, int] | None] | None = None) -> Overlay:
         """Merge ``deltas`` (in sequence order) over the base read through
         ``base_con`` (None: no base); ``base_totals`` is ``fulltext_totals``
         of that base when the caller keeps it (it reads every document)."""
@@ -189,6 +194,7 @@ class Overlay:
             version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
             dead_ids=dead_ids, dead_docids=dead_docids,
             base_docs=base_docs, base_len=base_len, ids=ids, emb=emb, postings=postings, lens=lens,
+            base_terms=base_terms if base_terms is not None else {},
         )
 
     # -- liveness -------------------------------------------------------------

@@ -41,6 +41,7 @@ class _Uses:
         # read once per base: its full-text totals, and the writer's tree router
         self.totals = fulltext_totals(store.con) if store is not None else None
         self.router: Any = None
+        self.terms: dict[str, tuple[int, int] | None] = {}  # Overlay.base_terms
 
     def enter(self) -> None:
         with self.lock:
@@ -209,7 +210,8 @@ class Reader:
             deltas[ref.seq] = Delta.load(self.data_dir, ref)
         assert cur._uses is not None
         overlay = Overlay.build(version, [deltas[s] for s in sorted(deltas)],
-                                cur.store.con if cur.store is not None else None, _dim(cur.store), cur._uses.totals)
+                                cur.store.con if cur.store is not None else None, _dim(cur.store), cur._uses.totals,
+                                cur._uses.terms)
         return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
                         _index=cur._index, _uses=cur._uses)
 
@@ -228,7 +230,7 @@ class Reader:
             deltas = {d.seq: cache.get(d.seq) or Delta.load(self.data_dir, d) for d in manifest.deltas}
             uses = _Uses(store)
             overlay = Overlay.build(manifest.version, [deltas[s] for s in sorted(deltas)],
-                                    store.con if store is not None else None, _dim(store), uses.totals)
+                                    store.con if store is not None else None, _dim(store), uses.totals, uses.terms)
             snap = Snapshot(version=manifest.version, base=manifest.base, store=store, overlay=overlay, deltas=deltas,
                             _uses=uses)
             if index_wanted:
