@@ -306,10 +306,17 @@ def ids_filter(column: str, ids: list[str]) -> tuple[str, dict]:
     return f"{column} IN (SELECT unnest($ids))", {"ids": list(ids)}
 
 
-def rows_by_ids(con, sql: str, ids: list[str]) -> list[tuple]:
+def rows_by_ids(con, sql: str, ids: list[str], *, lookups: bool = False) -> list[tuple]:
     """Rows of ``sql`` whose placeholders ``{id}``, ``{memory_id}``, ``{src}``,
     ``{dst}``, ``{origin}`` each become "that column is one of ``ids``"
-    (``ids_filter``: index lookups for a few ids, one semi-join for many)."""
+    (``ids_filter``: index lookups for a few ids, one semi-join for many).
+
+    ``lookups``: index lookups however many ids, ``IN_LIST_MAX`` at a time: a
+    write's reads, whose cost must follow the write's size, not the store's
+    (a semi-join reads the whole column)."""
+    if lookups and len(ids) > IN_LIST_MAX:
+        return [row for start in range(0, len(ids), IN_LIST_MAX)
+                for row in rows_by_ids(con, sql, ids[start : start + IN_LIST_MAX])]
     params: dict = {}
     for column in ("id", "memory_id", "src", "dst", "origin"):
         if "{" + column + "}" in sql:

@@ -285,20 +285,20 @@ def unchanged_ids(con, records: list[MemoryRecord]) -> set[str]:
         row[0]: row[1:]
         for row in rows_by_ids(
             con, "SELECT id, namespace, content_hash, content_type, created_at, metadata::VARCHAR, context "
-            "FROM memories WHERE {id}", ids)
+            "FROM memories WHERE {id}", ids, lookups=True)
     }
     if not stored:
         return set()
     known = list(stored)
     topics: dict[str, list[str]] = {}
     for mid, topic in rows_by_ids(
-            con, "SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'user' AND {memory_id}", known):
+            con, "SELECT memory_id, topic_key FROM memory_topics WHERE kind = 'user' AND {memory_id}", known, lookups=True):
         topics.setdefault(mid, []).append(topic)
     concepts: dict[str, list[str]] = {}
-    for mid, concept in rows_by_ids(con, "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id}", known):
+    for mid, concept in rows_by_ids(con, "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id}", known, lookups=True):
         concepts.setdefault(mid, []).append(concept)
     edges: dict[str, list[tuple[str, str, str]]] = {}
-    for src, dst, kind, origin in rows_by_ids(con, "SELECT src, dst, kind, origin FROM edges WHERE {origin}", known):
+    for src, dst, kind, origin in rows_by_ids(con, "SELECT src, dst, kind, origin FROM edges WHERE {origin}", known, lookups=True):
         edges.setdefault(origin, []).append((src, dst, kind))
     same = set()
     for r in records:

@@ -188,7 +188,7 @@ class Overlay:
         base_docs = base_len = 0
         if base_con is not None:
             if touched:
-                dead_ids = {r[0] for r in rows_by_ids(base_con, "SELECT id FROM memories WHERE {id}", sorted(touched))}
+                dead_ids = {r[0] for r in rows_by_ids(base_con, "SELECT id FROM memories WHERE {id}", sorted(touched), lookups=True)}
             base_docs, base_len, dead_docids = _fulltext_base(base_con, sorted(dead_ids), base_totals)
         return cls(
             version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
@@ -300,7 +300,7 @@ def _fulltext_base(con, dead_ids: list[str], totals: tuple[int, int] | None) -> 
         return 0, 0, []
     dead: list[int] = []
     if dead_ids:
-        rows = rows_by_ids(con, "SELECT docid, len FROM fts_docs WHERE {id}", dead_ids)
+        rows = rows_by_ids(con, "SELECT docid, len FROM fts_docs WHERE {id}", dead_ids, lookups=True)
         dead = [r[0] for r in rows]
         docs -= len(rows)
         total -= sum(r[1] for r in rows)

@@ -66,7 +66,7 @@ class LiveView:
             out |= {m for m in ids if m in self.overlay.members}
         rest = [m for m in ids if m not in out and (self.overlay is None or m not in self.overlay.touched)]
         if rest and self.con is not None:
-            out |= {r[0] for r in rows_by_ids(self.con, "SELECT id FROM memories WHERE {id}", rest)}
+            out |= {r[0] for r in rows_by_ids(self.con, "SELECT id FROM memories WHERE {id}", rest, lookups=True)}
         return out
 
     def in_base(self, ids: list[str]) -> dict[str, tuple[str, str, datetime, np.ndarray]]:
@@ -77,7 +77,7 @@ class LiveView:
         return {
             r[0]: (r[1], r[2], r[3], np.asarray(r[4], dtype=np.float32))
             for r in rows_by_ids(
-                self.con, "SELECT id, namespace, content_hash, created_at, embedding FROM memories WHERE {id}", rest)
+                self.con, "SELECT id, namespace, content_hash, created_at, embedding FROM memories WHERE {id}", rest, lookups=True)
         }
 
 
