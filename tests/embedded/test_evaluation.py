@@ -142,6 +142,28 @@ def test_replay_reports_the_queries_a_settings_change_changed(cli_env, tmp_path,
     assert (out / "changed" / "replay.md").read_text().count("overlap@10") >= 1
 
 
+def test_replay_says_when_a_change_comes_from_writes_made_since(cli_env, tmp_path):
+    from workers import audit
+    from workers.api import forget, remember, search
+
+    served = search(f"{TOPICS[0]} note", max_units=10)
+    assert served.store_version is not None and served.results
+    assert audit.flush(30)
+    out = tmp_path / "out"
+    assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "before", "--no-progress"]) == 0
+    before = json.loads((out / "before" / "replay.json").read_text())
+    assert before["changed"] == 0 and before["changed_after_writes"] == 0
+    top = served.results[0].id
+    done = forget([top])
+    remember({"namespace": "code", "content": f"{TOPICS[0]} note written later"})
+    assert search(f"{TOPICS[0]} note", max_units=10).store_version >= done.version > served.store_version
+    assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "after", "--no-progress"]) == 0
+    after = json.loads((out / "after" / "replay.json").read_text())
+    row = next(r for r in after["changed_queries"] if r["query_id"] == served.query_id)
+    assert row["store_changed"].startswith(f"the store changed since: version {served.store_version} then")
+    assert after["changed_after_writes"] >= 1
+
+
 def test_replay_since_filters_rows(cli_env, tmp_path):
     from workers import audit
     from workers.api import search

@@ -283,3 +283,25 @@ def test_a_delta_memory_is_routed_to_the_leaf_an_insert_would_choose(settings):
     res = fulltext.search_live(snap.store.con, "tok999", Scope(topics=(got[0],)), 5, small.fulltext, snap.overlay)
     assert [m for m, _ in res] == ["routed"]  # a tree-topic scope finds it before compaction
     reader.close()
+
+
+def test_writes_go_on_while_a_compaction_works_and_survive_it(settings):
+    import threading
+    import time
+
+    rng = random.Random(6)
+    _remember(settings, [_rec(i, rng) for i in range(5000)])
+    write(settings, forget=["m1"])  # a forget: the compaction also writes its base afresh
+    worker = threading.Thread(target=compact, args=(settings,), kwargs={"wait": True})
+    worker.start()
+    folder = settings.data_dir / segments.SEGMENTS
+    while not list(folder.glob("*.work")) and worker.is_alive():
+        time.sleep(0.001)  # the compaction is applying the deltas to its work copy
+    for i in range(3):
+        _remember(settings, [{"id": f"during-{i}", "namespace": "n", "content": f"written during compaction {i}"}])
+    assert worker.is_alive(), "each write was acknowledged while the compaction was still running"
+    worker.join(120)
+    manifest = segments.read_manifest(settings.data_dir)
+    assert [len(get(settings, [f"during-{i}"])) for i in range(3)] == [1, 1, 1]
+    assert manifest.delta_memories == 3  # written meanwhile: left as deltas over the new base
+    assert get(settings, ["m1"]) == []
