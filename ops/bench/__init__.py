@@ -19,3 +19,14 @@ def embedded_demo(work: Path):
     workers.configure(settings)
     queries, _ = load_queries(build_demo_store(settings))
     return settings, queries
+
+
+def emit(report: dict, out=None) -> None:
+    """Print a benchmark's report as JSON, and write it to ``out`` (a path) when given."""
+    import json
+
+    text = json.dumps(report, indent=1)
+    print(text)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)

@@ -15,11 +15,12 @@ them (redis on loopback, ingest with two processes).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import threading
 import time
 from pathlib import Path
+
+from ops.bench import emit
 
 QUERIES = ["deploy window", "staging database host", "vegetarian restaurants", "ERR_CONN_RESET",
            "who owns the billing service", "rollback plan", "flaky test in CI", "weekend plans"]
@@ -127,11 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     report["median_query_ratio"] = (
         round(report["with_writes"]["query_p50_ms"] / report["without_writes"]["query_p50_ms"], 3)
         if report["with_writes"]["query_p50_ms"] and report["without_writes"]["query_p50_ms"] else None)
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    emit(report, args.out)
     return 0
 
 

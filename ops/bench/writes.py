@@ -23,7 +23,6 @@ model adds ~17 ms per memory, BENCHMARKS.md "Query embedder").
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from ops.bench import emit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -281,11 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
         report[str(n)] = row
     report["load_after"] = os.getloadavg()
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    emit(report, args.out)
     return 0
 
 

@@ -57,16 +57,18 @@ _TOKENS = "SELECT DISTINCT stem(unnest(fts_main_memories.tokenize($q)), $stemmer
 
 _TERM_IDS = "SELECT termid FROM fts_terms WHERE term IN ({terms})"
 
-_SCORE = """
+# {df}, {n}, {avgdl} and {stats} are fixed SQL fragments: the index's own
+# statistics for the base alone, the live corpus's (passed in) over deltas
+_SCORE_TEMPLATE = """
 WITH p AS (
-    SELECT df, unnest(postings, recursive := true)
-    FROM fts_postings WHERE termid IN ({terms})
+    SELECT {df} AS df, unnest(fp.postings, recursive := true)
+    FROM fts_postings fp WHERE fp.termid IN ({terms})
 ),
 top AS (
     SELECT p.docid,
-           sum(log((((st.num_docs - p.df) + 0.5) / (p.df + 0.5)) + 1)
-               * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / st.avgdl))))))) AS score
-    FROM p, fts_main_memories.stats st
+           sum(log(((({n} - p.df) + 0.5) / (p.df + 0.5)) + 1)
+               * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / {avgdl}))))))) AS score
+    FROM p{stats}
     WHERE {filters}
     GROUP BY p.docid
     ORDER BY score DESC, p.docid
@@ -75,6 +77,8 @@ top AS (
 SELECT f.id, top.score FROM top JOIN fts_docs f ON f.docid = top.docid
 ORDER BY top.score DESC, top.docid
 """
+_SCORE = (_SCORE_TEMPLATE.replace("{df}", "fp.df").replace("{n}", "st.num_docs").replace("{avgdl}", "st.avgdl")
+          .replace("{stats}", ", fts_main_memories.stats st"))
 
 # With deltas (``pipeline.store.overlay``): the same BM25, but N, avgdl and
 # each term's df are the live corpus's (base minus dead memories, plus the
@@ -91,25 +95,8 @@ WHERE docid IN (SELECT unnest($dead)) GROUP BY termid
 
 # each term's live df is looked up in the $dfs list by its position in $tids
 # (measured faster than joining a table of them, and than the base's own query)
-_SCORE_LIVE = """
-WITH p AS (
-    SELECT ($dfs)[list_position($tids, fp.termid)] AS df, unnest(fp.postings, recursive := true)
-    FROM fts_postings fp
-    WHERE fp.termid IN ({terms})
-),
-top AS (
-    SELECT p.docid,
-           sum(log(((($n - p.df) + 0.5) / (p.df + 0.5)) + 1)
-               * ((p.tf * ($k1 + 1)) / (p.tf + ($k1 * ((1 - $b) + ($b * (p.len / $avgdl))))))) AS score
-    FROM p
-    WHERE {filters}
-    GROUP BY p.docid
-    ORDER BY score DESC, p.docid
-    LIMIT $limit
-)
-SELECT f.id, top.score FROM top JOIN fts_docs f ON f.docid = top.docid
-ORDER BY top.score DESC, top.docid
-"""
+_SCORE_LIVE = (_SCORE_TEMPLATE.replace("{df}", "($dfs)[list_position($tids, fp.termid)]").replace("{n}", "$n")
+               .replace("{avgdl}", "$avgdl").replace("{stats}", ""))
 
 _FILTERS = {
     "ns": "p.ns = (SELECT code FROM fts_labels WHERE kind = 'namespace' AND label = $ns)",
