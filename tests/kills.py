@@ -42,6 +42,7 @@ while True:
     print("R", mid, flush=True)
     if i % 3 == 2:
         gone = f"{tag}-{i - 1}"
+        print("f", gone, flush=True)  # about to forget: gone or not if killed now
         write(s, forget=[gone])
         print("F", gone, flush=True)
     i += 1
@@ -102,10 +103,13 @@ def kill_writes(data_dir: Path, rounds: int, rng: random.Random) -> None:
         out, _ = proc.communicate(timeout=30)
         lines = [ln.split() for ln in out.splitlines() if ln.strip()]
         for kind, mid in lines:
-            (remembered if kind == "R" else forgotten).add(mid)
-        # the write in flight when it died may or may not have landed
+            if kind in ("R", "F"):
+                (remembered if kind == "R" else forgotten).add(mid)
+        # the write in flight when it died may or may not have landed: a
+        # remember of the next id, or a forget announced ("f") but not acknowledged
         maybe = {f"w{r}-{i}" for i in range(len(lines) + 2)}
-        check_store(settings, remembered, forgotten, maybe)
+        in_flight = {mid for kind, mid in lines if kind == "f"} - forgotten
+        check_store(settings, remembered - in_flight, forgotten, maybe | in_flight)
     compact(settings, wait=True)
     check_store(settings, remembered, forgotten, set())
 

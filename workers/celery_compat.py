@@ -22,7 +22,9 @@ minor version pyproject pins (``celery>=5.7,<5.8``);
   kombu 5.7); an item that is not one (``LPUSH search 'not json'``, a JSON
   list, an envelope without properties or with a body that is not base64)
   raised out of the worker's event loop and stopped the worker. Within those
-  two methods, items that are not a well-formed envelope become an envelope
+  two methods, the item's own parse (the first ``loads`` of the call; the
+  delivery that follows, a restore included, is kombu's as it was): items
+  that are not a well-formed envelope become an envelope
   no task accepts, which Celery logs and deletes ("Received and deleted
   unknown message"); the item is logged at ERROR. Everywhere else (the
   restore of unacked messages) ``loads`` is kombu's own.
@@ -159,7 +161,8 @@ def has_private_api() -> dict[str, bool]:
 
 
 # -- queue items that are not messages ------------------------------------------------
-_READING = contextvars.ContextVar("dimple_reading_queue_item", default=False)
+# set while kombu reads one queue item: armed for that item's own parse only
+_READING: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("dimple_reading_queue_item", default=None)
 
 
 def _envelope_problem(payload: Any) -> str | None:
@@ -209,8 +212,10 @@ def guard_queue_items() -> None:
     original_loads = transport.loads
 
     def loads(text: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _READING.get():
+        armed = _READING.get()
+        if not armed or not armed[0]:
             return original_loads(text, *args, **kwargs)
+        armed[0] = False  # only the item itself: what the delivery then does (a restore) is kombu's
         try:
             payload = original_loads(text, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any parse failure is a refused item
@@ -224,7 +229,7 @@ def guard_queue_items() -> None:
         method = getattr(transport.Channel, name)
 
         def reading(self: Any, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
-            token = _READING.set(True)
+            token = _READING.set([True])
             try:
                 return _method(self, *args, **kwargs)
             finally:

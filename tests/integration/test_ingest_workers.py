@@ -187,22 +187,24 @@ def test_a_batch_that_times_out_is_applied_later_and_nothing_after_it_is_sent(de
     from workers.api import search
     from workers.service import ingest_via_broker
 
-    # 400 memories to embed and write take seconds: far past the 0.05 s wait
-    settings = demo_store.with_broker(stack.broker_url).replace(ingest_batch_size=400, ingest_batch_timeout_s=0.05)
+    # 2,000 memories to embed take seconds: far past the 0.05 s wait, and past the
+    # ~1 s by which Celery's result wait can overshoot a timeout (400, as before
+    # segments, now write in ~0.7 s and could be answered before get() gives up)
+    settings = demo_store.with_broker(stack.broker_url).replace(ingest_batch_size=2000, ingest_batch_timeout_s=0.05)
     workers.configure(settings)
     path = _write(tmp_path / "slow.jsonl", [{"id": f"late-{i}", "namespace": "ingest-late",
-                                            "content": f"late batch memory {i} ZX_LATE_{i}"} for i in range(402)])
+                                            "content": f"late batch memory {i} ZX_LATE_{i}"} for i in range(2002)])
     with pytest.raises(IngestTimeoutError) as info:
         list(ingest_via_broker(path, settings))
     message = str(info.value)
-    assert message.startswith("the batch of lines 1-400 was sent but not acknowledged within 0.05 s")
+    assert message.startswith("the batch of lines 1-2000 was sent but not acknowledged within 0.05 s")
     assert "stays in the ingest queue and is applied when an ingest worker runs it" in message
-    assert "nothing after it was sent (lines 401-402)" in message
+    assert "nothing after it was sent (lines 2001-2002)" in message
 
     deadline = time.monotonic() + 120
-    while not search("ZX_LATE_399", mode="keyword", namespace="ingest-late").results:
+    while not search("ZX_LATE_1999", mode="keyword", namespace="ingest-late").results:
         assert time.monotonic() < deadline, "the timed-out batch was never applied"
         time.sleep(0.2)
     assert redis.Redis.from_url(stack.broker_url).llen("ingest") == 0
-    for i in (400, 401):
+    for i in (2000, 2001):
         assert search(f"ZX_LATE_{i}", mode="keyword", namespace="ingest-late").results == []
