@@ -96,6 +96,7 @@ def kill_writes(data_dir: Path, rounds: int, rng: random.Random) -> None:
     seed(settings)
     remembered: set[str] = set()
     forgotten: set[str] = set()
+    uncertain: set[str] = set()  # forgets a kill interrupted: they may or may not have landed
     for r in range(rounds):
         proc = _child(_WRITER, str(data_dir), f"w{r}")
         time.sleep(rng.uniform(0.05, 0.6))
@@ -108,10 +109,10 @@ def kill_writes(data_dir: Path, rounds: int, rng: random.Random) -> None:
         # the write in flight when it died may or may not have landed: a
         # remember of the next id, or a forget announced ("f") but not acknowledged
         maybe = {f"w{r}-{i}" for i in range(len(lines) + 2)}
-        in_flight = {mid for kind, mid in lines if kind == "f"} - forgotten
-        check_store(settings, remembered - in_flight, forgotten, maybe | in_flight)
+        uncertain |= {mid for kind, mid in lines if kind == "f"} - forgotten
+        check_store(settings, remembered - uncertain, forgotten, maybe | uncertain)
     compact(settings, wait=True)
-    check_store(settings, remembered, forgotten, set())
+    check_store(settings, remembered - uncertain, forgotten, uncertain)
 
 
 def kill_compactions(data_dir: Path, rounds: int, rng: random.Random) -> None:
