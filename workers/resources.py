@@ -2,7 +2,7 @@
 read-only store (base, vector index and deltas, following each published write).
 
 The module is this process's ``pipeline.stages.registry.Resources``:
-``settings()``, ``embedder()``, ``index()``, ``overlay()`` and ``cursor()``. A worker loads
+``settings()``, ``embedder()`` and ``view()``. A worker loads
 what its queues need up front (``warm``); a forked child never inherits its
 parent's DuckDB connections.
 """
@@ -22,7 +22,6 @@ from pipeline.embedders import Embedder, make_embedder
 from pipeline.settings import Settings, get_settings
 from pipeline.stages.descend import VectorIndex
 from pipeline.store.database import Store
-from pipeline.store.overlay import Overlay
 from pipeline.store.reader import Reader, Snapshot, View
 
 _lock = threading.RLock()
@@ -124,12 +123,6 @@ def store() -> Store | None:
 def index() -> VectorIndex | None:
     snap = snapshot()
     return snap.index() if snap is not None else None
-
-
-def overlay() -> Overlay | None:
-    """The published deltas merged over the base ``store()`` reads."""
-    snap = snapshot()
-    return snap.overlay if snap is not None else None
 
 
 @contextmanager
