@@ -87,7 +87,15 @@ def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--out", type=Path, help="output folder; the run goes to OUT/NAME")
     p.add_argument("--name", help="run name (default: <set>-<mode>-<time>)")
     if with_mode:
-        p.add_argument("--mode", help="keyword | semantic | hybrid for every query (default: each query's own, else hybrid)")
+        p.add_argument("--mode", help="keyword | semantic | hybrid for every query (default: each query's own, else "
+                                      "hybrid); all: every mode on the same store, one table, and hybrid's paired "
+                                      "test against each leg")
+        p.add_argument("--test", default="fisher", choices=("fisher", "student"),
+                       help="with --mode all: paired test of hybrid against each leg on per-query nDCG@10 "
+                            "(fisher = randomised permutation, default; student = paired t-test)")
+        p.add_argument("--seed", type=int, default=42, help="with --mode all: seed of the permutation test (default 42)")
+        p.add_argument("--max-p", type=float, default=0.05,
+                       help="with --mode all: p-value below which a difference is significant (default 0.05)")
     p.add_argument("--max-units", type=int, default=ev.DEFAULT_MAX_UNITS,
                    help=f"results per query unless a query says (default {ev.DEFAULT_MAX_UNITS}; Recall@50 needs 50)")
     p.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
@@ -254,6 +262,8 @@ def cmd_eval(args) -> int:
         print(f"through the broker: the workers must serve the store in {run_settings.data_dir}", file=sys.stderr)
     name = args.name or f"{qset.name}-{args.mode or 'asked'}-{_stamp()}"
     _positive(args)
+    if args.mode == ALL_MODES:
+        return _eval_all_modes(args, qset, run_settings, out, name)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
                            progress=not args.no_progress, in_flight=args.in_flight)
     from pipeline.evaluation.report import safe_name, write_run
@@ -265,6 +275,43 @@ def cmd_eval(args) -> int:
           + ", ".join(f"{k} {v:.3f}" for k, v in m.items()))
     print(f"written to {folder}")
     return 1 if report["failed"] else 0
+
+
+ALL_MODES = "all"
+
+
+def _eval_all_modes(args, qset: ev.QuerySet, run_settings, out: Path, name: str) -> int:
+    """``--mode all``: every mode on the same store, one after the other in
+    this process, each in its own run folder under ``OUT/NAME``, then one
+    table and hybrid's paired test against each leg (``modes.json``)."""
+    from pipeline.contracts import Mode
+    from pipeline.evaluation.report import modes_lines, safe_name, write_modes, write_run
+
+    root = out / safe_name(name)
+    reports: dict[str, RunReport] = {}
+    served: dict[str, dict[str, list[str]]] = {}
+    versions: dict[str, int | None] = {}
+    failed = False
+    for mode in (m.value for m in Mode):
+        defaults = {**_defaults(args), "mode": mode}
+        report, runs = execute(qset, run_settings, name=mode, defaults=defaults, batch_size=args.batch_size,
+                               progress=not args.no_progress, in_flight=args.in_flight)
+        write_run(root / mode, report, ev.as_run(runs), qset.qrels, runs)
+        reports[mode], served[mode] = report, ev.as_run(runs)
+        seen = {r.store_version for r in runs if r.error is None}
+        versions[mode] = seen.pop() if len(seen) == 1 else None
+        failed = failed or bool(report["failed"])
+    if len({v for v in versions.values()}) > 1:
+        print(f"dimple: the store changed during the run (versions {versions}): the modes did not read the same store",
+              file=sys.stderr)
+        failed = True
+    summary, comparisons = ev.against_legs(reports, served, qset.qrels, stat_test=args.test, seed=args.seed,
+                                           max_p=args.max_p, store_versions=versions)
+    write_modes(root, summary, comparisons)
+    print(f"{name}: {summary['queries']} judged queries, every mode on one store ({run_settings.data_dir}):")
+    print("\n".join(modes_lines(summary)))
+    print(f"written to {root}")
+    return 1 if failed else 0
 
 
 def load_run_folder(folder: Path) -> tuple[RunReport, dict[str, list[str]], dict[str, dict[str, int]]]:

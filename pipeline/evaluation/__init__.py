@@ -3,7 +3,7 @@
 (``replay``), sweeps (``sweep``) and written reports (``report``).
 """
 
-from pipeline.evaluation.compare import compare
+from pipeline.evaluation.compare import against_legs, compare
 from pipeline.evaluation.metrics import METRICS, ranx_qrels, ranx_run, score
 from pipeline.evaluation.queries import (
     OPTION_FIELDS,
@@ -62,6 +62,7 @@ __all__ = [
     "qrels_lines",
     "read_trec_run",
     "compare",
+    "against_legs",
     "replay",
     "SWEEP_AXES",
     "sweep_grid",

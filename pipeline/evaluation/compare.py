@@ -13,7 +13,7 @@ import numpy as np
 from pipeline.audit.explain import diff_served
 from pipeline.errors import InputError
 from pipeline.evaluation.metrics import METRICS, ranx_qrels, ranx_run
-from pipeline.evaluation.models import Comparison, DeltaRow, Pair, RunReport
+from pipeline.evaluation.models import Comparison, DeltaRow, LegTest, ModeComparison, Pair, RunReport
 from pipeline.evaluation.runs import first_relevant
 
 
@@ -115,6 +115,50 @@ def compare(
         "queries_per_s": {r["name"]: r.get("queries_per_s") for r in reports},
         "pairs": pairs,
     }
+
+
+def against_legs(
+    reports: dict[str, RunReport],
+    runs: dict[str, dict[str, list[str]]],
+    qrels: dict[str, dict[str, int]],
+    *,
+    subject: str = "hybrid",
+    metric: str = "ndcg@10",
+    stat_test: str = "fisher",
+    seed: int = 42,
+    max_p: float = 0.05,
+    store_versions: dict[str, int | None] | None = None,
+) -> tuple[ModeComparison, dict[str, Comparison]]:
+    """``subject`` (hybrid) against every other mode of one run of ``dimple
+    eval --mode all``: for each leg, ``compare`` with the leg as baseline (the
+    paired test on per-query ``metric``, hybrid minus leg). Returns the
+    summary (``modes.json``) and each leg's full comparison."""
+    if subject not in reports:
+        raise InputError("--mode", f"no {subject} run to test against the legs")
+    legs = [m for m in reports if m != subject]
+    full: dict[str, Comparison] = {}
+    tests: list[LegTest] = []
+    for leg in legs:
+        c = compare([reports[leg], reports[subject]], [runs[leg], runs[subject]], qrels,
+                    metric=metric, stat_test=stat_test, seed=seed, max_p=max_p)
+        pair = c["pairs"][0]
+        full[leg] = c
+        tests.append({"leg": leg, "metric": metric, "mean_delta": pair["mean_delta"],
+                      "p_value": float(pair["p_values"][metric]), "significant": bool(pair["significant"][metric]),
+                      "wins_ties_losses": pair["wins_ties_losses"],
+                      "p_values": {m: float(v) for m, v in pair["p_values"].items()}})
+    first = next(iter(full.values()), None)
+    return {
+        "modes": list(reports),
+        "queries": first["queries"] if first else len(next(iter(reports.values()))["per_query"]),
+        "store_versions": dict(store_versions or {}),
+        "stat_test": stat_test,
+        "seed": seed,
+        "max_p": max_p,
+        "metrics": {m: dict(r["metrics"]) for m, r in reports.items()},
+        "queries_per_s": {m: r.get("queries_per_s") for m, r in reports.items()},
+        "tests": tests,
+    }, full
 
 
 def _seed_numba_threads(seed: int) -> None:

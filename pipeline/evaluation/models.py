@@ -103,3 +103,29 @@ class ReplayReport(TypedDict):
     mean_moved: float | None
     changed_queries: list[dict[str, Any]]  # query id, text, before, after and diff_served's fields
     latency_ms: Latency
+
+
+class LegTest(TypedDict):
+    """``hybrid`` against one leg's mode over the same judged queries (``modes.json``)."""
+
+    leg: str
+    metric: str
+    mean_delta: float  # hybrid - leg, per query, averaged
+    p_value: float
+    significant: bool
+    wins_ties_losses: list[int]  # queries where hybrid is better / equal / worse
+    p_values: dict[str, float]  # every metric's
+
+
+class ModeComparison(TypedDict):
+    """Every mode on one store in one run, and hybrid's paired test against each leg (``modes.json``)."""
+
+    modes: list[str]
+    queries: int
+    store_versions: dict[str, int | None]  # mode -> the store version its queries read (one value: one store)
+    stat_test: str
+    seed: int
+    max_p: float
+    metrics: dict[str, dict[str, float]]  # mode -> metric -> mean
+    queries_per_s: dict[str, float | None]
+    tests: list[LegTest]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.evaluation.metrics import METRICS
-from pipeline.evaluation.models import Comparison, Latency, ReplayReport, RunReport, Skipped
+from pipeline.evaluation.models import Comparison, Latency, ModeComparison, ReplayReport, RunReport, Skipped
 from pipeline.evaluation.trec import qrels_lines, trec_lines
 
 _NAME = re.compile(r"[^A-Za-z0-9._=,:+-]+")
@@ -220,6 +220,53 @@ def comparison_summary(c: Comparison, title: str) -> str:
             lines += [f"- `{r['id']}` {r['before']:.3f} -> {r['after']:.3f} ({r['delta']:+.3f}) {r['text'][:70]}" for r in rows] or ["- none"]
             lines.append("")
     return "\n".join(lines) + "\n"
+
+
+# -- every mode on one store ----------------------------------------------------------------
+_SHORT = {"ndcg@10": "nDCG@10", "recall@5": "R@5", "recall@10": "R@10", "recall@50": "R@50", "mrr@10": "MRR@10",
+          "precision@5": "P@5", "precision@10": "P@10"}
+
+
+def modes_lines(c: ModeComparison) -> list[str]:
+    """``dimple eval --mode all`` as text: one table of every mode, then
+    hybrid's paired test against each leg (what the command prints)."""
+    head = f"  {'mode':<9} " + " ".join(f"{_SHORT.get(m, m):>7}" for m in METRICS) + f" {'queries/s':>10}"
+    lines = [head]
+    for mode in c["modes"]:
+        qps = c["queries_per_s"].get(mode)
+        lines.append(f"  {mode:<9} " + " ".join(f"{c['metrics'][mode][m]:>7.3f}" for m in METRICS)
+                     + f" {qps if qps is not None else '-':>10}")
+    if c["tests"]:
+        t0 = c["tests"][0]
+        test = "paired randomisation (Fisher) test" if c["stat_test"] == "fisher" else "paired t-test"
+        lines += ["", f"hybrid against each leg: {test} on per-query {_SHORT.get(t0['metric'], t0['metric'])} over "
+                      f"{c['queries']} queries (seed {c['seed']}); significant where p < {c['max_p']}:"]
+        for t in c["tests"]:
+            w, ties, losses = t["wins_ties_losses"]
+            verdict = ("significantly " + ("better" if t["mean_delta"] > 0 else "worse")) if t["significant"] \
+                else "not significant"
+            lines.append(f"  hybrid - {t['leg']:<9} {t['mean_delta']:+.4f}  p={t['p_value']:.4f}  {verdict}  "
+                         f"(hybrid better/equal/worse on {w}/{ties}/{losses} queries)")
+    return lines
+
+
+def write_modes(folder: Path, summary: ModeComparison, comparisons: dict[str, Comparison]) -> dict[str, Path]:
+    """``modes.json`` and ``modes.md`` under ``folder``, and each leg's full
+    comparison with hybrid in ``hybrid-vs-<leg>/`` (``write_comparison``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"report": folder / "modes.json", "summary": folder / "modes.md"}
+    _write_json(paths["report"], summary)
+    for leg, comparison in comparisons.items():
+        paths[f"compare_{leg}"] = folder / safe_name(f"hybrid-vs-{leg}")
+        write_comparison(paths[f"compare_{leg}"], comparison, title=f"hybrid against {leg}")
+    versions = sorted({str(v) for v in summary["store_versions"].values()})
+    lines = ["# Every mode on one store", "",
+             f"{len(summary['modes'])} modes over the same {summary['queries']} judged queries, "
+             f"store version {', '.join(versions) or 'unknown'}.", "", "```"]
+    lines += modes_lines(summary) + ["```", "", "Run folders: " + ", ".join(f"`{m}/`" for m in summary["modes"])
+                                     + "; comparisons: " + ", ".join(f"`hybrid-vs-{leg}/`" for leg in comparisons)]
+    paths["summary"].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
 
 
 # -- replay -----------------------------------------------------------------------------------
