@@ -1,12 +1,16 @@
 """Compaction: merge the published deltas into a new base, in the background.
 
-It copies the base to a fresh file (no reader has it open), applies the
-deltas there in one transaction (forgotten memories deleted with their tree
-places, annotations and declared edges; new and rewritten ones placed in the
-tree, whose touched topics and centroids follow; the full-text index rebuilt),
-fsyncs it, then, holding ``WRITE.lock`` only for that moment, publishes a
-manifest naming the new base and the deltas written meanwhile, and removes
-the files no reader needs any more (``segments.remove_unreferenced``).
+It copies the base to a fresh file (no reader has it open) and applies the
+deltas there in one transaction (forgotten memories deleted with their tree places, annotations and declared
+edges; new and rewritten ones placed in the tree, whose touched topics and
+centroids follow; the full-text index rebuilt). When a base memory is
+forgotten or rewritten, the copy is held in memory instead and the new base
+written afresh from its live rows, so no deleted row survives in a free
+block of the file. It fsyncs the new base, then, holding ``WRITE.lock`` only
+for that moment, publishes a manifest naming it and the deltas written
+meanwhile, and removes the files no reader needs any more
+(``segments.remove_unreferenced``). On disk at any moment: the base, the
+deltas and this one output.
 
 Writes go on while it works (they take ``WRITE.lock`` for their own delta
 only) and so do queries (readers load the new base in the background). A
@@ -19,13 +23,14 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.settings import Settings
 from pipeline.store import segments
-from pipeline.store.database import Store, one
+from pipeline.store.database import Store
 from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree
 from pipeline.store.overlay import Delta, DeltaMemory, Overlay, Prepared
 
@@ -55,6 +60,14 @@ def _record(m: DeltaMemory) -> MemoryRecord:
     )
 
 
+def _rewrites_base(base: Path, ids: set[str]) -> bool:
+    """Whether the base holds any of ``ids`` (a memory the deltas forget or rewrite)."""
+    if not ids:
+        return False
+    with Store.open(base, read_only=True) as store:
+        return bool(store.existing_ids(ids))
+
+
 def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool = False,
             wait: bool = False) -> CompactReport:
     """Merge every published delta (and ``extra``, a write going straight into
@@ -78,8 +91,6 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
         target = segments.new_base_path(data_dir, seq)
         work = target.with_name(target.name + ".work")
         try:
-            if start.base is not None:
-                shutil.copyfile(data_dir / start.base, work)
             merged = Overlay.build(0, [Delta.load(data_dir, d) for d in consumed], None)
             members = dict(merged.members)
             vectors = {m: merged.emb[i] for i, m in enumerate(merged.ids)}
@@ -94,36 +105,40 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                     members.pop(mid, None)
             records = [_record(members[m]) for m in sorted(members)]
             dim = next(iter(vectors.values())).shape[0] if vectors else None
-            opened = Store.open(work, read_only=False,
-                                embedding_model=settings.embedding_model if start.base is None else None,
-                                embedding_dim=dim if start.base is None else None)
+            # DuckDB leaves deleted and overwritten rows in free blocks of the
+            # file it updates: when a base memory is forgotten or rewritten, the
+            # new base is written afresh from the live rows, out of a copy held
+            # in memory (not a second file: disk holds the base, the deltas and
+            # this one output); otherwise the deltas are applied to a file copy
+            afresh = start.base is not None and (rebuild or _rewrites_base(data_dir / start.base, forget | set(members)))
+            if start.base is None:
+                opened = Store.open(work, read_only=False, embedding_model=settings.embedding_model, embedding_dim=dim)
+            elif afresh:
+                opened = Store.copy_in_memory(data_dir / start.base, temp_directory=work)
+            else:
+                shutil.copyfile(data_dir / start.base, work)
+                opened = Store.open(work, read_only=False)
             with opened as store:
                 report = ingest_records(store, records, None, settings,  # type: ignore[arg-type]
                                         vectors_of=vectors, forget=sorted(forget))
                 if rebuild:
                     rebuild_tree(store, settings)
-                store.con.execute("CHECKPOINT")
-                # DuckDB leaves deleted and overwritten rows in free blocks of the
-                # file: when a memory was forgotten or rewritten it is gone from
-                # the files only in a database written afresh from the live rows
-                # (one more copy, so only then)
-                afresh = bool(report.forgotten or report.updated or rebuild)
                 if afresh:
                     # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
                     store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
-                    name = str(one(store.con, "SELECT current_database()")[0]).replace('"', '""')
-                    store.con.execute(f'COPY FROM DATABASE "{name}" TO fresh')  # a catalog name, not user text
+                    store.con.execute("COPY FROM DATABASE memory TO fresh")
                     store.con.execute("DETACH fresh")
+                else:
+                    store.con.execute("CHECKPOINT")
             if afresh:
-                work.unlink()
+                segments.remove_file(work)  # the in-memory copy's spill folder, if it spilled
             else:
                 work.rename(target)
             segments.fsync_file(target)
             segments.fsync_dir(target.parent)
         except BaseException:
             for path in (target, work):
-                path.unlink(missing_ok=True)
-                path.with_name(path.name + ".wal").unlink(missing_ok=True)
+                segments.remove_file(path)
             raise
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             now = segments.read_manifest(data_dir) or segments.Manifest()

@@ -161,6 +161,34 @@ class Store:
             )
         return store
 
+    @classmethod
+    def copy_in_memory(cls, path: Path, *, temp_directory: Path | None = None) -> Store:
+        """A read-write copy of the store at ``path`` held in memory (DuckDB
+        spills to ``temp_directory`` beyond its memory limit): a compaction
+        that deletes rows writes its result afresh from it, so it needs no
+        second file beside the one it writes."""
+        con = duckdb.connect(":memory:")
+        try:
+            con.execute(f"LOAD '{_sql_quote(str(fts_extension_path()))}'")
+            if temp_directory is not None:
+                con.execute("SET temp_directory = ?", [str(temp_directory)])
+            # ATTACH takes no parameters: the path is the caller's (a data dir's segment), quoted
+            con.execute(f"ATTACH '{_sql_quote(str(path))}' AS src (READ_ONLY)")
+            con.execute("COPY FROM DATABASE src TO memory")
+            con.execute("DETACH src")
+            info = StoreInfo(
+                schema_version=_current_version(con),
+                embedding_model=_meta(con, "embedding_model", str),
+                embedding_dim=_meta(con, "embedding_dim", int),
+            )
+        except duckdb.IOException as exc:
+            con.close()
+            raise StoreError(f"cannot open store {path}: {exc}") from exc
+        except BaseException:
+            con.close()
+            raise
+        return cls(path, con, False, info)
+
     def close(self) -> None:
         self.con.close()
 

@@ -264,9 +264,11 @@ class Reader:
         if pending is None:
             return
         manifest = segments.read_manifest(self.data_dir)
-        if manifest is not None and manifest.base == pending.base:
-            extra = [d for d in manifest.deltas if d.seq not in pending.deltas]
-            pending = self._extend(pending, manifest.version, extra)
+        if manifest is None or manifest.base != pending.base:
+            pending.close()  # another compaction published meanwhile: the next snapshot() follows it
+            return
+        extra = [d for d in manifest.deltas if d.seq not in pending.deltas]
+        pending = self._extend(pending, manifest.version, extra)
         old, self._current = self._current, pending
         if old is not None and old.store is not pending.store:
             old.close()

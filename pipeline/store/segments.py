@@ -255,6 +255,15 @@ def new_base_path(data_dir: Path, seq: int) -> Path:
     return segments_dir(data_dir) / f"base-{seq:08d}.duckdb"
 
 
+def remove_file(path: Path) -> None:
+    """Remove a segment file with its DuckDB WAL, or a compaction's spill folder."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+    path.with_name(path.name + ".wal").unlink(missing_ok=True)
+
+
 def remove_unreferenced(data_dir: Path, keep: Manifest) -> list[str]:
     """Delete segment files ``keep`` does not need, and the pre-segment
     generations. Call with ``WRITE.lock`` held, after publishing ``keep``.
@@ -275,8 +284,7 @@ def remove_unreferenced(data_dir: Path, keep: Manifest) -> list[str]:
                 continue
             number = int(re.findall(r"\d{8}", path.name)[0])
             if number < keep.next_seq:
-                path.unlink(missing_ok=True)
-                path.with_name(path.name + ".wal").unlink(missing_ok=True)
+                remove_file(path)
                 removed.append(rel)
     for legacy in (LEGACY_FILE, LEGACY_CURRENT):
         if legacy not in needed and (data_dir / legacy).exists():

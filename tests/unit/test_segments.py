@@ -292,11 +292,11 @@ def test_writes_go_on_while_a_compaction_works_and_survive_it(settings):
     rng = random.Random(6)
     _remember(settings, [_rec(i, rng) for i in range(5000)])
     write(settings, forget=["m1"])  # a forget: the compaction also writes its base afresh
+    before = segments.read_manifest(settings.data_dir).next_seq
     worker = threading.Thread(target=compact, args=(settings,), kwargs={"wait": True})
     worker.start()
-    folder = settings.data_dir / segments.SEGMENTS
-    while not list(folder.glob("*.work")) and worker.is_alive():
-        time.sleep(0.001)  # the compaction is applying the deltas to its work copy
+    while segments.read_manifest(settings.data_dir).next_seq == before and worker.is_alive():
+        time.sleep(0.001)  # until the compaction has taken its number and is applying the deltas
     for i in range(3):
         _remember(settings, [{"id": f"during-{i}", "namespace": "n", "content": f"written during compaction {i}"}])
     assert worker.is_alive(), "each write was acknowledged while the compaction was still running"
@@ -305,3 +305,44 @@ def test_writes_go_on_while_a_compaction_works_and_survive_it(settings):
     assert [len(get(settings, [f"during-{i}"])) for i in range(3)] == [1, 1, 1]
     assert manifest.delta_memories == 3  # written meanwhile: left as deltas over the new base
     assert get(settings, ["m1"]) == []
+
+
+@pytest.mark.parametrize("forgets", [True, False], ids=["forget: written afresh", "inserts: file copy"])
+def test_disk_holds_the_base_the_deltas_and_one_compaction_output_at_most(settings, monkeypatch, forgets):
+    """No doubling: a compaction that forgets keeps its working copy in
+    memory, not in a second file beside its output."""
+    import threading
+
+    rng = random.Random(8)
+    _remember(settings, [_rec(i, rng) for i in range(3000)])
+    _remember(settings, [_rec(i, rng) for i in range(3000, 3010)])
+    compact(settings, wait=True)
+    folder = settings.data_dir / segments.SEGMENTS
+    bases = lambda: sorted(p.name for p in folder.iterdir() if p.name.startswith("base-") and not p.name.endswith(".wal"))  # noqa: E731
+    assert len(bases()) == 1  # a reader still on the replaced base holds it open: its name is gone
+    _remember(settings, [_rec(i, rng) for i in range(3010, 3020)])
+    if forgets:
+        write(settings, forget=["m1", "m2"])
+
+    at_fsync: list[list[str]] = []
+    fsync_file = segments.fsync_file
+    monkeypatch.setattr(segments, "fsync_file", lambda p: (at_fsync.append(bases()), fsync_file(p))[1])
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:  # may miss a moment; the fsync hook is the deterministic check
+        while not done.is_set():
+            seen.append(len(bases()))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        report = compact(settings, wait=True)
+    finally:
+        done.set()
+        watcher.join()
+    assert report.forgotten == (2 if forgets else 0)
+    assert at_fsync and all(len(names) == 2 for names in at_fsync), at_fsync  # the base and the output, complete
+    assert max(seen) <= 2
+    assert not any(p.name.endswith(".work") for p in folder.iterdir())
+    assert get(settings, ["m1"]) == ([] if forgets else get(settings, ["m1"])) and len(get(settings, ["m3015"])) == 1
