@@ -11,6 +11,7 @@ store is byte for byte unchanged afterwards.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import unicodedata
 from pathlib import Path
@@ -78,17 +79,24 @@ def _expected(field: str, value: str) -> set[str]:
     return {r["id"] for r in RECORDS if value in r.get(field, [])}
 
 
+MODES = ("keyword", "semantic", "hybrid")
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("field", ["namespace", "topics", "concepts", "content_type"])
-def test_hostile_labels_scope_exactly(hs, field):
-    """Each hostile label finds exactly the memories carrying it: nothing more, nothing less."""
+def test_hostile_labels_scope_exactly(hs, field, mode):
+    """Each hostile label finds exactly the memories carrying it, in every mode:
+    nothing more, nothing less (every record's content holds "deploy window",
+    and the beam reaches every in-scope memory, so each leg alone finds them all)."""
     from workers.api import search_many
 
-    asks = [{"query": "deploy window", field: (v if field in ("namespace", "content_type") else [v]), "max_units": 100}
-            for v in LABELS]
+    asks = [{"query": "deploy window", "mode": mode, "max_units": 100,
+             field: (v if field in ("namespace", "content_type") else [v])} for v in LABELS]
     for value, res in zip(LABELS, search_many(asks)):
         with case("injection.labels"):
+            assert res.mode == mode
             got = {r.id for r in res.results}
-            assert got == _expected(field, value), (field, value)
+            assert got == _expected(field, value), (field, value, mode)
             for r in res.results:
                 for link in (*r.superseded_by, *r.conflicts, *r.supported_by):
                     assert link.id in _expected(field, value), (field, value, link.id)
@@ -101,12 +109,12 @@ def test_the_namespace_x_or_1_equals_1_is_found_only_by_itself(hs):
     evil = "x' OR '1'='1"
     mine = _expected("namespace", evil)
     assert mine  # the store holds it
-    for mode in ("keyword", "semantic", "hybrid"):
-        assert {r.id for r in search("deploy window", namespace=evil, mode=mode, max_units=100).results} <= mine
-    for near in ("x", "x'", "1", "'1'='1", "x' OR '1'='1'", "X' OR '1'='1", " x' OR '1'='1", "%", "*"):
-        got = {r.id for r in search("deploy window", namespace=near, max_units=100).results}
-        assert not got & mine, near
-        assert got == _expected("namespace", near)
+    for mode in MODES:
+        assert {r.id for r in search("deploy window", namespace=evil, mode=mode, max_units=100).results} == mine
+        for near in ("x", "x'", "1", "'1'='1", "x' OR '1'='1'", "X' OR '1'='1", " x' OR '1'='1", "%", "*"):
+            got = {r.id for r in search("deploy window", namespace=near, mode=mode, max_units=100).results}
+            assert not got & mine, (near, mode)
+            assert got == _expected("namespace", near), (near, mode)
 
 
 def test_victim_scope_never_shows_evil_links(hs):
@@ -129,28 +137,44 @@ def _normal(text: str) -> str:
     return " ".join(t for t in re.split(r"[^a-z0-9_]+", flat) if t)
 
 
+def _bm25_hits(settings: Settings, text: str, mode: str) -> tuple[bool, list[tuple[str, float]]]:
+    """The full-text leg's own output for ``text`` in ``mode``, through the query's
+    declared stages (``run_local``, the canvas's answers: ``test_run_local``):
+    whether the leg ran, and its (id, BM25 score) hits, best first. Fused scores
+    are rank-derived (RRF), so they could agree while the BM25 scores differ."""
+    from pipeline.contracts import Batch, make_query
+    from pipeline.stages.registry import run_local
+    from workers import resources
+
+    query = make_query(text, {"mode": mode, "max_units": 100}, settings)
+    leg = run_local(Batch(states=[{"query": query}]), resources).states[0].legs["fts"]
+    return leg.ran, [(h.id, h.score) for h in leg.hits]
+
+
 def test_query_text_syntax_is_just_words(hs):
-    """A query made of SQL / FTS syntax returns what its plain words return
+    """A query made of SQL / FTS syntax gets the BM25 scores its plain words get,
+    in every mode that runs the full-text leg, and is answered in every mode
     (ASCII syntax: for other scripts the analyzer's accent folding is DuckDB's,
     not the ``_normal`` approximation here; those texts are fuzzed for errors)."""
     from workers.api import search_many
 
-    mode = "keyword"
     syntax = [s for s in EVIL if s.strip() and s.isascii()]
     texts = syntax + [f"deploy {s} window" for s in syntax] + ["'" * 500, "%" * 10_000]
-    hostile = search_many([{"query": t, "mode": mode, "max_units": 100} for t in texts])
-    plain_texts = [_normal(t) for t in texts]
-    asked = [(i, p) for i, p in enumerate(plain_texts) if p]
-    plain = dict(zip([i for i, _ in asked], search_many([{"query": p, "mode": mode, "max_units": 100} for _, p in asked])))
-    for i, (text, res) in enumerate(zip(texts, hostile)):
-        with case("injection.query_text"):
-            got = [(r.id, round(r.rrf, 9)) for r in res.results if "fts" in r.ranks]
-            if i in plain:
-                want = [(r.id, round(r.rrf, 9)) for r in plain[i].results if "fts" in r.ranks]
-                assert got == want, text
-            else:  # nothing but punctuation: no words to match
-                assert got == [], text
-            count("injection.query_text", "results compared", len(got))
+    with_words = 0
+    for mode in MODES:
+        answered = search_many([{"query": t, "mode": mode, "max_units": 100} for t in texts])
+        assert [r.query for r in answered] == texts and all(r.mode == mode for r in answered)
+        for text in texts:
+            with case("injection.query_text"):
+                ran, got = _bm25_hits(hs, text, mode)
+                assert ran == (mode != "semantic"), (text, mode)
+                plain = _normal(text)
+                want = _bm25_hits(hs, plain, mode)[1] if plain else []  # nothing but punctuation: no words
+                assert [i for i, _ in got] == [i for i, _ in want], (text, mode)
+                assert all(math.isclose(a, b, rel_tol=1e-12) for (_, a), (_, b) in zip(got, want)), (text, mode)
+                with_words += bool(got)
+                count("injection.query_text", "BM25 hits compared", len(got))
+    assert with_words >= len(syntax) * 2  # the "deploy ... window" texts hit in keyword and hybrid: not all empty
 
 
 @pytest.mark.parametrize("bad", REFUSED)
