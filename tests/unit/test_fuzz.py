@@ -69,7 +69,27 @@ def fuzz_store(tmp_path_factory) -> Settings:
     from workers.cli import ingest_file
 
     ingest_file(write_jsonl(data / "seed.jsonl", SEED), settings, progress=False)
+    MEMBERSHIP.clear()
+    MEMBERSHIP.update(_membership(settings.store_path))
     return settings
+
+
+# memory id -> every topic key it belongs to in the fuzz store (user topics, its
+# leaf, its ancestors: what a topic scope matches), read from the store itself
+MEMBERSHIP: dict[str, set[str]] = {}
+
+
+def _membership(path: Path) -> dict[str, set[str]]:
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        out: dict[str, set[str]] = {}
+        for mid, key in con.execute("SELECT memory_id, topic_key FROM memory_topics").fetchall():
+            out.setdefault(mid, set()).add(key)
+        return out
+    finally:
+        con.close()
 
 
 @pytest.fixture
@@ -165,6 +185,13 @@ def _check_results(res: Results, text: str, opts: dict, elapsed: float) -> None:
         assert all(r.namespace == o.namespace for r in res.results)
     if o.content_type:
         assert all(r.content_type in o.content_type for r in res.results)
+    if o.topics:
+        with case("api.search.topic_scope"):
+            for r in res.results:
+                # by the store's own membership (tree topics included), not only by what the result reports
+                assert MEMBERSHIP.get(r.id, set()) & set(o.topics), (r.id, o.topics)
+                assert set(r.topics) & set(o.topics), (r.id, r.topics, o.topics)
+            count("api.search.topic_scope", "results checked", len(res.results))
     if o.concepts:
         assert all(set(r.concepts) & set(o.concepts) for r in res.results)
     if o.max_units is not None:
