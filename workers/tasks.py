@@ -91,30 +91,33 @@ def _written(run) -> dict:
 
 
 # Writes: one delta each (pipeline.store.writes), acknowledged once on disk.
-# Re-running one is harmless: remember upserts by id, forget is idempotent.
-@app.task(name="ingest.batch", acks_late=True, reject_on_worker_lost=True)
-def ingest_batch(lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
+# A message delivered again after its write was published is not applied
+# twice (the task id is the write id: ``replayed``); one whose write did not
+# land is applied when delivered again.
+@app.task(name="ingest.batch", bind=True, acks_late=True, reject_on_worker_lost=True)
+def ingest_batch(self, lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
     """Remember JSONL lines (``dimple ingest --via-broker``), numbered from ``first_line``."""
     settings = resources.settings()
     parsed = parse_lines(lines, settings.limits, start=first_line)
     return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedder=resources.write_embedder(),
-                                  reader=resources.reader()))
+                                  reader=resources.reader(), write_id=self.request.id))
 
 
-@app.task(name="ingest.remember", acks_late=True, reject_on_worker_lost=True)
-def remember_task(records: list[dict], skip_invalid: bool = False) -> dict:
+@app.task(name="ingest.remember", bind=True, acks_late=True, reject_on_worker_lost=True)
+def remember_task(self, records: list[dict], skip_invalid: bool = False) -> dict:
     """``workers.api.remember`` through the broker."""
     settings = resources.settings()
     parsed = parse_records(records, settings)
     return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedder=resources.write_embedder(),
-                                  reader=resources.reader()))
+                                  reader=resources.reader(), write_id=self.request.id))
 
 
-@app.task(name="ingest.forget", acks_late=True, reject_on_worker_lost=True)
-def forget_task(ids: list[str], reason: str | None = None) -> dict:
+@app.task(name="ingest.forget", bind=True, acks_late=True, reject_on_worker_lost=True)
+def forget_task(self, ids: list[str], reason: str | None = None) -> dict:
     """``workers.api.forget`` through the broker."""
     settings = resources.settings()
-    return _written(lambda: write(settings, forget=ids, reason=reason, reader=resources.reader()))
+    return _written(lambda: write(settings, forget=ids, reason=reason, reader=resources.reader(),
+                                  write_id=self.request.id))
 
 
 @app.task(name="ingest.compact", acks_late=True, reject_on_worker_lost=True)

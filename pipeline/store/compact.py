@@ -69,9 +69,9 @@ def _rewrites_base(base: Path, ids: set[str]) -> bool:
 
 
 def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool = False,
-            wait: bool = False) -> CompactReport:
+            wait: bool = False, write_id: str | None = None) -> CompactReport:
     """Merge every published delta (and ``extra``, a write going straight into
-    the base) into a new base and publish it. ``rebuild`` re-clusters every
+    the base, whose id is ``write_id``) into a new base and publish it. ``rebuild`` re-clusters every
     namespace too (``dimple reindex``). Without ``wait`` it returns at once
     (``ran`` False) when another compaction is running."""
     t0 = time.perf_counter()
@@ -146,8 +146,9 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
             new = segments.Manifest(
                 version=now.version + 1, base=str(target.relative_to(data_dir)),
                 deltas=[d for d in now.deltas if d.seq not in done], next_seq=now.next_seq,
-                compacted_base=start.base, consumed=consumed,
+                compacted_base=start.base, consumed=consumed, recent_writes=now.recent_writes,
             )
+            new.note_write(write_id)
             segments.publish(data_dir, new)
             removed = segments.remove_unreferenced(data_dir, new)
     return CompactReport(version=new.version, base=new.base, merged_deltas=len(consumed), memories=len(records),

@@ -53,6 +53,7 @@ SEGMENTS = "segments"
 LEGACY_CURRENT = "CURRENT"
 LEGACY_FILE = "store.duckdb"
 FORMAT = 1
+RECENT_WRITES = 256  # write ids a manifest remembers: a redelivery after this many later writes applies again
 _BASE = re.compile(r"^base-(\d{8})\.duckdb(\.work)?(\.wal)?$")  # .work: a compaction killed midway
 _DELTA = re.compile(r"^delta-(\d{8})\.(json|npy)$")
 
@@ -78,6 +79,21 @@ class Manifest:
     # base can go on answering from it with every write while it loads the new one
     compacted_base: str | None = None
     consumed: list[DeltaRef] = field(default_factory=list)
+    # [write id, version] of the last RECENT_WRITES writes that gave one (a
+    # broker message's task id): a message delivered again after its write
+    # was published is not applied twice (``note_write``)
+    recent_writes: list[list[Any]] = field(default_factory=list)
+
+    def applied(self, write_id: str | None) -> int | None:
+        """The version that published write ``write_id``, or None when it is not among the recent ones."""
+        if write_id is None:
+            return None
+        return next((v for w, v in self.recent_writes if w == write_id), None)
+
+    def note_write(self, write_id: str | None) -> None:
+        """Record that this manifest's version published ``write_id``."""
+        if write_id is not None:
+            self.recent_writes = [*self.recent_writes, [write_id, self.version]][-RECENT_WRITES:]
 
     @property
     def delta_memories(self) -> int:

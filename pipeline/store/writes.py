@@ -272,6 +272,8 @@ class WriteResult(BaseModel):
     delta: int | None = Field(None, description="the delta segment written (None: nothing, or straight into a base)")
     compacted: bool = Field(False, description="the write went straight into a new base")
     compact_due: bool = Field(False, description="the deltas passed a compaction threshold")
+    replayed: bool = Field(False, description="this write (a broker message delivered again) had already been "
+                                              "published, at ``version``: nothing was written again")
     seconds: dict[str, float] = Field(default_factory=dict)
     generation: int = Field(0, description="the same as version (the name before segments)")
 
@@ -285,11 +287,12 @@ class WriteReport(IngestReport):
     delta: int | None = None
     compacted: bool = False
     compact_due: bool = False
+    replayed: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {**super().as_dict(), "ids": self.ids, "forgotten": self.forgotten, "not_found": self.not_found,
                 "version": self.version, "delta": self.delta, "compacted": self.compacted,
-                "compact_due": self.compact_due}
+                "compact_due": self.compact_due, "replayed": self.replayed}
 
     def result(self) -> WriteResult:
         return WriteResult.model_validate(self.as_dict())
@@ -313,11 +316,14 @@ def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool =
 
 def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str] | None = None, *,
           reason: str | None = None, skip_invalid: bool = False, embedder: Embedder | None = None,
-          reader: Reader | None = None, progress: bool = False) -> WriteReport:
+          reader: Reader | None = None, progress: bool = False, write_id: str | None = None) -> WriteReport:
     """Remember ``parsed``'s records and forget ``forget``'s ids as one write.
 
     Raises ``IngestValidationError`` for bad records (nothing written) unless
     ``skip_invalid``. Returns once the delta and its manifest are on disk.
+    ``write_id`` (a broker message's task id) makes a second delivery of the
+    same message a no-op (``replayed``) while the manifest remembers it
+    (``segments.RECENT_WRITES`` writes).
     """
     t0 = time.perf_counter()
     data_dir = settings.data_dir
@@ -330,6 +336,10 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     reader = reader or Reader(data_dir)
     try:
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
+            applied = (segments.read_manifest(data_dir) or segments.Manifest()).applied(write_id)
+            if applied is not None:
+                return WriteReport(ids=[record_id(r) for r in parsed.records], version=applied, generation=applied,
+                                   replayed=True)
             snap = reader.snapshot()
             live = LiveView(snap)
             skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
@@ -356,13 +366,14 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
                 manifest.deltas.append(ref)
                 manifest.next_seq = seq + 1
                 manifest.version += 1
+                manifest.note_write(write_id)
                 segments.publish(data_dir, manifest)
                 report.version, report.delta = manifest.version, seq
         report.generation = report.version
         if not prepared.empty and direct:
             from pipeline.store.compact import compact
 
-            done = compact(settings, extra=prepared, wait=True)
+            done = compact(settings, extra=prepared, wait=True, write_id=write_id)
             report.compacted = True
             report.version = report.generation = done.version
         report.compact_due = compaction_due(settings)

@@ -346,3 +346,36 @@ def test_disk_holds_the_base_the_deltas_and_one_compaction_output_at_most(settin
     assert max(seen) <= 2
     assert not any(p.name.endswith(".work") for p in folder.iterdir())
     assert get(settings, ["m1"]) == ([] if forgets else get(settings, ["m1"])) and len(get(settings, ["m3015"])) == 1
+
+
+def test_a_write_delivered_twice_is_published_once(settings):
+    """A broker message redelivered after its write landed (a worker killed
+    between publishing and acknowledging) is not applied again: the task id
+    is the write id and the manifest remembers the recent ones."""
+    rng = random.Random(9)
+    first = _remember(settings, [_rec(i, rng) for i in range(50)])  # straight into a base
+    again = write(settings, parse_records([_rec(0, rng)], settings), write_id="task-0")
+    assert again.updated == 1 and not again.replayed  # a different id: a rewrite like any other
+    write(settings, parse_records([_rec(60, rng)], settings), write_id="task-a")
+    v = segments.read_manifest(settings.data_dir).version
+    write(settings, forget=["m60"], write_id="task-b")
+    write(settings, parse_records([_rec(60, rng, content="came back, asked again")], settings), write_id="task-c")
+    redelivered = write(settings, parse_records([_rec(60, rng)], settings), write_id="task-a")
+    assert redelivered.replayed and redelivered.version == v and redelivered.delta is None
+    assert get(settings, ["m60"])[0]["content"] == "came back, asked again"  # the later write stands
+    assert write(settings, forget=["m60"], write_id="task-b").replayed
+    assert len(get(settings, ["m60"])) == 1
+    compact(settings, wait=True)
+    assert write(settings, forget=["m60"], write_id="task-b").replayed  # compaction keeps the record
+    assert first.compacted and segments.read_manifest(settings.data_dir).applied("task-c") is not None
+
+
+def test_the_ingest_tasks_use_their_task_id_as_the_write_id(settings, embedded):
+    from workers.tasks import forget_task, remember_task
+
+    rec = {"id": "t1", "namespace": "n", "content": "a memory sent twice"}
+    remember_task.apply(args=[[rec]], task_id="same-message")
+    again = remember_task.apply(args=[[{**rec, "content": "an older copy"}]], task_id="same-message").get()
+    assert again["replayed"]
+    forget_task.apply(args=[["t1"]], task_id="forget-message")
+    assert forget_task.apply(args=[["t1"]], task_id="forget-message").get()["replayed"]
