@@ -108,6 +108,38 @@ def queries(n: int, *, vocab_size: int = VOCAB, seed: int = 7, corpus_seed: int 
     return out
 
 
+def queries_from_texts(docs: list[str], n: int, *, seed: int = 7) -> list[str]:
+    """Queries of 1-6 terms drawn from ``docs`` themselves (a store's own texts,
+    or the texts of one scope), so a query is never empty for want of a known
+    word: each starts with a word of a random text, later terms are words of
+    that text or of another (frequent words are drawn as often as they occur),
+    stopwords, repeats, identifiers and, rarely, an unknown word."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        k = int(rng.integers(1, 7))
+        words = docs[int(rng.integers(len(docs)))].split()
+        content = [w for w in words if w not in STOPWORDS] or words
+        terms = [content[int(rng.integers(len(content)))]]  # a word its text is indexed under
+        while len(terms) < k:
+            r = rng.random()
+            if r < 0.45:
+                terms.append(words[int(rng.integers(len(words)))])  # co-occurs with the first
+            elif r < 0.75:
+                other = docs[int(rng.integers(len(docs)))].split()
+                terms.append(other[int(rng.integers(len(other)))])
+            elif r < 0.85:
+                terms.append(STOPWORDS[int(rng.integers(len(STOPWORDS)))])
+            elif r < 0.92:
+                terms.append(terms[-1])  # repeated term
+            elif r < 0.97:
+                terms.append(identifiers(rng, 1)[0])
+            else:
+                terms.append("zzq" + "".join(rng.choice(list("xyzq"), size=4)))  # unknown
+        out.append(" ".join(terms))
+    return out
+
+
 def clustered_embeddings(n: int, dim: int = 384, *, topics: int | None = None, seed: int = 0,
                          spread: float = 0.35, sub_spread: float = 0.5) -> np.ndarray:
     """Unit vectors from a two-level mixture: ~sqrt(n)/2 topics of ~8 sub-topics each.
@@ -144,9 +176,14 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int = 384, seed: int = 0,
                 emb: np.ndarray | None = None, docs: list[str] | None = None,
-                namespace_of: list[str] | None = None, log=print) -> dict:
+                namespace_of: list[str] | None = None, content_type_of: list[str] | None = None,
+                log=print) -> dict:
     """Write ``n`` synthetic memories, their tree and their full-text index into
-    a new store at ``path`` through the same primitives ingest uses. Returns timings."""
+    a new store at ``path`` through the same primitives ingest uses. Returns timings.
+
+    Namespaces default to ``ns{i % namespaces}`` and content types to one of
+    three by ``i % 3``; pass ``namespace_of`` / ``content_type_of`` (one per
+    memory) for assignments independent of each other."""
     from pipeline.store import fulltext_index
     from pipeline.store.database import Store, utcnow
 
@@ -157,6 +194,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     ids = [f"s{i:07d}" for i in range(n)]
     ns_of = namespace_of if namespace_of is not None else [f"ns{i % namespaces}" for i in range(n)]
     ctypes = ["text", "code", "decision"]
+    ct_of = content_type_of if content_type_of is not None else [ctypes[i % 3] for i in range(n)]
     seconds["generate"] = time.perf_counter() - t
     log(f"generated {n} texts and embeddings in {seconds['generate']:.1f}s")
     t = time.perf_counter()
@@ -179,7 +217,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
             f"unnest(?) AS ctype) m JOIN (SELECT column0::BIGINT AS pos, [{cols}]::FLOAT[{dim}] AS embedding "
             "FROM _synth_vectors) e USING (pos)",
             [now, now, list(range(stop - start)), ids[start:stop], ns_of[start:stop], docs[start:stop],
-             [ctypes[i % 3] for i in range(start, stop)]],
+             ct_of[start:stop]],
         )
         del _synth_vectors
     seconds["insert"] = time.perf_counter() - t

@@ -37,13 +37,77 @@ def corpus(tmp_path_factory):
     for text in extra:
         docs[rng.randrange(len(docs))] = text
     path = settings.data_dir / "store.duckdb"
-    synth.build_store(path, len(docs), settings, namespaces=3, dim=16, docs=docs, log=lambda *_: None)
+    # namespace and content type drawn independently, so every combination holds memories
+    labels = random.Random(6)
+    synth.build_store(path, len(docs), settings, dim=16, docs=docs, log=lambda *_: None,
+                      namespace_of=[NAMESPACES[labels.randrange(3)] for _ in docs],
+                      content_type_of=[TYPES[labels.randrange(3)] for _ in docs])
     store = Store.open(path, read_only=False)
-    # user topics and concepts for the scope filters
+    # user topics and concepts for the scope filters (by a hash of the id: independent of both)
     store.con.execute("INSERT INTO memory_topics SELECT id, 'deploy', 'user' FROM memories WHERE hash(id) % 5 = 0")
     store.con.execute("INSERT INTO memory_concepts SELECT id, 'infra' FROM memories WHERE hash(id) % 7 = 0")
     yield store, settings.fulltext
     store.close()
+
+
+NAMESPACES = ["ns0", "ns1", "ns2"]
+TYPES = ["text", "code", "decision"]
+
+
+def tree_topics(con, namespace: str) -> tuple[str, str]:
+    """An inner topic of ``namespace``'s tree below its root (a strict part of the
+    namespace) and a leaf elsewhere in it: the largest of each."""
+    inner = con.execute(
+        "SELECT t.topic_key FROM topics t JOIN topics up ON up.topic_key = t.parent "
+        "WHERE t.namespace = ? AND NOT t.is_leaf AND up.parent IS NOT NULL AND up.namespace IS NOT NULL "
+        "ORDER BY t.size DESC, t.topic_key LIMIT 1", [namespace]).fetchone()[0]
+    leaf = con.execute(
+        "SELECT topic_key FROM topics WHERE namespace = ? AND is_leaf AND parent <> ? "
+        "ORDER BY size DESC, topic_key LIMIT 1", [namespace, inner]).fetchone()[0]
+    return inner, leaf
+
+
+def scope_combinations(con, namespaces: list[str], types: list[str]) -> list[Scope]:
+    """Every namespace (and none) x content types (none, one, two) x topics (none,
+    a user topic, an inner tree topic, a leaf or a user topic) x concepts (none,
+    one): each combination a scope that holds memories (checked by the caller)."""
+    scopes = []
+    for ns in [None, *namespaces]:
+        inner, leaf = tree_topics(con, ns or namespaces[1])
+        for ct in [(), (types[1],), (types[1], types[2])]:
+            for topics in [(), ("deploy",), (inner,), (leaf, "deploy")]:
+                for concepts in [(), ("infra",)]:
+                    scopes.append(Scope(namespace=ns, content_types=ct, topics=topics, concepts=concepts))
+    return scopes
+
+
+def in_scope_texts(con, scope: Scope) -> list[str]:
+    """The texts of the memories ``scope`` holds, read straight from the tables
+    (not through either side being compared)."""
+    return [r[0] for r in con.execute(
+        "SELECT fts_text FROM memories m WHERE ($ns IS NULL OR m.namespace = $ns) "
+        "AND (len($types) = 0 OR list_contains($types, m.content_type)) "
+        "AND (len($topics) = 0 OR m.id IN (SELECT memory_id FROM memory_topics WHERE list_contains($topics, topic_key))) "
+        "AND (len($concepts) = 0 OR m.id IN (SELECT memory_id FROM memory_concepts WHERE list_contains($concepts, concept))) "
+        "ORDER BY m.id",
+        {"ns": scope.namespace, "types": list(scope.content_types), "topics": list(scope.topics),
+         "concepts": list(scope.concepts)}).fetchall()]
+
+
+def check_scoped(con, fts, scopes: list[Scope], per_scope: int, seed: int) -> int:
+    """Each scope holds memories; queries drawn from its own texts rank the same
+    by the leg and by ``match_bm25``. Returns the number of non-empty answers."""
+    answered = 0
+    for i, scope in enumerate(scopes):
+        texts = in_scope_texts(con, scope)
+        assert texts, scope  # no combination is empty by construction
+        for q in synth.queries_from_texts(texts, per_scope, seed=seed + i):
+            got = fulltext.search(con, q, scope, 10, fts)
+            same, why = same_ranking(match_bm25(con, q, scope, 30, fts), got, 10)
+            assert same, (q, scope, why)
+            assert got, (q, scope)  # its first word is in a text of the scope
+            answered += 1
+    return answered
 
 
 def _queries(n: int, seed: int) -> list[str]:
@@ -77,22 +141,11 @@ def test_equal_for_other_bm25_parameters(corpus, k1, b):
 
 def test_scoped_rankings_equal_match_bm25(corpus):
     store, fts = corpus
-    tree_topic = store.con.execute(
-        "SELECT topic_key FROM topics WHERE NOT is_leaf AND parent IS NOT NULL AND namespace = 'ns1' ORDER BY size DESC, topic_key LIMIT 1"
-    ).fetchone()[0]
-    scopes = [
-        Scope(namespace="ns1"), Scope(namespace="nope"), Scope(content_types=("code",)),
-        Scope(content_types=("code", "decision")), Scope(topics=("deploy",)), Scope(topics=(tree_topic,)),
-        Scope(concepts=("infra",)), Scope(namespace="ns2", content_types=("text",), topics=("deploy",)),
-    ]
-    checked = 0
-    for i, q in enumerate(synth.queries(64, seed=2, corpus_seed=3)):
-        scope = scopes[i % len(scopes)]
-        got = fulltext.search(store.con, q, scope, 10, fts)
-        same, why = same_ranking(match_bm25(store.con, q, scope, 30, fts), got, 10)
-        assert same, (q, scope, why)
-        checked += bool(got)
-    assert checked > 30
+    scopes = scope_combinations(store.con, NAMESPACES, TYPES)
+    assert check_scoped(store.con, fts, scopes, 1, seed=2) == len(scopes) == 96
+    for scope in (Scope(namespace="nope"), Scope(topics=("nope",)), Scope(content_types=("nope",))):  # empty scopes
+        for q in synth.queries_from_texts(in_scope_texts(store.con, Scope()), 5, seed=4):
+            assert fulltext.search(store.con, q, scope, 10, fts) == [] == match_bm25(store.con, q, scope, 30, fts)
 
 
 def test_identifiers_find_their_memory(corpus):
