@@ -68,6 +68,11 @@ class BrokerUnavailableError(DimpleError):
     """The configured broker cannot be reached."""
 
 
+class StageLostError(BrokerUnavailableError):
+    """The broker lost a query's queued stages (it restarted without its data,
+    or was flushed): the query can never be answered and may be sent again."""
+
+
 class NoWorkerError(DimpleError):
     """No live worker consumes a queue a command needs; ``queue`` names it and
     the message the command that starts one."""

@@ -169,8 +169,12 @@ class Settings(BaseSettings):
     audit_hold_max_ms: int = Field(
         5000, ge=0, description="... and after this long open; a reader waiting on the file makes it close at once"
     )
+    # Live workers renew the lease on what they hold (workers/leases.py), so this bounds how
+    # long a lost worker's messages stay away, not how long a task may run.
     visibility_timeout_s: int = Field(
-        3600, ge=1, description="Redis redelivery delay of unacked tasks; must exceed the longest task and backoff"
+        6, ge=1,
+        description="a message held by a worker that stopped renewing its lease (killed, lost) goes back "
+                    "on its queue after this long",
     )
     log_level: str = Field(
         "INFO", description="log level of 'dimple worker' and 'dimple flower'; other commands log warnings (-v: INFO)"

@@ -11,8 +11,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from celery.exceptions import ChordError, TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, EagerResult
 from kombu.exceptions import OperationalError
@@ -27,10 +29,11 @@ from pipeline.errors import (
     LineError,
     QueryTimeoutError,
     StageError,
+    StageLostError,
 )
 from pipeline.store.writes import WriteResult
 
-from . import resources
+from . import broker_epoch, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
@@ -44,11 +47,23 @@ def _decode(value: Any) -> list[Results]:
     return [Results.from_state(s) for s in Batch.model_validate(value).states]
 
 
+# While a caller waits, it looks this often whether the broker lost the query (broker_epoch).
+WAIT_STEP_S = 1.0
+
+
+def _expired(exc: Exception) -> bool:
+    """A stage discarded at the query's deadline (Celery reports it revoked;
+    a chord whose part was discarded fails with a ChordError naming it)."""
+    return isinstance(exc, TaskRevokedError) or (isinstance(exc, ChordError) and "TaskRevokedError" in str(exc))
+
+
 class _DecodesResults:
     """``get()`` returns ``Results`` (one query) or ``list[Results]`` (a batch).
 
-    A timeout raises ``QueryTimeoutError`` and a lost broker ``BrokerUnavailableError``
-    (both ``DimpleError``s), naming the task.
+    A timeout raises ``QueryTimeoutError``, a lost broker ``BrokerUnavailableError``,
+    a broker that lost the query's stages (restarted without its data)
+    ``StageLostError`` as soon as that is seen (within about a second), each
+    naming the task and how long after sending it happened.
 
     Once ``get()`` has an answer or a stage's error, the handle stops waiting
     on the canvas (``release``); after a timeout it keeps waiting, so ``get()``
@@ -57,25 +72,51 @@ class _DecodesResults:
 
     single = True
     id: str  # from AsyncResult / EagerResult
+    sent_at: float | None = None  # monotonic time the canvas was sent
+    deadline: float | None = None  # monotonic time its stages expire (DIMPLE_TASK_TIMEOUT_S after sending)
 
-    def get(self, *args: Any, **kwargs: Any):
-        try:
-            value = super().get(*args, **kwargs)  # type: ignore[misc]
-        except _BROKER_DOWN as exc:
-            reset_connections(app)  # abandons the backend, its waiters with it
-            raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
-        except CeleryTimeoutError:  # still waiting: get() may be called again
-            timeout = kwargs.get("timeout", args[0] if args else None)
-            raise QueryTimeoutError(f"no answer for task {self.id} within {timeout} s; {_why_no_answer()}") from None
-        except DimpleError:
-            self.release()
-            raise
-        except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
-            self.release()
-            raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
+    def get(self, timeout: float | None = None, **kwargs: Any):
+        due = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._lost():  # known at once once any waiter of this process saw it
+                self.release()
+                raise StageLostError(
+                    f"task {self.id} was lost {self._since()}: the broker restarted without its data "
+                    "(or was flushed), so its queued stages and results are gone; send the query again")
+            step = WAIT_STEP_S if due is None else min(WAIT_STEP_S, max(due - time.monotonic(), 0.01))
+            try:
+                value = super().get(timeout=step, **kwargs)  # type: ignore[misc]
+                break
+            except _BROKER_DOWN as exc:
+                reset_connections(app)  # abandons the backend, its waiters with it
+                raise BrokerUnavailableError(
+                    f"lost the broker or result backend while waiting for task {self.id}: {exc}") from None
+            except CeleryTimeoutError:  # still waiting: get() may be called again
+                if due is not None and time.monotonic() >= due:
+                    raise QueryTimeoutError(f"no answer for task {self.id} {self._since(timeout)}; "
+                                            f"{_why_no_answer()}") from None
+            except DimpleError:
+                self.release()
+                raise
+            except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
+                self.release()
+                if _expired(exc):
+                    raise QueryTimeoutError(
+                        f"task {self.id}: its stages expired unrun at the query's deadline "
+                        "(DIMPLE_TASK_TIMEOUT_S after sending)") from None
+                raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
         self.release()
         results = _decode(value)
         return results[0] if self.single else results
+
+    def _since(self, timeout: float | None = None) -> str:
+        if self.sent_at is not None:
+            return f"within {time.monotonic() - self.sent_at:.1f} s of sending it"
+        return f"within {timeout} s"
+
+    def _lost(self) -> bool:
+        """Whether the broker lost this canvas (never, embedded)."""
+        return False
 
     def release(self) -> None:
         """Stop waiting on this query's canvas; nothing to do embedded."""
@@ -108,6 +149,12 @@ def _why_no_answer() -> str:
 class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
     """An ``AsyncResult`` for a query canvas running on workers."""
 
+    broker: str = ""
+    epoch: str | None = None  # the broker's epoch when the canvas was sent (broker_epoch)
+
+    def _lost(self) -> bool:
+        return broker_epoch.lost_since(self.broker, self.epoch)
+
     def release(self) -> None:
         """Stop waiting on this query's canvas: Celery would otherwise keep
         waiting, for the life of the process, on the chord's header parts
@@ -130,17 +177,26 @@ def _batch(items: Iterable[tuple[str, Any]]) -> dict:
 
 
 def _dispatch(batch: dict, single: bool):
-    canvas = query_canvas(batch)
+    """Send one canvas. On workers its stages carry the query's deadline
+    (``DIMPLE_TASK_TIMEOUT_S`` from now) as their expiry: a stage still queued
+    then (its caller gave up, or its worker was lost and it came back late) is
+    discarded unrun, audit row included."""
     if app.conf.task_always_eager:
-        res = canvas.apply()
+        res = query_canvas(batch).apply()
         out = EagerSearchResult(res.id, res.get(), res.state)
     else:
+        budget = resources.settings().task_timeout_s
+        expires = (datetime.now(UTC) + timedelta(seconds=budget)).isoformat()
+        broker = app.conf.broker_url
         try:
-            res = canvas.apply_async()
-        except _BROKER_DOWN as exc:
+            epoch = broker_epoch.current(broker)
+            sent_at = time.monotonic()
+            res = query_canvas(batch, expires=expires).apply_async()
+        except (*_BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
         out = SearchAsyncResult(res.id, app=app, parent=res.parent)
+        out.broker, out.epoch, out.sent_at, out.deadline = broker, epoch, sent_at, sent_at + budget
     out.single = single
     return out
 
@@ -149,6 +205,8 @@ def search_async(query: str, **options: Any) -> SearchAsyncResult | EagerSearchR
     """Start one query; ``.get(timeout=...)`` returns its ``Results``.
 
     Bad input raises ``InputError`` naming the field before anything is sent.
+    On workers its stages expire ``DIMPLE_TASK_TIMEOUT_S`` after sending: one
+    still queued then is discarded unrun (a later ``get()`` says so).
     """
     return _dispatch(_batch([(query, options)]), single=True)
 
@@ -188,17 +246,21 @@ def search_many(
     """Run many queries, ``batch_size`` per canvas, every batch in flight at once.
 
     Each query is a string or a dict ``{"query": ..., **options}``. Results
-    come back in input order. All batches share one deadline
-    (``DIMPLE_TASK_TIMEOUT_S`` from the call). With ``return_exceptions``, a
-    batch that fails or times out puts its error (a ``DimpleError``) in each
-    of its queries' places instead of raising, so every query is either
+    come back in input order. Each query has its own deadline,
+    ``DIMPLE_TASK_TIMEOUT_S`` from when its batch was sent (its stages expire
+    then, unrun if still queued): waiting on one batch never eats into
+    another's time. A batch that fails raises its error, or with
+    ``return_exceptions`` puts one in each of its queries' places, naming the
+    query (``queries[i]``) and what happened to it: ``QueryTimeoutError`` (no
+    answer by its deadline), ``StageLostError`` (the broker lost its stages:
+    restarted without its data), ``BrokerUnavailableError`` (the broker could
+    not be reached), ``StageError`` (a stage failed); so every query is either
     answered or reported failed. ``progress``, when given, is called with the
     number of queries of each batch as its results are collected.
 
     ``in_flight`` bounds how many batches are on the workers at once (the next
-    is sent as the oldest is collected) and gives each batch its own
-    ``DIMPLE_TASK_TIMEOUT_S`` from when it is sent: the shape for query sets
-    too large to finish within one timeout (``dimple eval``).
+    is sent as the oldest is collected): the shape for query sets too large
+    to finish within one timeout (``dimple eval``).
 
     Embedded, batches run one after the other (each is done when dispatched),
     so each ``total_ms`` is its own batch's time, not the whole call's.
@@ -211,22 +273,25 @@ def search_many(
     limit = settings.limits.max_batch_queries
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
         raise InputError("batch_size", f"must be a whole number from 1 to {limit}")
-    deadline = time.monotonic() + settings.task_timeout_s
-    chunks = [items[start : start + size] for start in range(0, len(items), size)]
+    chunks = [(start, items[start : start + size]) for start in range(0, len(items), size)]
     out: list[Any] = []
 
-    def collect(count: int, handle: Any, due: float = deadline) -> None:
+    def failed(first: int, count: int, exc: Exception) -> list[Exception]:
+        """One error per query of a failed batch, each naming its query."""
+        return [type(exc)(f"queries[{first + i}]: {exc}") for i in range(count)]
+
+    def collect(first: int, count: int, handle: Any) -> None:
         if isinstance(handle, Exception):
-            out.extend([handle] * count)
+            out.extend(failed(first, count, handle))
         else:
+            due = handle.deadline if handle.deadline is not None else time.monotonic() + settings.task_timeout_s
             try:
-                out.extend(handle.get(timeout=max(due - time.monotonic(), 0.001)))
-            except (QueryTimeoutError, BrokerUnavailableError) as exc:
-                if isinstance(exc, QueryTimeoutError):
-                    handle.release()
+                out.extend(handle.get(timeout=max(due - time.monotonic(), 0.0)))
+            except (QueryTimeoutError, BrokerUnavailableError, StageError) as exc:
+                handle.release()
                 if not return_exceptions:
                     raise
-                out.extend([exc] * count)
+                out.extend(failed(first, count, exc))
         if progress is not None:
             progress(count)
 
@@ -239,19 +304,19 @@ def search_many(
             return exc
 
     if app.conf.task_always_eager:
-        for chunk in chunks:
-            collect(len(chunk), dispatch(chunk))
+        for first, chunk in chunks:
+            collect(first, len(chunk), dispatch(chunk))
     elif in_flight:
         pending: deque = deque()
-        for chunk in chunks:
+        for first, chunk in chunks:
             if len(pending) >= in_flight:
                 collect(*pending.popleft())
-            pending.append((len(chunk), dispatch(chunk), time.monotonic() + settings.task_timeout_s))
+            pending.append((first, len(chunk), dispatch(chunk)))
         while pending:
             collect(*pending.popleft())
     else:
-        for count, handle in [(len(chunk), dispatch(chunk)) for chunk in chunks]:
-            collect(count, handle)
+        for first, count, handle in [(first, len(chunk), dispatch(chunk)) for first, chunk in chunks]:
+            collect(first, count, handle)
     return out
 
 

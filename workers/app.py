@@ -13,6 +13,7 @@ from celery import Celery
 from pipeline.settings import Settings, get_settings
 
 from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit
+from .leases import install as install_leases
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
@@ -61,12 +62,15 @@ def conf_for(settings: Settings) -> dict:
         worker_proc_alive_timeout=settings.worker_warmup_timeout_s,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
-        # Unacked tasks of a lost worker come back after the visibility timeout;
-        # sweep for them at least every 10 s (kombu's default is ~100 s).
+        # A live worker renews the lease on every message it holds (workers/leases.py);
+        # a lost worker's messages come back after the visibility timeout. Every
+        # worker sweeps for them each second (kombu's default is ~100 s); the sweep's
+        # lock outlives a sweeper killed while holding it by a few seconds only.
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_s,
-            "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 2)),
+            "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": max(1, min(5, settings.visibility_timeout_s // 2)),
         },
         result_backend_transport_options={"visibility_timeout": settings.visibility_timeout_s},
         result_expires=24 * 3600,
@@ -110,6 +114,7 @@ def reconfigure(settings: Settings) -> None:
 
 app = make_app(get_settings())
 install_warmup(app)
+install_leases(app)  # a lost worker's messages come back within the visibility timeout
 guard_queue_items()  # a worker survives any item on its queues
 # Handles never collected (a timed-out or abandoned search_async) must not
 # unsubscribe from inside a half torn-down interpreter.

@@ -17,6 +17,9 @@ minor version pyproject pins (``celery>=5.7,<5.8``);
   the life of the process, and at exit ``AsyncResult.__del__`` unsubscribes
   through a half torn-down redis client ("Exception ignored in ...
   AsyncResult.__del__ ... sys.meta_path is None").
+- ``held_delivery_tags``: the delivery tags a Redis channel's QoS holds
+  unacknowledged (kombu's ``QoS._delivered`` less ``QoS._dirty``, the tags
+  acknowledged but not yet flushed), for the lease renewal (``workers.leases``).
 - ``guard_queue_items``: kombu's Redis transport parses each queue item's
   envelope itself (``loads`` in ``Channel._brpop_read`` and ``Channel._get``,
   kombu 5.7); an item that is not one (``LPUSH search 'not json'``, a JSON
@@ -53,6 +56,7 @@ APP_ATTRIBUTES = ("_pool", "_backend_cache", "_local")
 RESULT_METHODS = ("_maybe_reraise_parent_error",)
 BACKEND_ATTRIBUTES = ("_pending_results",)
 RESULT_CONSUMER_ATTRIBUTES = ("subscribed_to",)  # the Redis result backend's consumer
+QOS_ATTRIBUTES = ("_delivered", "_dirty")  # kombu.transport.virtual.QoS
 
 
 def reset_connections(app: Celery) -> None:
@@ -82,6 +86,23 @@ class ThrottledParentCheck:
             return
         self._parents_checked = now
         super()._maybe_reraise_parent_error()  # type: ignore[misc]
+
+
+def held_delivery_tags(qos: Any) -> list[str]:
+    """The delivery tags ``qos`` (a kombu virtual/Redis QoS) holds unacknowledged.
+
+    Called from the lease thread while the event loop changes the mapping: a
+    dict copy is atomic under the GIL, and a copy that races a resize is
+    simply taken again."""
+    for _ in range(5):
+        try:
+            delivered, dirty = dict(qos._delivered), set(qos._dirty)
+            break
+        except RuntimeError:  # changed size during the copy
+            continue
+    else:
+        return []
+    return [tag for tag in delivered if tag not in dirty]
 
 
 def canvas_ids(result: Any) -> Iterator[str]:
@@ -153,8 +174,15 @@ def has_private_api() -> dict[str, bool]:
     found |= {f"RedisBackend.{a}": hasattr(backend, a) for a in BACKEND_ATTRIBUTES}
     found |= {f"ResultConsumer.{a}": hasattr(backend.result_consumer, a) for a in RESULT_CONSUMER_ATTRIBUTES}
     found["ResultConsumer.cancel_for"] = callable(getattr(ResultConsumer, "cancel_for", None))
-    import kombu.transport.redis as transport
+    from types import SimpleNamespace
 
+    import kombu.transport.redis as transport
+    from kombu.transport.virtual.base import QoS
+
+    qos = QoS(SimpleNamespace(do_restore=False))  # its bookkeeping only; nothing to restore at exit
+    found |= {f"QoS.{a}": hasattr(qos, a) for a in QOS_ATTRIBUTES}
+    for name in ("unacked_index_key", "visibility_timeout", "conn_or_acquire"):
+        found[f"redis.Channel.{name}"] = hasattr(transport.Channel, name)
     found |= {f"redis.Channel.{m}": callable(getattr(transport.Channel, m, None)) for m in TRANSPORT_METHODS}
     found["redis.loads"] = callable(getattr(transport, "loads", None))
     return found

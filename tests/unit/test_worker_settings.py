@@ -17,10 +17,19 @@ def test_prefetch_and_time_limits_come_from_settings(settings):
     assert conf["accept_content"] == ["json"] and conf["task_serializer"] == "json"
 
 
-def test_defaults_are_one_message_ahead_and_limits_below_the_visibility_timeout(settings):
+def test_defaults_are_one_message_ahead_and_a_lost_lease_comes_back_within_seconds(settings):
+    """Workers renew the lease on what they hold (workers/leases.py), so the
+    visibility timeout bounds how long a lost worker's messages stay away, not
+    how long a task may run: it is short, renewed several times within it,
+    and swept for every second."""
+    from workers.leases import renew_interval_s
+
     conf = conf_for(settings)
     assert conf["worker_prefetch_multiplier"] == 1
-    assert conf["task_soft_time_limit"] < conf["task_time_limit"] < settings.visibility_timeout_s
+    transport = conf["broker_transport_options"]
+    assert transport["visibility_timeout"] == settings.visibility_timeout_s <= 10
+    assert renew_interval_s(settings.visibility_timeout_s) * 4 <= settings.visibility_timeout_s
+    assert transport["unacked_restore_interval"] == 1 and transport["unacked_restore_throttle"] == 1
 
 
 def test_a_soft_limit_at_or_over_the_hard_limit_is_refused(settings):
