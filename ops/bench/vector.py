@@ -24,9 +24,11 @@ Sides:
 - **descent**: ``pipeline.stages.descend.descend`` at each ``--beams`` width,
   unscoped (every namespace), the store's own tree.
 - **FAISS IVF-Flat** (inner product on unit vectors, i.e. cosine), one index
-  per ``--nlists`` value (default: 4·sqrt(n), 16·sqrt(n) and n/64 (lists the
-  size of our leaves), as FAISS's guidelines range nlist over 4·sqrt(n) to
-  16·sqrt(n); at most n/39, FAISS's minimum of training points per list).
+  per ``--nlists`` value (default: n/64, lists the size of our leaves, and
+  4·sqrt(n), 16·sqrt(n) and sqrt(n), the range FAISS's guidelines give, each
+  at most n/39, FAISS's minimum of training points per list, and none within
+  25% of another: 10k: 100, 156, 256; 100k: 316, 1,562, 2,564; 1M: 1,000,
+  4,000, 15,625).
   Each is trained as our tree's k-means is (``pipeline/store/tree.py``): on
   at most ``_SAMPLE_PER_CENTER`` (256) points per centre (FAISS's
   ``max_points_per_centroid``; FAISS samples them itself), for
@@ -104,9 +106,16 @@ def _descent_query(descend, index, start, beam: int, max_depth: int, k: int):
 
 
 def default_nlists(n: int) -> list[int]:
-    """4·sqrt(n), 16·sqrt(n) and n/64, each at most n/39 (FAISS's minimum points per list)."""
+    """n/64 (lists the size of our leaves), 4·sqrt(n), 16·sqrt(n) and sqrt(n), each
+    at most n/39 (FAISS's minimum of training points per list), leaving out one
+    within 25% of a value already kept (at 1M: 15,625, 4,000 and 1,000)."""
     cap = max(1, n // 39)
-    return sorted({max(1, min(cap, int(x))) for x in (4 * math.sqrt(n), 16 * math.sqrt(n), n / 64)})
+    kept: list[int] = []
+    for x in (n / 64, 4 * math.sqrt(n), 16 * math.sqrt(n), math.sqrt(n)):
+        v = max(1, min(cap, int(x)))
+        if all(abs(v - k) > 0.25 * max(v, k) for k in kept):
+            kept.append(v)
+    return sorted(kept)
 
 
 def train_ivf(emb: np.ndarray, nlist: int, iterations: int, per_centre: int, cache: Path | None, log=print):
@@ -327,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locomo", type=Path, help="build --store from this LoCoMo file first (real model)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--beams", default="2,4,8,16,32,64")
-    parser.add_argument("--nlists", help="FAISS list counts, comma-separated (default: 4·sqrt(n), 16·sqrt(n), n/64)")
+    parser.add_argument("--nlists", help="FAISS list counts, comma-separated (default: see above)")
     parser.add_argument("--rounds", type=int, default=3, help="timed passes over the queries")
     parser.add_argument("--warmup", type=int, default=20, help="untimed queries on every configuration first")
     parser.add_argument("--noise", type=float, default=0.5, help="query = memory + noise x a random unit vector")
