@@ -86,6 +86,17 @@ def naive_utc(value: datetime | None) -> datetime | None:
     return value
 
 
+class Supersession(str, Enum):
+    """What a query does with a result that a newer memory supersedes
+    (``pipeline.stages.supersede``): ``annotate`` shows the link only,
+    ``promote`` puts the newest in-scope successor directly above it,
+    ``hide`` puts the successor in its place and drops it."""
+
+    annotate = "annotate"
+    promote = "promote"
+    hide = "hide"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -124,6 +135,9 @@ class QueryOptions(_Strict):
     max_chars: int | None = Field(None, ge=1)
     max_ms: int | None = Field(None, ge=1)
     top_k: int | None = Field(None, ge=1, description="candidates per leg")
+    supersession: Supersession = Field(
+        Supersession.promote, description="annotate | promote | hide: what a superseded result does (pipeline.stages.supersede)"
+    )
 
     @field_validator("content_type", mode="before")
     @classmethod
@@ -207,13 +221,17 @@ class Budget(_Strict):
 
 def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     """Search options that ask again what ``Query.recorded`` recorded: the same
-    scope, budget, top-k, mode, weights as asked, recency boost and ``now``.
+    scope, budget, top-k, mode, weights as asked, recency boost, ``now`` and
+    supersession.
 
     Rows written before the scope and budget were recorded on their own carry
     the options flat (``namespace``, ``max_units``...); those are given back as they are.
+    Rows written before ``supersession`` existed were served as ``annotate``
+    (graph context only), and are asked again so.
     """
     if "scope" not in recorded:
-        return {k: v for k, v in recorded.items() if v not in (None, [], {})}
+        flat = {k: v for k, v in recorded.items() if v not in (None, [], {})}
+        return {"supersession": Supersession.annotate.value, **flat}
     scope, budget = recorded["scope"], recorded["budget"]
     options = {
         "namespace": scope.get("namespace"),
@@ -222,6 +240,7 @@ def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
         "concepts": list(scope.get("concepts") or []),
         **{k: budget.get(k) for k in ("max_units", "max_chars", "max_ms")},
         **{k: recorded.get(k) for k in ("top_k", "mode", "weights", "recency_boost", "now")},
+        "supersession": recorded.get("supersession") or Supersession.annotate.value,
     }
     return {k: v for k, v in options.items() if v not in (None, [], {})}
 
@@ -273,8 +292,8 @@ class Query(_Strict):
 
     def recorded(self) -> dict[str, Any]:
         """The options as resolved, for the audit row: scope, budget, top-k,
-        mode and weights as asked, recency boost and the recency ``now`` (the
-        query's start when none was given), so a replay asks the same."""
+        mode and weights as asked, recency boost, the recency ``now`` (the
+        query's start when none was given) and supersession, so a replay asks the same."""
         o = self.options
         return {
             "scope": self.scope.model_dump(mode="json"),
@@ -284,6 +303,7 @@ class Query(_Strict):
             "weights": o.weights.model_dump(mode="json") if o.weights is not None else None,
             "recency_boost": o.recency_boost,
             "now": (o.now or self.started_utc).isoformat(),
+            "supersession": o.supersession.value,
         }
 
 
@@ -355,6 +375,9 @@ class Result(_Strict):
     superseded_by: list[GraphLink] = Field(default_factory=list)
     conflicts: list[GraphLink] = Field(default_factory=list)
     supported_by: list[GraphLink] = Field(default_factory=list)
+    promoted_above: str | None = Field(
+        None, description="supersession promote/hide: the superseded result this successor was placed directly above"
+    )
 
 
 class Truncation(_Strict):
@@ -373,6 +396,9 @@ class QueryState(_Strict):
     truncation: Truncation | None = None
     timings: dict[str, float] = Field(default_factory=dict, description="ms per stage")
     scope_dropped: int = 0
+    hidden_superseded: int = Field(
+        0, ge=0, description="supersession=hide: superseded candidates dropped because an in-scope successor replaced them"
+    )
     beyond_budget: int = Field(
         0, ge=0, description="in-scope candidates augment did not carry because max_units could not keep them"
     )
@@ -420,6 +446,7 @@ class Results(_Strict):
     timings: dict[str, float] = Field(default_factory=dict)
     total_ms: float = 0.0
     store_version: int | None = Field(None, description="the store version the results were read from")
+    hidden_superseded: int = Field(0, description="supersession=hide: superseded memories left out for their successors")
 
     @classmethod
     def from_state(cls, state: QueryState) -> Results:
@@ -435,6 +462,7 @@ class Results(_Strict):
             timings=state.timings,
             total_ms=round((time.time() - state.query.started_at) * 1000.0, 3),
             store_version=state.store_version,
+            hidden_superseded=state.hidden_superseded,
         )
 
 

@@ -160,6 +160,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--max-ms", type=int, metavar="MS", help="deadline in milliseconds; legs still running are cut (default: none)")
     s.add_argument("--recency-boost", type=float, default=0.0, help="weight of recency in the final score (default 0: off)")
     s.add_argument("--now", help="ISO time that recency is measured from (default: the query's start)")
+    s.add_argument("--supersession",
+                   help="a superseded result: annotate (link only), promote (its newest in-scope successor "
+                        "directly above it; default), hide (the successor in its place)")
     s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 
@@ -326,7 +329,7 @@ def search_options(args) -> dict[str, Any]:
         "mode": args.mode,
         "recency_boost": args.recency_boost,
     }
-    for name in ("top_k", "max_units", "max_chars", "max_ms", "now"):
+    for name in ("top_k", "max_units", "max_chars", "max_ms", "now", "supersession"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
@@ -423,7 +426,9 @@ def cmd_audit_explain(args) -> int:
         contrib = " + ".join(f"{leg} {w:.5f} (rank {p['leg_ranks'][leg]})" for leg, w in p["rrf_contributions"].items())
         boost = row.options.get("recency_boost") or 0
         recency = f" x (1 + {boost} x recency {p['recency_factor']:.3f})" if p["recency_factor"] is not None else ""
-        print(f"  #{p['rank']:<3} {p['id']}: rrf {p['rrf']:.5f} = {contrib}{recency} -> {p['score']:.5f}")
+        above = f"; promoted above {p['promoted_above']}, which it supersedes" if p.get("promoted_above") else ""
+        print(f"  #{p['rank']:<3} {p['id']}: rrf {p['rrf']:.5f} = {contrib or 'no leg found it'}{recency} -> "
+              f"{p['score']:.5f}{above}")
     if row.truncated and row.truncation:
         t = row.truncation
         print(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))

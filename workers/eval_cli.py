@@ -96,6 +96,7 @@ def _run_args(p, with_mode: bool = True) -> None:
         p.add_argument("--seed", type=int, default=42, help="with --mode all: seed of the permutation test (default 42)")
         p.add_argument("--max-p", type=float, default=0.05,
                        help="with --mode all: p-value below which a difference is significant (default 0.05)")
+    p.add_argument("--supersession", help="annotate | promote | hide for every query (default: each query's own, else promote)")
     p.add_argument("--max-units", type=int, default=ev.DEFAULT_MAX_UNITS,
                    help=f"results per query unless a query says (default {ev.DEFAULT_MAX_UNITS}; Recall@50 needs 50)")
     p.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
@@ -237,6 +238,8 @@ def _defaults(args) -> dict[str, Any]:
     defaults: dict[str, Any] = {"max_units": args.max_units}
     if getattr(args, "mode", None):
         defaults["mode"] = args.mode
+    if getattr(args, "supersession", None):
+        defaults["supersession"] = args.supersession
     return defaults
 
 

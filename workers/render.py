@@ -17,9 +17,14 @@ def format_results(results) -> str:
         lines.append(f"no results for {results.query!r} ({results.mode})")
     else:
         width = max(len(r.id) for r in results.results)
+        served = {r.id for r in results.results}
         lines.append(f"{'#':>3}  {'score':>8}  {'id':<{width}}  {'namespace':<12} preview")
         for r in results.results:
             marks = []
+            if r.promoted_above:
+                found = "" if r.ranks else " (no leg found it: read for its supersession)"
+                where = "placed above it" if r.promoted_above in served else "served in its place"
+                marks.append(f"current version of {r.promoted_above}, {where}{found}")
             if r.superseded_by:
                 marks.append("superseded by " + ", ".join(l.id for l in r.superseded_by))
             if r.conflicts:
@@ -30,6 +35,8 @@ def format_results(results) -> str:
             for mark in marks:
                 lines.append(f"{'':>3}  {'':>8}  {'':<{width}}  {'':<12}   ↳ {mark}")
     tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
+    if results.hidden_superseded:
+        tail += f", {results.hidden_superseded} superseded result(s) hidden for their successors"
     if results.truncated and results.truncation:
         t = results.truncation
         tail += f", truncated by {t.by} (limit {t.limit}, {t.left_out} left out)"

@@ -14,7 +14,9 @@ from pipeline.contracts import options_from_recorded
 # -- explain --------------------------------------------------------------------------
 def explain(record: AuditRecord) -> list[dict[str, Any]]:
     """Each result's path, from the row alone: leg ranks, RRF contribution per
-    leg (``w / (k + rank)``), recency factor, final score and rank."""
+    leg (``w / (k + rank)``), recency factor, final score and rank, and for a
+    successor that supersession placed above a superseded result, that result
+    (``promoted_above``)."""
     weights = record.query_profile.get("weights", {})
     out = []
     for src in record.sources:
@@ -29,6 +31,7 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
             "rrf": src["rrf"],
             "recency_factor": src["recency_factor"],
             "score": src["score"],
+            "promoted_above": src.get("promoted_above"),
         })
     return out
 

@@ -86,6 +86,7 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
             "recency_factor": r.recency_factor,
             "score": r.score,
             "chars": len(r.content),
+            **({"promoted_above": r.promoted_above} if r.promoted_above else {}),
         }
         for r in state.results
     ]
@@ -100,7 +101,7 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         query_text=q.text if store_text else None,
         options=q.recorded(),
         query_profile={"legs": legs, "weights": q.weights, "scope_dropped": state.scope_dropped,
-                       "store_version": state.store_version},
+                       "store_version": state.store_version, "hidden_superseded": state.hidden_superseded},
         sources=sources,
         result_count=len(state.results),
         truncated=state.truncated,

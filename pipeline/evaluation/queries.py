@@ -22,7 +22,7 @@ _QUERY_FIELDS = {"id", "_id", "query", "text", "options", "metadata"}
 
 OPTION_FIELDS = {
     "namespace", "topics", "content_type", "concepts", "mode", "weights", "recency_boost", "now",
-    "max_units", "max_chars", "max_ms", "top_k",
+    "max_units", "max_chars", "max_ms", "top_k", "supersession",
 }
 
 # -- inputs ------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def read_queries(path: Path, settings: Settings) -> list[QuerySpec]:
 
     Options sit at the top level or under ``"options"`` (namespace, topics,
     content_type, concepts, mode, weights, recency_boost, now, max_units,
-    max_chars, max_ms, top_k) and are validated as a search would validate
+    max_chars, max_ms, top_k, supersession) and are validated as a search would validate
     them. Raises ``EvalInputError`` naming the line and field of the first
     problem; blank lines are ignored.
     """

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 from pipeline.contracts import Batch, GraphLink, Result
 from pipeline.stages.scope import in_scope
+from pipeline.stages.supersede import ordered, walk_successors
 from pipeline.store.database import rows_by_ids
 from pipeline.store.overlay import Overlay
 from pipeline.timing import ms_since
@@ -45,12 +46,87 @@ def _live_edges(con, wanted: list[str], overlay: Overlay) -> list[tuple[str, str
     return sorted(set(base) | set(delta))
 
 
+class Graph:
+    """The memories and typed edges one ``search.augment`` call reads, read on
+    demand (``load``) from the base and the deltas over it: a memory a delta
+    replaced or forgot is never read from the base, and a forgotten one is in
+    neither ``rows`` nor any link."""
+
+    def __init__(self, con, overlay: Overlay | None = None):
+        self.con = con
+        self.live = overlay if overlay is not None and not overlay.empty else None
+        self.rows: dict[str, tuple] = {}  # id -> (id, namespace, content_type, created_at, content)
+        self.topics: dict[str, list[str]] = defaultdict(list)
+        self.concepts: dict[str, list[str]] = defaultdict(list)
+        self.links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self._edges_read: set[str] = set()
+        self._rows_read: set[str] = set()
+
+    def loaded(self, mid: str) -> bool:
+        """Whether ``mid``'s edges (so its whole graph context) have been read."""
+        return mid in self._edges_read
+
+    def load(self, ids) -> None:
+        """Read the edges touching ``ids`` and the memories at both ends."""
+        new = sorted(set(ids) - self._edges_read)
+        if new:
+            self._edges_read.update(new)
+            edges = rows_by_ids(self.con, _EDGES, new) if self.live is None else _live_edges(self.con, new, self.live)
+            for src, dst, kind in edges:
+                if kind == "supersedes":
+                    self.links[dst]["superseded_by"].add(src)
+                elif kind == "supports":
+                    self.links[dst]["supported_by"].add(src)
+                elif kind == "conflicts":
+                    self.links[dst]["conflicts"].add(src)
+                    self.links[src]["conflicts"].add(dst)
+        linked = {m for i in new for group in self.links.get(i, {}).values() for m in group}
+        self._read_rows(set(new) | linked)
+
+    def _read_rows(self, ids: set[str]) -> None:
+        new = sorted(ids - self._rows_read)
+        if not new:
+            return
+        self._rows_read.update(new)
+        live = self.live
+        from_base = new if live is None else [m for m in new if m not in live.touched]
+        if from_base and self.con is not None:
+            self.rows.update((r[0], r) for r in rows_by_ids(self.con, _ROWS, from_base))
+            for mid, key in rows_by_ids(self.con, _TOPICS, from_base):
+                self.topics[mid].append(key)
+            for mid, concept in rows_by_ids(self.con, _CONCEPTS, from_base):
+                self.concepts[mid].append(concept)
+        if live is not None:
+            for mid in new:
+                m = live.members.get(mid)
+                if m is not None:
+                    self.rows[mid] = (mid, m.namespace, m.content_type, m.created_at, m.content)
+                    self.topics[mid] = m.all_topics
+                    self.concepts[mid] = sorted(m.concepts)
+
+    def superseded_by(self, mid: str) -> list[str]:
+        """The live memories that supersede ``mid`` (its edges must be loaded)."""
+        return sorted(m for m in self.links.get(mid, {}).get("superseded_by", ()) if m in self.rows)
+
+    def created_at(self, mid: str):
+        return self.rows[mid][3]
+
+    def link(self, mid: str, preview_chars: int) -> GraphLink:
+        _, ns, ctype, _, content = self.rows[mid]
+        return GraphLink(
+            id=mid, preview=preview(content, preview_chars), namespace=ns, content_type=ctype,
+            topics=sorted(set(self.topics[mid])), concepts=self.concepts[mid],
+        )
+
+
 def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None = None) -> Batch:
     """The ``search.augment`` stage: fused candidates become results with graph context.
 
     With deltas (``overlay``), delta memories are read from it and memories a
     delta replaced or forgot are never read from the base: a forgotten memory
-    appears neither as a result nor in a link.
+    appears neither as a result nor in a link. Each query's ``supersession``
+    (``pipeline.stages.supersede``) then decides where a superseded result's
+    newest in-scope successor goes, before the budget's cap below.
     """
     t0 = time.perf_counter()
     wanted = sorted({f.id for s in batch.states for f in s.fused})
@@ -59,42 +135,12 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
             state.results = []
             state.timings["augment"] = ms_since(t0)
         return batch
-    live = overlay if overlay is not None and not overlay.empty else None
-    edges = rows_by_ids(con, _EDGES, wanted) if live is None else _live_edges(con, wanted, live)
-    links: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for src, dst, kind in edges:
-        if kind == "supersedes":
-            links[dst]["superseded_by"].add(src)
-        elif kind == "supports":
-            links[dst]["supported_by"].add(src)
-        elif kind == "conflicts":
-            links[dst]["conflicts"].add(src)
-            links[src]["conflicts"].add(dst)
-    linked = {m for per in links.values() for group in per.values() for m in group}
-    everything = sorted(set(wanted) | linked)
-    from_base = everything if live is None else [m for m in everything if m not in live.touched]
-    rows = {r[0]: r for r in rows_by_ids(con, _ROWS, from_base)} if from_base else {}
-    topics: dict[str, list[str]] = defaultdict(list)
-    concepts: dict[str, list[str]] = defaultdict(list)
-    if from_base:
-        for mid, key in rows_by_ids(con, _TOPICS, from_base):
-            topics[mid].append(key)
-        for mid, concept in rows_by_ids(con, _CONCEPTS, from_base):
-            concepts[mid].append(concept)
-    if live is not None:
-        for mid in everything:
-            m = live.members.get(mid)
-            if m is not None:
-                rows[mid] = (mid, m.namespace, m.content_type, m.created_at, m.content)
-                topics[mid] = m.all_topics
-                concepts[mid] = sorted(m.concepts)
+    graph = Graph(con, overlay)
+    graph.load(wanted)
+    walk_successors(graph, batch.states, preview_chars)
 
     def link(mid: str) -> GraphLink:
-        _, ns, ctype, _, content = rows[mid]
-        return GraphLink(
-            id=mid, preview=preview(content, preview_chars), namespace=ns, content_type=ctype,
-            topics=sorted(set(topics[mid])), concepts=concepts[mid],
-        )
+        return graph.link(mid, preview_chars)
 
     for state in batch.states:
         results: list[Result] = []
@@ -102,29 +148,31 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
         # lets through: in-scope candidates past those are only counted (the
         # budget reports them as left out), not carried with content and
         # graph context through scope and budget. Out-of-scope ones still go
-        # to the scope stage, which drops and counts them.
+        # to the scope stage, which drops and counts them. Promoted successors
+        # are in scope and count like any result: budgets apply after promotion.
         scope, cap = state.query.scope, state.query.budget.max_units
         kept_in_scope = 0
-        for fused in state.fused:
-            if fused.id not in rows:  # deleted since the legs ran
-                continue
-            inside = in_scope(link(fused.id), scope)
+        fused_of = {f.id: f for f in state.fused}
+        for mid, above in ordered(graph, state, preview_chars):
+            inside = in_scope(link(mid), scope)
             if cap is not None and kept_in_scope >= cap and inside:
                 state.beyond_budget += 1
                 continue
             kept_in_scope += inside
-            _, ns, ctype, created, content = rows[fused.id]
-            per = links.get(fused.id, {})
+            fused = fused_of.get(mid)
+            _, ns, ctype, created, content = graph.rows[mid]
+            per = graph.links.get(mid, {})
             results.append(
                 Result(
-                    rank=len(results) + 1, id=fused.id, score=fused.score, rrf=fused.rrf,
-                    recency_factor=fused.recency_factor, ranks=fused.ranks,
+                    rank=len(results) + 1, id=mid, score=fused.score if fused else 0.0, rrf=fused.rrf if fused else 0.0,
+                    recency_factor=fused.recency_factor if fused else None, ranks=fused.ranks if fused else {},
                     namespace=ns, content_type=ctype, created_at=created, content=content,
                     preview=preview(content, preview_chars),
-                    topics=sorted(set(topics[fused.id])), concepts=concepts[fused.id],
-                    superseded_by=[link(m) for m in sorted(per.get("superseded_by", ())) if m in rows],
-                    conflicts=[link(m) for m in sorted(per.get("conflicts", ())) if m in rows],
-                    supported_by=[link(m) for m in sorted(per.get("supported_by", ())) if m in rows],
+                    topics=sorted(set(graph.topics[mid])), concepts=graph.concepts[mid],
+                    superseded_by=[link(m) for m in sorted(per.get("superseded_by", ())) if m in graph.rows],
+                    conflicts=[link(m) for m in sorted(per.get("conflicts", ())) if m in graph.rows],
+                    supported_by=[link(m) for m in sorted(per.get("supported_by", ())) if m in graph.rows],
+                    promoted_above=above,
                 )
             )
         state.results = results
