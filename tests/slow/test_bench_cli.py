@@ -1,0 +1,83 @@
+"""The benchmarks' command lines still run, at a tiny size (figures meaningless):
+``ops.bench.fulltext``, ``ops.bench.vector`` and ``ops.bench.audit`` as their
+module docstrings give them. bm25s, PyStemmer and FAISS are the ``bench``
+extra, not test dependencies: the sides that need them are skipped without."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from ops.bench import synth
+
+
+def _has(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory):
+    from pipeline.settings import Settings
+
+    folder = tmp_path_factory.mktemp("bench")
+    settings = Settings(data_dir=folder, _env_file=None)
+    synth.build_store(folder / "store.duckdb", 1500, settings, dim=32, log=lambda *_: None)
+    return folder
+
+
+@pytest.mark.slow
+def test_fulltext_bench_runs(tiny_store, tmp_path, capsys):
+    from ops.bench import fulltext
+
+    with_bm25s = _has("bm25s", "Stemmer", "numba")
+    out = tmp_path / "fts.json"
+    args = ["--store", str(tiny_store), "--queries", "12", "--rounds", "2", "--ref-queries", "4", "--warmup", "2",
+            "--out", str(out)] + ([] if with_bm25s else ["--no-bm25s"])
+    assert fulltext.main(args) == 0
+    report = json.loads(out.read_text())
+    assert report["n"] == 1500 and report["match_bm25"]["identical_top10"] == 4
+    assert len(report["loadavg_before"]) == 3 and len(report["loadavg_after"]) == 3
+    if with_bm25s:
+        assert report["bm25s_config"]["backend"] == "numba"
+        assert report["baseline"] in ("bm25s", "bm25s_serial") and "faster" in report["verdict"].lower()
+        assert report["bm25s"]["top10_overlap_with_ours"] > 0.5  # the same texts, ranked alike
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _has("faiss"), reason="faiss-cpu is the bench extra")
+def test_vector_bench_runs(tiny_store, tmp_path):
+    from ops.bench import vector
+
+    out = tmp_path / "vec.json"
+    assert vector.main(["--store", str(tiny_store), "--queries", "10", "--rounds", "1", "--warmup", "2",
+                        "--beams", "4,16", "--nlists", "12,24", "--faiss-cache", str(tmp_path / "faiss"),
+                        "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["faiss"]) == {"12", "24"}
+    for f in report["faiss"].values():
+        probes = [int(p) for p in f["curve"]]
+        assert probes[0] == 1 and probes == sorted(probes)  # measured points, from nprobe 1 up
+        assert all("p50_ms" in c and 0 <= c["recall10"] <= 1 for c in f["curve"].values())
+    assert len(report["comparisons"]) == 4 and all(c["verdict"] for c in report["comparisons"])
+    assert report["faiss"]["12"]["build_s"] is not None  # trained in this run
+    again = tmp_path / "again.json"
+    assert vector.main(["--store", str(tiny_store), "--queries", "5", "--rounds", "1", "--warmup", "1",
+                        "--beams", "4", "--nlists", "12", "--faiss-cache", str(tmp_path / "faiss"),
+                        "--out", str(again)]) == 0
+    assert json.loads(again.read_text())["faiss"]["12"]["build_s"] is None  # read from the cache
+
+
+@pytest.mark.slow
+def test_audit_bench_runs(tmp_path):
+    from ops.bench import audit
+
+    out = tmp_path / "audit.json"
+    assert audit.main(["--n", "4", "--rounds", "2", "--warmup", "2", "--work", str(tmp_path / "work"),
+                       "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for side in ("off", "on", "broken"):
+        assert len(report[side]["block_ms_per_query"]) == 2 and report[side]["all_drained"]
+    assert report["orders"][0] != report["orders"][1]  # the blocks' order rotates
+    assert report["dead_letters_from_broken_side"] == 2 + 2 * 4  # warm-up and both rounds, every row
