@@ -13,6 +13,8 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from pipeline.settings import Settings
@@ -20,9 +22,6 @@ from pipeline.settings import Settings
 from .service import demo_settings
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
-
-SHOWCASE = 3
-
 
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
@@ -54,12 +53,16 @@ def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str
     return queries, read_qrels(files["qrels"])
 
 
+MODES = ("keyword", "semantic", "hybrid")
+SHOWN = 3  # results printed per showcase query
+BUDGET_CHARS = 300  # the budget showcase's max_chars
+
+
 def run_demo(settings: Settings, rebuild: bool = False) -> int:
     from pipeline.evaluation.metrics import score
 
     from . import resources
-    from .api import search, search_many
-    from .render import format_results
+    from .api import search_many
 
     # The demo prints its own summary; one INFO line per query (225 of them)
     # and the model loader's chatter would bury it.
@@ -71,7 +74,8 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     queries, qrels = load_queries(files)
 
     figures = {}
-    for mode in ("keyword", "semantic", "hybrid"):
+    served = {}
+    for mode in MODES:
         asks = [
             {"query": q["text"], "namespace": q.get("namespace"), "mode": mode, "max_units": 50}
             for q in queries
@@ -79,29 +83,147 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
         t0 = time.perf_counter()
         results = search_many(asks)
         elapsed = time.perf_counter() - t0
+        served[mode] = results
         run = {q["id"]: [r.id for r in res.results] for q, res in zip(queries, results)}
         figures[mode] = score(run, qrels)[0]
         figures[mode]["qps"] = len(queries) / elapsed
 
-    shown = _pick_showcase(queries)
     print()
-    for q in shown:
-        # asked again on its own: a result from search_many carries its batch's time
-        res = search(q["text"], namespace=q.get("namespace"), max_units=50)
-        res.results = res.results[:5]
-        print(f"query {q['id']} [{q.get('kind', '')}] {q['text']!r} (namespace {q.get('namespace') or 'any'})")
-        print(format_results(res))
+    print("each result: its fused score, then its rank in the full-text leg (fts) and the vector leg (vec);")
+    print("'-' means that leg did not return it")
+    print()
+    for show in showcase(queries, qrels, served["hybrid"], _scope_example(queries)):
+        show()
         print()
 
-    print(f"quality on the demo set ({len(queries)} judged queries, {settings.store_path}):")
+    print(f"quality on the demo set ({len(queries)} judged queries, {settings.store_path}; "
+          f"supersession {_default_supersession()}):")
     print(f"  {'mode':<9} {'nDCG@10':>8} {'R@5':>6} {'R@10':>6} {'MRR@10':>7} {'queries/s':>10}")
     for mode, f in figures.items():
         print(
             f"  {mode:<9} {f['ndcg@10']:>8.3f} {f['recall@5']:>6.3f} {f['recall@10']:>6.3f} "
             f"{f['mrr@10']:>7.3f} {f['qps']:>10.1f}"
         )
-    print(f"\ntry: {_activate()}DIMPLE_DATA_DIR={settings.data_dir} dimple search \"ERR_CONN_RESET\" --mode keyword")
+    print(f"\nhybrid against each leg, with a paired significance test: "
+          f"{_activate()}DIMPLE_DATA_DIR={settings.data_dir.parent} dimple eval --demo --mode all --out runs")
+    print(f"try: {_activate()}DIMPLE_DATA_DIR={settings.data_dir} dimple search \"ERR_CONN_RESET\" --mode keyword")
     return 0
+
+
+def _default_supersession() -> str:
+    from pipeline.contracts import QueryOptions
+
+    return QueryOptions().supersession.value
+
+
+# -- showcase ------------------------------------------------------------------------------------
+# Each capability is shown on a judged query picked from what the pipeline
+# served (the hybrid run above), never on a query written for the demo: the
+# pick says what the printed ranks show, and a capability the store does not
+# show (e.g. with the hash embedder in tests) is left out, not faked.
+
+
+def _relevant_top(res, rels: dict[str, int]) -> list:
+    """The results in the top ``SHOWN`` that are judged relevant."""
+    return [r for r in res.results[:SHOWN] if rels.get(r.id, 0) > 0]
+
+
+def _worst(rank: int | None) -> int:
+    return 10**9 if rank is None else rank
+
+
+def _leg_says(r, leg: str, name: str) -> str:
+    rank = r.ranks.get(leg)
+    return f"{name} #{rank}" if rank is not None else f"not returned by the {name} leg"
+
+
+def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list,
+             scoped: dict | None = None) -> list[Callable[[], None]]:
+    """Printers, one per capability found in ``hybrid`` (the judged queries'
+    hybrid results, in order): an identifier the full-text leg finds and the
+    vector leg ranks worst, a paraphrase the other way round, a successor
+    promoted, a conflict, and on ``scoped`` (``_scope_example``) a scope and a
+    budget cut. Each title says what the printed ranks show."""
+    pairs = list(zip(queries, hybrid))
+    shows: list[Callable[[], None]] = []
+
+    def leg_only(kind: str, leg: str, other: str, label: str):
+        best = None
+        for q, res in pairs:
+            if q.get("kind") != kind:
+                continue
+            for r in _relevant_top(res, qrels.get(q["id"], {})):
+                if leg not in r.ranks or r.promoted_above:  # where fusion put it, not supersession
+                    continue
+                if _worst(r.ranks.get(other)) <= r.ranks[leg]:  # the other leg found it as well: no example
+                    continue
+                key = (-_worst(r.ranks.get(other)), r.rank, r.ranks[leg], q["id"])
+                if best is None or key < best[0]:
+                    best = (key, q, r)
+        if best is None:
+            return
+        _, q, r = best
+        names = {"fts": "full-text", "vector": "vector"}
+        title = (f"{label}: {r.id} is {_leg_says(r, leg, names[leg])} and "
+                 f"{_leg_says(r, other, names[other])}")
+        shows.append(partial(_show, title, q, {}))
+
+    leg_only("identifier", "fts", "vector", "an identifier the full-text leg finds")
+    leg_only("paraphrase", "vector", "fts", "a paraphrase the vector leg finds")
+
+    for q, res in pairs:
+        top = {r.id for r in res.results[:SHOWN]}
+        r = next((r for r in res.results[:SHOWN] if r.promoted_above in top), None)
+        if r is not None:
+            how = "no leg returned it: read from the store" if not r.ranks else "moved up from further down"
+            title = (f"a successor promoted: {r.id} supersedes {r.promoted_above} and is placed directly above it "
+                     f"({how}; supersession=promote)")
+            shows.append(partial(_show, title, q, {}, contrast={"supersession": "annotate"}))
+            break
+
+    for q, res in pairs:
+        r = next((r for r in res.results[:SHOWN] if r.conflicts), None)
+        if r is not None:
+            title = f"a conflict shown: {r.id} conflicts with {', '.join(l.id for l in r.conflicts)}"
+            shows.append(partial(_show, title, q, {}))
+            break
+
+    if scoped is not None:
+        title = f"a scope: namespace {scoped['namespace']!r} only, in both legs before their top-k"
+        shows.append(partial(_show, title, scoped, {}, contrast={"namespace": None}))
+        cut = f"a budget cut: at most {BUDGET_CHARS} characters of content (max_chars)"
+        shows.append(partial(_show, cut, scoped, {"max_chars": BUDGET_CHARS, "max_units": 50}))
+    return shows
+
+
+def _scope_example(queries: list[dict]) -> dict | None:
+    """A judged query with a namespace whose top results, asked without it,
+    include memories of another namespace: the scope visibly matters."""
+    from .api import search_many
+
+    scoped = [q for q in queries if q.get("namespace")]
+    free = search_many([{"query": q["text"], "max_units": SHOWN} for q in scoped])
+    return next((q for q, res in zip(scoped, free)
+                 if any(r.namespace != q["namespace"] for r in res.results)), None)
+
+
+def _show(title: str, q: dict, options: dict, contrast: dict | None = None) -> None:
+    """Print ``title`` and ``q`` asked on its own (a result from
+    ``search_many`` carries its batch's time) with ``options``; with
+    ``contrast``, one line with the top ids asked with those options instead."""
+    from .api import search
+    from .render import format_results
+
+    ask = {"namespace": q.get("namespace"), "max_units": SHOWN, **options}
+    res = search(q["text"], **ask)
+    print(title)
+    print(f"query {q['id']} [{q.get('kind', '')}] {q['text']!r} (namespace {ask.get('namespace') or 'any'})")
+    print(format_results(res))
+    if contrast is not None:
+        other = search(q["text"], **{**ask, **contrast})
+        said = ", ".join(f"{k}={v if v is not None else 'any'}" for k, v in contrast.items())
+        top = ", ".join(f"{r.id} ({r.namespace})" for r in other.results[:SHOWN])
+        print(f"    with {said}: {top}")
 
 
 def _activate() -> str:
@@ -114,14 +236,3 @@ def _activate() -> str:
     if script.startswith(".."):
         script = str(Path(sys.prefix, "bin", "activate"))
     return f"source {shlex.quote(script)} && "
-
-
-def _pick_showcase(queries: list[dict]) -> list[dict]:
-    """One query of each kind, so the demo shows identifiers, paraphrases and topics."""
-    seen, out = set(), []
-    for q in queries:
-        kind = q.get("kind")
-        if kind not in seen:
-            seen.add(kind)
-            out.append(q)
-    return out[:SHOWCASE]

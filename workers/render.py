@@ -10,20 +10,27 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def _leg_rank(ranks: dict[str, int], leg: str) -> str:
+    rank = ranks.get(leg)
+    return "-" if rank is None else str(rank)
+
+
 def format_results(results) -> str:
-    """A readable table: rank, score, id, namespace, preview, graph marks."""
+    """A readable table: rank, fused score, each leg's rank (``fts``: full
+    text, ``vec``: vector; ``-``: that leg did not return it), id, namespace,
+    preview, graph marks."""
     lines = []
     if not results.results:
         lines.append(f"no results for {results.query!r} ({results.mode})")
     else:
         width = max(len(r.id) for r in results.results)
         served = {r.id for r in results.results}
-        lines.append(f"{'#':>3}  {'score':>8}  {'id':<{width}}  {'namespace':<12} preview")
+        lines.append(f"{'#':>3}  {'score':>8}  {'fts':>4} {'vec':>4}  {'id':<{width}}  {'namespace':<12} preview")
         for r in results.results:
             marks = []
             if r.promoted_above:
                 found = "" if r.ranks else " (no leg found it: read for its supersession)"
-                where = "placed above it" if r.promoted_above in served else "served in its place"
+                where = "placed above it" if r.promoted_above in served else "not in this list (hidden or past the budget)"
                 marks.append(f"current version of {r.promoted_above}, {where}{found}")
             if r.superseded_by:
                 marks.append("superseded by " + ", ".join(l.id for l in r.superseded_by))
@@ -31,9 +38,10 @@ def format_results(results) -> str:
                 marks.append("conflicts " + ", ".join(l.id for l in r.conflicts))
             if r.supported_by:
                 marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
-            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
+            legs = f"{_leg_rank(r.ranks, 'fts'):>4} {_leg_rank(r.ranks, 'vector'):>4}"
+            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {legs}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
             for mark in marks:
-                lines.append(f"{'':>3}  {'':>8}  {'':<{width}}  {'':<12}   ↳ {mark}")
+                lines.append(f"{'':>3}  {'':>8}  {'':>9}  {'':<{width}}  {'':<12}   ↳ {mark}")
     tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
     if results.hidden_superseded:
         tail += f", {results.hidden_superseded} superseded result(s) hidden for their successors"
