@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.settings import Settings
 from pipeline.store import segments
@@ -146,3 +147,100 @@ def kill_compactions(data_dir: Path, rounds: int, rng: random.Random) -> None:
     assert manifest is not None
     on_disk = {f"{segments.SEGMENTS}/{p.name}" for p in (settings.data_dir / segments.SEGMENTS).iterdir()}
     assert on_disk <= manifest.files(), f"stray files after compaction: {sorted(on_disk - manifest.files())}"
+
+
+# -- the real ingest worker: a Celery worker process killed with its pool -----------------
+class IngestWorkerKills:
+    """A real ``ingest`` worker (Celery, the real model, the default settings)
+    on a redis-server of its own, SIGKILLed with its pool processes and
+    started again; writes go through ``workers.api`` as an agent sends them."""
+
+    def __init__(self, run_dir: Path, data_dir: Path, rng: random.Random):
+        from ops.stack import Stack
+
+        self.stack = Stack(run_dir)
+        self.data_dir = data_dir
+        self.rng = rng
+        self.incarnation = 0
+        self.remembered: set[str] = set()
+        self.forgotten: set[str] = set()
+        self.uncertain: set[str] = set()  # a write in flight when the worker died
+        self.sent: set[str] = set()
+
+    def __enter__(self) -> IngestWorkerKills:
+        import workers
+        from workers.app import app
+
+        self.stack.start_redis()
+        self.settings = Settings(data_dir=self.data_dir, broker_url=self.stack.broker_url, _env_file=None)
+        workers.configure(self.settings)
+        self.app = app
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.stop_all()
+
+    @property
+    def name(self) -> str:
+        return f"k-ingest-{self.incarnation}"
+
+    def start(self) -> None:
+        self.incarnation += 1
+        self.stack.start_worker(self.name, "ingest", concurrency=2, env={"DIMPLE_DATA_DIR": str(self.data_dir)})
+        self.stack.wait_for_ready(self.name)
+
+    def kill(self) -> None:
+        proc = self.stack.procs.pop(self.name)
+        os.killpg(proc.pid, signal.SIGKILL)  # the main process and its pool
+        proc.wait(30)
+
+    def _await(self, handle, killed) -> Any:
+        """The write's result, or None when the worker was killed first (the
+        write may or may not have landed)."""
+        from pipeline.errors import QueryTimeoutError
+
+        while True:
+            try:
+                return handle.get(timeout=0.2)
+            except QueryTimeoutError:
+                if killed():
+                    return None
+
+    def writes_until(self, killed, tag: str) -> None:
+        """Remember one memory at a time and forget every third, until ``killed()``."""
+        from workers.api import forget_async, remember_async
+
+        i = 0
+        while not killed():
+            mid = f"{tag}-{i}"
+            self.sent.add(mid)
+            done = self._await(remember_async({"id": mid, "namespace": "k", "content": f"agent memory {mid}"}), killed)
+            if done is None:
+                self.uncertain.add(mid)
+                return
+            self.remembered.add(mid)
+            if i % 3 == 2:
+                gone = f"{tag}-{i - 1}"
+                done = self._await(forget_async([gone]), killed)
+                if done is None:
+                    self.uncertain.add(gone)
+                    return
+                self.forgotten.add(gone)
+            i += 1
+
+    def check(self) -> None:
+        check_store(Settings(data_dir=self.data_dir, _env_file=None), self.remembered - self.uncertain,
+                    self.forgotten - self.uncertain, self.uncertain | self.sent)
+
+    def redeliver_unacked(self) -> int:
+        """What Redis hands out again once the visibility timeout has passed
+        (kombu's ``restore_visible``, with the hour skipped): the messages the
+        killed workers held go back to their queue."""
+        with self.app.connection_for_write() as conn:
+            channel = conn.default_channel
+            qos = channel.qos
+            held = channel.client.hlen(qos.unacked_key)
+            qos.visibility_timeout = 0  # this connection's own QoS (a cached property)
+            qos.restore_visible(num=10_000, interval=1)
+        return held
