@@ -171,6 +171,11 @@ class Settings(BaseSettings):
     )
     # Live workers renew the lease on what they hold (workers/leases.py), so this bounds how
     # long a lost worker's messages stay away, not how long a task may run.
+    audit_outbox_after_s: float = Field(
+        5.0, gt=0,
+        description="the audit worker writes from the outbox (disk) any row whose audit.write message has not "
+                    "done so after this long (the message was lost with Redis, or with a killed worker)",
+    )
     visibility_timeout_s: int = Field(
         6, ge=1,
         description="a message held by a worker that stopped renewing its lease (killed, lost) goes back "
@@ -229,6 +234,11 @@ class Settings(BaseSettings):
     @property
     def dead_letter_dir(self) -> Path:
         return (self.audit_dir or self.data_dir) / "audit-dead-letters"
+
+    @property
+    def audit_outbox_dir(self) -> Path:
+        """Audit rows answered but not yet in the log (``pipeline.audit.letters``, outbox)."""
+        return (self.audit_dir or self.data_dir) / "audit-outbox"
 
     def replace(self, **changes: Any) -> Settings:
         """A validated copy with ``changes`` applied (the environment is not re-read)."""

@@ -1,8 +1,13 @@
 """Sending audit rows off the query path.
 
-On workers, ``search.budget`` sends each row to the ``audit`` queue, where
-``audit.write`` (durable: acks late, rejected on worker loss, retried with
-exponential backoff and jitter, idempotent by query id) writes it. Embedded,
+On workers, ``search.budget`` first keeps the batch's rows in the outbox
+(``pipeline.audit.letters``: a file in the audit dir, before the answer goes
+back), then sends them to the ``audit`` queue, where ``audit.write`` (acks
+late, rejected on worker loss, retried with exponential backoff and jitter,
+idempotent by query id) writes them and removes the file. The audit worker
+also writes, every second or so, the outbox files whose message has not done
+so after ``DIMPLE_AUDIT_OUTBOX_AFTER_S`` (it was lost with Redis, or with a
+killed worker): a row once answered is written whatever dies, and once. Embedded,
 a background thread applies the same write, retry and give-up policy, so
 retrieval never waits for audit either way. At exit the thread is drained;
 rows it could not write in time go to the dead-letter folder, not away.
@@ -18,9 +23,10 @@ import threading
 import time
 from typing import Any
 
+from celery import signals
 from pydantic import ValidationError
 
-from pipeline.audit.letters import dead_letter, quarantine
+from pipeline.audit.letters import dead_letter, drain_outbox, outbox_done, outbox_put, quarantine
 from pipeline.audit.record import AuditRecord, build_record, log_line
 from pipeline.contracts import Batch
 from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
@@ -89,9 +95,78 @@ def send(records: list[AuditRecord]) -> None:
     if app.conf.task_always_eager:
         _ensure_thread()
         _queue.put((resources.settings(), payload))
-    else:
+        return
+    settings = resources.settings()
+    try:
+        name: str | None = outbox_put(settings.audit_outbox_dir, payload)
+    except OSError as exc:  # a read-only audit dir: the message alone carries the rows
+        name = None
+        log.error("cannot keep audit rows in the outbox %s (%s): they depend on the broker alone",
+                  settings.audit_outbox_dir, exc)
+    try:
         # by name: the task is registered in workers.tasks, routed to the audit queue
-        app.send_task("audit.write", args=[payload])
+        app.send_task("audit.write", args=[payload], kwargs={"outbox": name} if name else {})
+    except Exception as exc:
+        if name is None:
+            raise
+        log.warning("audit.write could not be sent (%s: %s); the audit worker writes the rows from the outbox",
+                    type(exc).__name__, exc)
+
+
+def done(settings: Settings, outbox: object) -> None:
+    """The rows of outbox file ``outbox`` (from a message) are in the log or dead-lettered."""
+    if outbox is not None:
+        outbox_done(settings.audit_outbox_dir, outbox)
+
+
+# -- the outbox drain, in the audit worker's process ------------------------------------
+_drainer: threading.Thread | None = None
+
+
+def drain_once(settings: Settings, older_than_s: float) -> tuple[int, int]:
+    """Write the outbox files at least ``older_than_s`` old; returns (files, rows inserted)."""
+    return drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
+                        lambda rows: resources.audit_writer().write(settings.audit_path, rows),
+                        older_than_s=older_than_s)
+
+
+def start_drainer() -> None:
+    """Start this process's outbox drain (once; again in a forked child)."""
+    global _drainer
+    with _lock:
+        if _drainer is not None and _drainer.is_alive():
+            return
+        _drainer = threading.Thread(target=_drain_forever, name="dimple-audit-outbox", daemon=True)
+        _drainer.start()
+
+
+def _drain_forever() -> None:
+    failing = False
+    while True:
+        settings = resources.settings()
+        after = settings.audit_outbox_after_s
+        time.sleep(min(1.0, after / 2))
+        try:
+            files, rows = drain_once(settings, after)
+        except AuditWriteError as exc:
+            if not failing:
+                log.warning("cannot write the audit outbox yet (%s); trying again", exc)
+            failing = True
+            continue
+        except Exception:  # never let one bad file stop the drain
+            log.exception("audit outbox drain failed")
+            continue
+        failing = False
+        if files:
+            log.info("wrote %d audit row(s) from %d outbox file(s) whose message had not (lost with the broker "
+                     "or a worker)", rows, files)
+
+
+@signals.worker_process_init.connect
+def _drain_in_audit_workers(**_: Any) -> None:
+    """Each pool process of a worker consuming the audit queue drains the outbox."""
+    if "audit" in (app.amqp.queues.consume_from or app.amqp.queues):  # queue names, as workers.warmup reads them
+        start_drainer()
 
 
 def _ensure_thread() -> None:

@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_audit_explain)
     a = asub.add_parser("failed", help="rows whose writes ran out of retries (dead letters)")
     a.set_defaults(func=cmd_audit_failed)
-    a = asub.add_parser("retry", help="write the dead letters now (once each)")
+    a = asub.add_parser("retry", help="write the dead letters now (once each), and outbox rows whose message was lost")
     a.set_defaults(func=cmd_audit_retry)
     s.set_defaults(func=lambda args, parser=s: (parser.print_help(), EXIT_USER)[1])
 
@@ -453,9 +453,20 @@ def cmd_audit_failed(args) -> int:
 
 def cmd_audit_retry(args) -> int:
     from pipeline import audit
+    from pipeline.audit.letters import drain_outbox
+    from pipeline.errors import AuditWriteError
 
     settings = cli_settings()
     written, present, errors = audit.retry_dead_letters(settings.dead_letter_dir, settings.audit_path)
+    try:  # rows whose message was lost and no audit worker has written yet
+        files, rows = drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
+                                   lambda records: audit.write_records(settings.audit_path, records),
+                                   older_than_s=settings.audit_outbox_after_s)
+    except AuditWriteError as exc:
+        errors.append(f"outbox: {exc}")
+        files = rows = 0
+    if files:
+        print(f"written {rows} row(s) from {files} outbox file(s)")
     print(f"written {written}, already present {present}, still failing {len(errors)}")
     for e in errors:
         print(f"  {e}", file=sys.stderr)

@@ -65,16 +65,21 @@ STAGE_TASKS = {name: _register(stage) for name, stage in STAGES.items()}
 
 
 @app.task(name="audit.write", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
-def audit_write(self, records: list[dict]) -> dict:
-    """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed."""
+def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
+    """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed.
+    ``outbox`` names the file keeping the same rows (``workers.audit``), removed once they are in."""
     settings = resources.settings()
+    audit.start_drainer()  # pools without worker_process_init (solo, threads) drain too
     rows, refused = audit.valid_records(settings, records)
     try:
         inserted = resources.audit_writer().write(settings.audit_path, rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
-            raise audit.give_up(settings, rows, exc, self.request.retries) from None
+            error = audit.give_up(settings, rows, exc, self.request.retries)
+            audit.done(settings, outbox)
+            raise error from None
         raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None) from None
+    audit.done(settings, outbox)
     return {"rows": len(rows), "inserted": inserted, "refused": refused}
 
 

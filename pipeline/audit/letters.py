@@ -1,28 +1,130 @@
-"""Dead letters: audit rows whose writes ran out of retries, kept as JSON files
-with their error until ``dimple audit retry`` writes them (once each).
+"""Audit rows kept as JSON files until they are in the log:
+
+- the **outbox**: every row a worker answered a query with, written to disk
+  before the answer goes back and before ``audit.write`` is sent, removed
+  once the row is in ``retrieval_log`` (or dead-lettered). Rows whose
+  message was lost (Redis restarted without its data, or the audit worker
+  died and its message with it) are written from here by the audit worker
+  (``drain_outbox``), so a row once answered is never lost and, the log
+  being keyed by query id, never written twice;
+- **dead letters**: rows whose writes ran out of retries, with their error,
+  until ``dimple audit retry`` writes them (once each).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from pipeline.audit.record import AuditRecord
 from pipeline.audit.writer import write_record, write_records
-from pipeline.errors import AuditWriteError
+from pipeline.errors import AuditWriteError, problems
+
+log = logging.getLogger("dimple.audit")
+
+
+def _put_json(path: Path, data: Any) -> Path:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    # ensure_ascii: a lone surrogate in the payload is written as an escape, not refused
+    tmp.write_text(json.dumps(data, default=repr), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# -- outbox ---------------------------------------------------------------------------
+OUTBOX_NAME = re.compile(r"^[0-9]{20}-[0-9a-f]{32}\.json$")  # <time ns>-<uuid>.json: oldest sorts first
+
+
+def outbox_put(folder: Path, payload: list[dict]) -> str:
+    """Keep one ``audit.write`` payload in the outbox; returns its file name
+    (what the message carries so the writer can remove it)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = f"{time.time_ns():020d}-{uuid.uuid4().hex}.json"
+    _put_json(folder / name, {"records": payload})
+    return name
+
+
+def outbox_done(folder: Path, name: Any) -> None:
+    """Remove an outbox file once its rows are in the log (or dead-lettered).
+    ``name`` comes from a message: anything but an outbox file name is ignored."""
+    if isinstance(name, str) and OUTBOX_NAME.match(name):
+        (folder / name).unlink(missing_ok=True)
+
+
+def outbox_pending(folder: Path, older_than_s: float = 0.0) -> list[Path]:
+    """Outbox files at least ``older_than_s`` old, oldest first."""
+    if not folder.exists():
+        return []
+    cutoff = time.time() - older_than_s
+    out = []
+    for path in sorted(folder.iterdir()):
+        if not OUTBOX_NAME.match(path.name):
+            continue
+        try:
+            if path.stat().st_mtime <= cutoff:
+                out.append(path)
+        except FileNotFoundError:  # written meanwhile by its message
+            continue
+    return out
+
+
+def drain_outbox(folder: Path, dead_letter_dir: Path, write: Callable[[list[AuditRecord]], int],
+                 older_than_s: float = 0.0, batch: int = 1000) -> tuple[int, int]:
+    """Write the rows of the outbox files at least ``older_than_s`` old, about
+    ``batch`` rows per ``write`` (idempotent by query id), removing each file
+    once its rows are in; returns (files, rows inserted). A file that cannot
+    be read as rows is quarantined (``dead_letter_dir/invalid``) with the
+    field named; an ``AuditWriteError`` stops the drain (the files stay)."""
+    files = inserted = 0
+    chunk: list[Path] = []
+    rows: list[AuditRecord] = []
+
+    def flush() -> None:
+        nonlocal files, inserted
+        if rows:
+            inserted += write(rows)
+        for path in chunk:
+            path.unlink(missing_ok=True)
+        files += len(chunk)
+        chunk.clear()
+        rows.clear()
+
+    for path in outbox_pending(folder, older_than_s):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            records = [AuditRecord.model_validate(r) for r in data["records"]]
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            where = "{}: {}".format(*problems(exc, "record")[0][:2]) if isinstance(exc, ValidationError) else repr(exc)
+            kept = quarantine(dead_letter_dir, path.read_text(encoding="utf-8", errors="replace"),
+                              f"outbox file {path.name}: {where}")
+            log.error("audit outbox file %s cannot be read as rows (%s); kept in %s", path.name, where, kept)
+            path.unlink(missing_ok=True)
+            continue
+        chunk.append(path)
+        rows.extend(records)
+        if len(rows) >= batch:
+            flush()
+    flush()
+    return files, inserted
+
 
 
 # -- dead letters -------------------------------------------------------------------
 def dead_letter(folder: Path, record: AuditRecord, error: str) -> Path:
     """Keep a row whose retries ran out, with the error, for ``dimple audit retry``."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = folder / f"{record.query_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"error": error, "record": record.model_dump(mode="json")}), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return _put_json(folder / f"{record.query_id}.json", {"error": error, "record": record.model_dump(mode="json")})
 
 
 def quarantine(folder: Path, payload: Any, error: str) -> Path:
@@ -31,12 +133,7 @@ def quarantine(folder: Path, payload: Any, error: str) -> Path:
     field that was wrong."""
     target = folder / "invalid"
     target.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = target / f"{uuid.uuid4().hex}.json"
-    tmp = path.with_suffix(".tmp")
-    # ensure_ascii: a lone surrogate in the payload is written as an escape, not refused
-    tmp.write_text(json.dumps({"error": error, "payload": payload}, default=repr), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return _put_json(target / f"{uuid.uuid4().hex}.json", {"error": error, "payload": payload})
 
 
 def dead_letters(folder: Path) -> list[tuple[Path, str, AuditRecord]]:

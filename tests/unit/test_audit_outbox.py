@@ -1,0 +1,83 @@
+"""The audit outbox (pipeline/audit/letters.py): rows kept on disk until they
+are in the log, written once however often they are drained, a bad file set
+apart with its field named, and a message can only remove an outbox file."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from pipeline.audit.letters import drain_outbox, outbox_done, outbox_pending, outbox_put
+from pipeline.audit.reader import count
+from pipeline.audit.writer import write_records
+from pipeline.errors import AuditStoreUnavailable
+
+
+def _row(qid: str) -> dict:
+    return {
+        "query_id": qid, "logged_at": "2026-11-30T12:00:00", "query_hash": "00", "hash_of": "text", "mode": "keyword",
+        "requested_mode": "keyword", "query_text": "q", "options": {}, "query_profile": {}, "sources": [],
+        "result_count": 0, "truncated": False, "truncation": None, "latency_ms": {}, "total_ms": 1.0, "rrf_k": 60,
+    }
+
+
+def test_drained_rows_are_written_once_and_their_files_removed(tmp_path):
+    box, log = tmp_path / "outbox", tmp_path / "audit.duckdb"
+    outbox_put(box, [_row("q1"), _row("q2")])
+    outbox_put(box, [_row("q2"), _row("q3")])  # a row sent twice (a redelivered stage)
+    writes = []
+    files, inserted = drain_outbox(box, tmp_path / "dead", lambda rows: writes.append(len(rows)) or
+                                   write_records(log, rows))
+    assert (files, inserted) == (2, 3)
+    assert count(log) == (3, 3)
+    assert outbox_pending(box) == []
+    outbox_put(box, [_row("q1")])  # drained again: nothing added
+    assert drain_outbox(box, tmp_path / "dead", lambda rows: write_records(log, rows)) == (1, 0)
+    assert count(log) == (3, 3)
+
+
+def test_only_files_older_than_the_grace_are_drained(tmp_path):
+    box = tmp_path / "outbox"
+    old = box / outbox_put(box, [_row("old")])
+    outbox_put(box, [_row("new")])
+    past = time.time() - 60
+    os.utime(old, (past, past))
+    assert outbox_pending(box, older_than_s=30) == [old]
+
+
+def test_a_failed_write_keeps_the_files(tmp_path):
+    box = tmp_path / "outbox"
+    outbox_put(box, [_row("q1")])
+
+    def broken(rows):
+        raise AuditStoreUnavailable("disk full")
+
+    with pytest.raises(AuditStoreUnavailable):
+        drain_outbox(box, tmp_path / "dead", broken)
+    assert len(outbox_pending(box)) == 1
+
+
+def test_a_file_that_is_not_rows_is_set_apart_with_the_field_named(tmp_path):
+    box, log = tmp_path / "outbox", tmp_path / "audit.duckdb"
+    bad = box / outbox_put(box, [_row("ok")])
+    bad.write_text(json.dumps({"records": [{**_row("x"), "result_count": "many"}]}))
+    outbox_put(box, [_row("q1")])
+    assert drain_outbox(box, tmp_path / "dead", lambda rows: write_records(log, rows)) == (1, 1)
+    kept = list((tmp_path / "dead" / "invalid").glob("*.json"))
+    assert len(kept) == 1 and "result_count" in json.loads(kept[0].read_text())["error"]
+    assert outbox_pending(box) == []
+
+
+@pytest.mark.parametrize("name", ["../audit.duckdb", "/etc/passwd", "x.json", 5, None, "0" * 20 + "-" + "a" * 31 + ".json"])
+def test_a_message_can_only_remove_an_outbox_file(tmp_path, name):
+    victim = tmp_path / "audit.duckdb"
+    victim.write_text("keep me")
+    box = tmp_path / "outbox"
+    kept = box / outbox_put(box, [_row("q1")])
+    outbox_done(box, name)
+    assert victim.exists() and kept.exists()
+    outbox_done(box, kept.name)
+    assert not kept.exists()
