@@ -23,13 +23,29 @@ chain branches, every newest successor is promoted, newest first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Protocol
 
-from pipeline.contracts import QueryState, Scope, Supersession
+from pipeline.contracts import GraphLink, QueryState, Scope, Supersession
 from pipeline.stages.scope import in_scope
 
-if TYPE_CHECKING:
-    from pipeline.stages.augment import Graph
+
+class Graph(Protocol):
+    """What this needs of ``pipeline.stages.augment.Graph``: live memories
+    (``rows``), their supersession links, and loading more of them."""
+
+    rows: dict[str, tuple]
+
+    def loaded(self, mid: str) -> bool: ...
+
+    def load(self, ids: Iterable[str]) -> None: ...
+
+    def superseded_by(self, mid: str) -> list[str]: ...
+
+    def created_at(self, mid: str) -> datetime: ...
+
+    def link(self, mid: str, preview_chars: int) -> GraphLink: ...
 
 # How many links of a chain are followed at most (each is one small read per batch).
 MAX_CHAIN = 64
