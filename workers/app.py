@@ -10,9 +10,10 @@ import atexit
 
 from celery import Celery
 
+from pipeline.errors import StageError
 from pipeline.settings import Settings, get_settings
 
-from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit
+from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit, tell_senders_of_refused
 from .leases import install as install_leases
 from .warmup import install as install_warmup
 
@@ -116,6 +117,14 @@ app = make_app(get_settings())
 install_warmup(app)
 install_leases(app)  # a lost worker's messages come back within the visibility timeout
 guard_queue_items()  # a worker survives any item on its queues
+
+
+def _refused(task_id: str, task: str, reason: str) -> None:
+    """A refused message's sender learns it at once: its task fails with a StageError."""
+    app.backend.mark_as_failure(task_id, StageError(f"task {task} {task_id} was not run: {reason}"))
+
+
+tell_senders_of_refused(_refused)
 # Handles never collected (a timed-out or abandoned search_async) must not
 # unsubscribe from inside a half torn-down interpreter.
 atexit.register(stop_waiting_at_exit, app)

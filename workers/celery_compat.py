@@ -31,6 +31,12 @@ minor version pyproject pins (``celery>=5.7,<5.8``);
   no task accepts, which Celery logs and deletes ("Received and deleted
   unknown message"); the item is logged at ERROR. Everywhere else (the
   restore of unacked messages) ``loads`` is kombu's own.
+- ``tell_senders_of_refused``: a message Celery cannot decode (a pickle, a
+  body that is not JSON) is logged and rejected (Celery's public
+  ``task_rejected`` signal), and an item the guard refuses is dropped; in
+  both cases its sender waited until its timeout. Where the item names a
+  task id (``headers.id``), a failure naming the reason is stored for that
+  id, so the sender's ``get()`` raises at once.
 """
 
 from __future__ import annotations
@@ -185,6 +191,7 @@ def has_private_api() -> dict[str, bool]:
         found[f"redis.Channel.{name}"] = hasattr(transport.Channel, name)
     found |= {f"redis.Channel.{m}": callable(getattr(transport.Channel, m, None)) for m in TRANSPORT_METHODS}
     found["redis.loads"] = callable(getattr(transport, "loads", None))
+
     return found
 
 
@@ -223,12 +230,54 @@ def _envelope_problem(payload: Any) -> str | None:
     return None
 
 
-def _refused(problem: str, text: Any) -> dict:
+# called with (task id, task name, reason) for a refused item that names its task id
+_on_refused: list[Any] = []
+
+
+def _task_of(payload: Any) -> tuple[str, str] | None:
+    """(task id, task name) named by an item's headers, if it names one."""
+    headers = payload.get("headers") if isinstance(payload, dict) else None
+    if isinstance(headers, dict) and isinstance(headers.get("id"), str) and headers["id"]:
+        return headers["id"], str(headers.get("task", "?"))
+    return None
+
+
+def _tell_sender(payload: Any, reason: str) -> None:
+    task = _task_of(payload)
+    if task is None:
+        return
+    for callback in _on_refused:
+        try:
+            callback(*task, reason)
+        except Exception as exc:  # noqa: BLE001 - the result backend away: the sender waits, as before
+            log.warning("could not tell the sender of refused task %s: %s", task[0], exc)
+
+
+def _refused(problem: str, text: Any, payload: Any = None) -> dict:
     shown = text if isinstance(text, str) else repr(text)
     log.error("a queue item that is not a message was refused (%s): %.200r", problem, shown)
+    _tell_sender(payload, f"the worker refused it: {problem}")
     return {"body": "", "content-type": "application/json", "content-encoding": "utf-8", "headers": {},
             "properties": {"delivery_tag": str(uuid.uuid4()), "delivery_info": {"exchange": "", "routing_key": ""},
                            "priority": 0, "body_encoding": None}}
+
+
+def tell_senders_of_refused(on_refused: Any) -> None:
+    """Call ``on_refused(task_id, task_name, reason)`` for every refused item
+    or message Celery rejects as invalid (its ``task_rejected`` signal: a
+    pickle, a body that is not JSON) that names its task id. Idempotent."""
+    from celery import signals
+
+    if on_refused in _on_refused:
+        return
+    _on_refused.append(on_refused)
+    if len(_on_refused) == 1:
+        signals.task_rejected.connect(_on_task_rejected, weak=False)
+
+
+def _on_task_rejected(sender: Any = None, message: Any = None, exc: Any = None, **_: Any) -> None:
+    _tell_sender({"headers": getattr(message, "headers", None)},
+                 f"the worker could not decode it ({type(exc).__name__}: {exc}); messages are JSON only")
 
 
 def guard_queue_items() -> None:
@@ -249,7 +298,7 @@ def guard_queue_items() -> None:
         except Exception as exc:  # noqa: BLE001 - any parse failure is a refused item
             return _refused(f"not JSON: {type(exc).__name__}", text)
         problem = _envelope_problem(payload)
-        return payload if problem is None else _refused(problem, text)
+        return payload if problem is None else _refused(problem, text, payload)
 
     loads._dimple_guard = True  # type: ignore[attr-defined]
     transport.loads = loads  # type: ignore[assignment]

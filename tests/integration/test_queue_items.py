@@ -71,3 +71,32 @@ def test_workers_survive_100_hostile_items_on_every_queue(demo_store, stack):
     assert done.inserted == 1
     log = (stack.run_dir / "w-search.log").read_text(errors="replace")
     assert "not a message was refused" in log
+
+
+def test_the_sender_of_a_refused_message_is_told_at_once(demo_store, stack):
+    """A pickled message (Celery refuses to decode it) and an item whose
+    envelope is broken but names its task id: each sender's get() raises a
+    StageError naming why within seconds, not at its timeout."""
+    import time
+
+    from celery.result import AsyncResult
+
+    import workers
+    from pipeline.errors import StageError
+    from workers.api import search
+    from workers.app import app
+
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    pickled = app.send_task("search.budget", args=[{"states": []}], serializer="pickle")
+    broken_id = str(uuid.uuid4())
+    redis.Redis.from_url(stack.broker_url).lpush("search", json.dumps({
+        "body": "!!! not base64", "headers": {"id": broken_id, "task": "search.fuse"},
+        "properties": {"delivery_tag": str(uuid.uuid4()), "body_encoding": "base64"}}))
+    for task_id, why in ((pickled.id, "could not decode it"), (broken_id, "body is not base64")):
+        t0 = time.monotonic()
+        with pytest.raises(Exception) as info:
+            AsyncResult(task_id, app=app).get(timeout=30)
+        assert time.monotonic() - t0 < 10
+        assert isinstance(info.value, StageError) or type(info.value).__name__ == "StageError"
+        assert why in str(info.value) and "was not run" in str(info.value)
+    assert search("deploy window").results  # and the workers serve on
