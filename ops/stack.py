@@ -187,8 +187,9 @@ def main(argv=None) -> int:
     stack = Stack(args.run_dir, args.port)
     stack.start_redis()
     for queue in args.queues.split(","):
-        # ingest: writes and a background compaction side by side (ops/RUNBOOK.md)
-        stack.start_worker(f"w-{queue}", queue, concurrency=2 if queue == "ingest" else 1)
+        # ingest: writes and a background compaction side by side (ops/RUNBOOK.md);
+        # started as `dimple worker`, which starts its worker again when it dies
+        stack.start_cli_worker(f"w-{queue}", queue, concurrency=2 if queue == "ingest" else 1)
     print(f"broker {stack.broker_url}; logs and pid files in {args.run_dir}")
     print(f"export DIMPLE_BROKER_URL={stack.broker_url}")
     return 0

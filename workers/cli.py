@@ -191,6 +191,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma list of embed, search, audit, ingest")
     s.add_argument("--concurrency", type=int, help="processes (default: DIMPLE_WORKER_CONCURRENCY or one per core)")
     s.add_argument("--name", default=None, help="node name (default: dimple-<queues>@%%h)")
+    s.add_argument("--no-restart", action="store_true",
+                   help="run the worker in this process; by default it runs as a child that is started "
+                        "again whenever it dies (workers/supervise.py)")
     s.set_defaults(func=cmd_worker, operator_log=True)
 
     s = sub.add_parser("flower", help="start Flower with basic auth (DIMPLE_FLOWER_USER / DIMPLE_FLOWER_PASSWORD)")
@@ -493,10 +496,18 @@ def worker_argv(settings, queues: str, concurrency: int | None, name: str | None
 def cmd_worker(args) -> int:
     settings = cli_settings()
     need_broker(settings)
+    level = logging.getLevelName(logging.getLogger().level)  # DIMPLE_LOG_LEVEL, or lower with -v
+    argv = worker_argv(settings, args.queues, args.concurrency, args.name, level)  # refuses bad queues first
+    if not args.no_restart:
+        from workers.supervise import supervise
+
+        child = [sys.executable, "-m", "workers.cli", *(["-v"] * (args.verbose or 0)), "worker", "--no-restart",
+                 "--queues", args.queues, *(["--concurrency", str(args.concurrency)] if args.concurrency else []),
+                 *(["--name", args.name] if args.name else [])]
+        return supervise(child)
     from workers.app import app
 
-    level = logging.getLevelName(logging.getLogger().level)  # DIMPLE_LOG_LEVEL, or lower with -v
-    app.worker_main(worker_argv(settings, args.queues, args.concurrency, args.name, level))
+    app.worker_main(argv)
     return 0
 
 

@@ -44,3 +44,45 @@ def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_s
           f"(stages {', '.join(f'{k} {v:.0f}' for k, v in res.timings.items())} ms)")
     assert res.results and res.results[0].id == "code-0200"
     assert elapsed < 5.0  # generous: about 0.3-1 s on a busy 2-core machine; cold workers took 2-10 s
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
+def test_dimple_worker_starts_its_worker_again_when_it_dies(demo_store, cli_stack):
+    """``dimple worker`` supervises (workers/supervise.py): the worker's main
+    process SIGKILLed comes back, ready, and serves; SIGTERM to the command
+    stops the worker and the command, leaving no process behind."""
+    import os
+    import signal
+
+    import workers
+    from workers.api import search
+
+    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_AUDIT_ENABLED": "false"}
+    cli_stack.start_cli_worker("sv-embed", "embed", env=env)
+    cli_stack.start_cli_worker("sv-search", "search", env=env)
+    cli_stack.wait_for_ready("sv-embed", timeout=240)
+    cli_stack.wait_for_ready("sv-search", timeout=240)
+    supervisor = cli_stack.procs["sv-search"]
+    (worker,) = _children(supervisor.pid)
+    os.kill(worker, signal.SIGKILL)
+    log = cli_stack.run_dir / "sv-search.log"
+    deadline = time.time() + 240
+    while time.time() < deadline and log.read_text(errors="replace").count(" ready: ") < 2:
+        assert supervisor.poll() is None, "the command ended with its worker"
+        time.sleep(0.2)
+    text = log.read_text(errors="replace")
+    assert text.count(" ready: ") == 2, text[-2000:]
+    assert "was killed by SIGKILL" in text and "starting it again in 1 s" in text
+    (again,) = _children(supervisor.pid)
+    assert again != worker
+    workers.configure(demo_store.with_broker(cli_stack.broker_url))
+    assert search("deploy window").results[0].id == "code-0200"
+    supervisor.send_signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0
+    assert not os.path.exists(f"/proc/{again}") or open(f"/proc/{again}/stat").read().split()[2] == "Z"
