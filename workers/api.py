@@ -51,6 +51,26 @@ def _decode(value: Any) -> list[Results]:
 WAIT_STEP_S = 1.0
 
 
+class _Lost(Exception):
+    """The broker lost what a handle waits for (raised by ``_wait``, reworded by its caller)."""
+
+
+def _wait(fetch: Callable[..., Any], timeout: float | None, lost: Callable[[], bool], **kwargs: Any) -> Any:
+    """``fetch(timeout=...)`` (an ``AsyncResult.get``) in steps of ``WAIT_STEP_S``,
+    looking before each whether the broker lost the task (``_Lost``); Celery's
+    ``TimeoutError`` once ``timeout`` has passed."""
+    due = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if lost():  # known at once once any waiter of this process saw it
+            raise _Lost
+        step = WAIT_STEP_S if due is None else min(WAIT_STEP_S, max(due - time.monotonic(), 0.01))
+        try:
+            return fetch(timeout=step, **kwargs)
+        except CeleryTimeoutError:
+            if due is not None and time.monotonic() >= due:
+                raise
+
+
 def _expired(exc: Exception) -> bool:
     """A stage discarded at the query's deadline (Celery reports it revoked;
     a chord whose part was discarded fails with a ChordError naming it)."""
@@ -76,35 +96,30 @@ class _DecodesResults:
     deadline: float | None = None  # monotonic time its stages expire (DIMPLE_TASK_TIMEOUT_S after sending)
 
     def get(self, timeout: float | None = None, **kwargs: Any):
-        due = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._lost():  # known at once once any waiter of this process saw it
-                self.release()
-                raise StageLostError(
-                    f"task {self.id} was lost {self._since()}: the broker restarted without its data "
-                    "(or was flushed), so its queued stages and results are gone; send the query again")
-            step = WAIT_STEP_S if due is None else min(WAIT_STEP_S, max(due - time.monotonic(), 0.01))
-            try:
-                value = super().get(timeout=step, **kwargs)  # type: ignore[misc]
-                break
-            except _BROKER_DOWN as exc:
-                reset_connections(app)  # abandons the backend, its waiters with it
-                raise BrokerUnavailableError(
-                    f"lost the broker or result backend while waiting for task {self.id}: {exc}") from None
-            except CeleryTimeoutError:  # still waiting: get() may be called again
-                if due is not None and time.monotonic() >= due:
-                    raise QueryTimeoutError(f"no answer for task {self.id} {self._since(timeout)}; "
-                                            f"{_why_no_answer()}") from None
-            except DimpleError:
-                self.release()
-                raise
-            except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
-                self.release()
-                if _expired(exc):
-                    raise QueryTimeoutError(
-                        f"task {self.id}: its stages expired unrun at the query's deadline "
-                        "(DIMPLE_TASK_TIMEOUT_S after sending)") from None
-                raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
+        try:
+            value = _wait(super().get, timeout, self._lost, **kwargs)  # type: ignore[misc]
+        except _Lost:
+            self.release()
+            raise StageLostError(
+                f"task {self.id} was lost {self._since()}: the broker restarted without its data "
+                "(or was flushed), so its queued stages and results are gone; send the query again") from None
+        except _BROKER_DOWN as exc:
+            reset_connections(app)  # abandons the backend, its waiters with it
+            raise BrokerUnavailableError(
+                f"lost the broker or result backend while waiting for task {self.id}: {exc}") from None
+        except CeleryTimeoutError:  # still waiting: get() may be called again
+            raise QueryTimeoutError(f"no answer for task {self.id} {self._since(timeout)}; "
+                                    f"{_why_no_answer()}") from None
+        except DimpleError:
+            self.release()
+            raise
+        except Exception as exc:  # a stage raised on a worker: Celery rebuilt its error
+            self.release()
+            if _expired(exc):
+                raise QueryTimeoutError(
+                    f"task {self.id}: its stages expired unrun at the query's deadline "
+                    "(DIMPLE_TASK_TIMEOUT_S after sending)") from None
+            raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
         self.release()
         results = _decode(value)
         return results[0] if self.single else results
@@ -324,18 +339,27 @@ def search_many(
 class _DecodesWrite:
     """``get()`` returns a ``WriteResult``; records the worker found invalid
     raise ``IngestValidationError`` (nothing written), a timeout
-    ``QueryTimeoutError``, a lost broker ``BrokerUnavailableError``."""
+    ``QueryTimeoutError``, a lost broker ``BrokerUnavailableError``, a broker
+    that lost the write's message (restarted without its data) ``StageLostError``
+    within about a second."""
 
     id: str
+    broker: str = ""
+    epoch: str | None = None  # the broker's epoch when the write was sent (broker_epoch)
 
     def get(self, *args: Any, **kwargs: Any) -> WriteResult:
+        timeout = kwargs.pop("timeout", args[0] if args else None)
         try:
-            value = super().get(*args, **kwargs)  # type: ignore[misc]
+            value = _wait(super().get, timeout, lambda: broker_epoch.lost_since(self.broker, self.epoch),  # type: ignore[misc]
+                          **kwargs)
+        except _Lost:
+            raise StageLostError(
+                f"write {self.id} was lost: the broker restarted without its data; it may have been applied "
+                "before (a write is idempotent: send it again)") from None
         except _BROKER_DOWN as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:
-            timeout = kwargs.get("timeout", args[0] if args else None)
             raise QueryTimeoutError(
                 f"write {self.id} not acknowledged within {timeout} s; it stays queued and is applied when "
                 f"an ingest worker runs it (start one: {START_WORKER['ingest']})") from None
@@ -370,12 +394,16 @@ def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
         if res.failed():
             raise res.result
         return EagerWriteResult(res.id, res.result, res.state)
+    broker = app.conf.broker_url
     try:
+        epoch = broker_epoch.current(broker)
         handle = task.apply_async(args=list(args))
-    except _BROKER_DOWN as exc:
+    except (*_BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
         reset_connections(app)
         raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
-    return WriteAsyncResult(handle.id, app=app)
+    out = WriteAsyncResult(handle.id, app=app)
+    out.broker, out.epoch = broker, epoch
+    return out
 
 
 def remember_async(records: Any, *, skip_invalid: bool = False) -> WriteAsyncResult | EagerWriteResult:

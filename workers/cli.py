@@ -485,8 +485,10 @@ def worker_argv(settings, queues: str, concurrency: int | None, name: str | None
     unknown = sorted(set(wanted) - set(QUEUES))
     if unknown or not wanted:
         raise InputError("--queues", f"unknown queue(s) {unknown}; valid: {', '.join(QUEUES)}")
-    argv = ["worker", "-Q", ",".join(wanted), "-E", "--loglevel", loglevel or settings.log_level,
-            "-n", name or f"dimple-{'-'.join(wanted)}@%h"]
+    # no gossip or mingle: dimple needs neither (leases and expiry, not revokes, keep stages from
+    # running twice or late), and Celery's gossip failed to restart after a Redis restart
+    argv = ["worker", "-Q", ",".join(wanted), "-E", "--without-gossip", "--without-mingle",
+            "--loglevel", loglevel or settings.log_level, "-n", name or f"dimple-{'-'.join(wanted)}@%h"]
     processes = concurrency if concurrency is not None else settings.worker_concurrency
     if processes:
         argv += ["-c", str(processes)]

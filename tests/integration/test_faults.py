@@ -203,3 +203,19 @@ def test_a_query_its_caller_gave_up_on_never_runs_later(demo_store, bare_broker,
     assert "Discarding revoked task" in logs
     assert " succeeded in " not in logs  # no stage ran
     assert not settings.audit_path.exists()
+
+
+def test_a_write_lost_with_redis_fails_at_once(demo_store, fault_stack):
+    """A write queued (no ingest worker up) when Redis restarts empty: its
+    caller learns at once that it was lost, not after DIMPLE_TASK_TIMEOUT_S."""
+    import workers
+    from workers.api import remember_async
+
+    workers.configure(fault_stack.settings)
+    handle = remember_async({"namespace": "faults", "content": "a write Redis will lose"})
+    fault_stack.stop("redis", sig=signal.SIGKILL)
+    fault_stack.start_redis()
+    t0 = time.monotonic()
+    with pytest.raises(StageLostError, match="was lost: the broker restarted without its data"):
+        handle.get(timeout=fault_stack.settings.task_timeout_s)
+    assert time.monotonic() - t0 < 10
