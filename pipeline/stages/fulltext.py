@@ -31,6 +31,7 @@ can hit.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -41,6 +42,7 @@ from pipeline.settings import FulltextSettings
 from pipeline.store.database import placeholders
 from pipeline.store.fulltext_index import index_exists
 from pipeline.store.overlay import Overlay
+from pipeline.store.postings import Postings, QueryTerms
 from pipeline.timing import ms_since
 
 # A query is three short statements, each with a small plan: its terms (the
@@ -109,11 +111,21 @@ _FILTERS = {
 }
 
 
+_TERMS: dict[tuple[str, str], QueryTerms] = {}
+
+
 def _query_terms(con, text: str, settings: FulltextSettings) -> list[str]:
     """The distinct stemmed terms of ``text``, by the index's own tokenizer and stemmer."""
-    if not text.strip():
-        return []
-    return [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
+    key = (settings.ignore, settings.stemmer)
+    terms = _TERMS.get(key)
+    if terms is None:
+        try:
+            terms = _TERMS[key] = QueryTerms(settings.ignore, settings.stemmer)
+        except re.error:  # a pattern Python's re reads otherwise than DuckDB's RE2: the macro itself
+            if not text.strip():
+                return []
+            return [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
+    return terms(con, text)
 
 
 def _scope_filters(scope: Scope, params: dict) -> str:
@@ -131,15 +143,24 @@ def _scope_filters(scope: Scope, params: dict) -> str:
     return " AND ".join(filters)
 
 
-def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings) -> list[tuple[str, float]]:
+def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings,
+           postings: Postings | None = None) -> list[tuple[str, float]]:
     """Top ``limit`` (id, BM25 score) for ``text`` within ``scope``, best first.
 
     Ties are broken by id so a ranking is reproducible. Each distinct query
-    term counts once, as in ``match_bm25``.
+    term counts once, as in ``match_bm25``. With the base's ``postings`` in
+    memory it scores there (the same scores), except for topic and concept
+    scopes, which the SQL below filters.
     """
     terms = _query_terms(con, text, settings)
     if not terms:
         return []
+    if postings is not None:
+        n = postings.num_docs
+        got = postings.search(postings.termids(terms), scope, limit, settings.k1, settings.b,
+                              n=n, avgdl=postings.total_len / n if n else 0.0)
+        if got is not None:
+            return got
     slots, params = placeholders("t", terms)
     termids = [r[0] for r in con.execute(_TERM_IDS.replace("{terms}", slots), params).fetchall()]
     if not termids:
@@ -151,7 +172,7 @@ def search(con, text: str, scope: Scope, limit: int, settings: FulltextSettings)
 
 
 def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSettings,
-                overlay: Overlay) -> list[tuple[str, float]]:
+                overlay: Overlay, postings: Postings | None = None) -> list[tuple[str, float]]:
     """``search`` over the base and the deltas of ``overlay``: BM25 with the
     live corpus's N, avgdl and document frequencies, the base's dead memories
     skipped, the deltas' memories scored from their terms; one ranking, ties by id.
@@ -159,6 +180,19 @@ def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSett
     terms = _query_terms(con, text, settings)
     if not terms:
         return []
+    n, avgdl = overlay.live_stats()
+    if postings is not None and not (scope.topics or scope.concepts):
+        tids = postings.termids(terms)
+        dead = overlay.dead_mask(postings.num_docs)
+        gone = postings.dead_per_term(list(tids.values()), dead)
+        df = {t: overlay.delta_df(t) for t in terms}
+        for term, tid in tids.items():
+            df[term] += int(postings.df[tid]) - gone.get(tid, 0)
+        hits = overlay.fulltext_hits(terms, df, scope, settings.k1, settings.b, limit)
+        hits += postings.search(tids, scope, limit, settings.k1, settings.b, n=n, avgdl=avgdl, df=df,
+                                dead=dead) or []
+        hits.sort(key=lambda h: (-h[1], h[0]))
+        return hits[:limit]
     known = overlay.base_terms
     missing = [t for t in terms if t not in known]
     if missing:
@@ -176,7 +210,6 @@ def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSett
     df = {t: overlay.delta_df(t) for t in terms}
     for term, (termid, base_df) in base.items():
         df[term] += base_df - dead.get(termid, 0)
-    n, avgdl = overlay.live_stats()
     hits = overlay.fulltext_hits(terms, df, scope, settings.k1, settings.b, limit)
     if base and n:
         tids = sorted(t for t, _ in base.values())
@@ -195,13 +228,13 @@ def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSett
 
 
 def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSettings, deadline: float | None,
-                 overlay: Overlay | None = None):
+                 overlay: Overlay | None = None, postings: Postings | None = None):
     """``search`` (``search_live`` when ``overlay`` has deltas) that gives up at
     ``deadline`` (wall clock); returns (hits, timed_out)."""
     def run() -> list[tuple[str, float]]:
         if overlay is not None and not overlay.empty:
-            return search_live(con, text, scope, limit, settings, overlay)
-        return search(con, text, scope, limit, settings)
+            return search_live(con, text, scope, limit, settings, overlay, postings)
+        return search(con, text, scope, limit, settings, postings)
 
     if deadline is None:
         return run(), False
@@ -218,10 +251,12 @@ def search_until(con, text: str, scope: Scope, limit: int, settings: FulltextSet
         timer.cancel()
 
 
-def fulltext_batch(batch: Batch, con, settings: FulltextSettings, overlay: Overlay | None = None) -> Batch:
+def fulltext_batch(batch: Batch, con, settings: FulltextSettings, overlay: Overlay | None = None,
+                   postings: Postings | None = None) -> Batch:
     """The ``search.fulltext`` stage: BM25 for every query of a batch that wants it,
-    over the base read through ``con`` and the deltas of ``overlay``."""
-    has_index = con is not None and index_exists(con)
+    over the base read through ``con`` (its ``postings`` in memory, when
+    loaded) and the deltas of ``overlay``."""
+    has_index = postings is not None or (con is not None and index_exists(con))
     for state in batch.states:
         q = state.query
         if not q.wants("fts"):
@@ -229,7 +264,7 @@ def fulltext_batch(batch: Batch, con, settings: FulltextSettings, overlay: Overl
             continue
         t0 = time.perf_counter()
         if has_index:
-            hits, timed_out = search_until(con, q.text, q.scope, q.top_k, settings, q.deadline, overlay)
+            hits, timed_out = search_until(con, q.text, q.scope, q.top_k, settings, q.deadline, overlay, postings)
         else:
             hits, timed_out = [], False
         ms = ms_since(t0)

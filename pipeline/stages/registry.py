@@ -70,7 +70,7 @@ def _fulltext(batch: Batch, res: Resources) -> Batch:
     with res.view() as v:
         if v is None:
             return fulltext_batch(batch, None, res.settings().fulltext)
-        return fulltext_batch(batch, v.cursor, res.settings().fulltext, v.overlay)
+        return fulltext_batch(batch, v.cursor, res.settings().fulltext, v.overlay, v.postings())
 
 
 def _fuse(parts: list[Batch], res: Resources) -> Batch:

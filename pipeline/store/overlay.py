@@ -20,7 +20,6 @@ is immutable; the stages read it beside the base:
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +29,7 @@ import numpy as np
 
 from pipeline.contracts import Scope
 from pipeline.store.database import one, rows_by_ids
+from pipeline.store.postings import bm25
 
 
 @dataclass
@@ -134,6 +134,7 @@ class Overlay:
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # term -> (rows, tfs)
     lens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     _dead_rows: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
+    _dead_docs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     # the base's term -> (termid, df), or None for a term the base lacks: the
     # base never changes, so this is shared by every overlay over it
     # (``pipeline.stages.fulltext.search_live`` fills it, bounded)
@@ -198,6 +199,17 @@ class Overlay:
         )
 
     # -- liveness -------------------------------------------------------------
+    def dead_mask(self, num_docs: int) -> np.ndarray | None:
+        """The base's dead memories as a mask by full-text docid (None: none dead)."""
+        if not self.dead_docids:
+            return None
+        mask = self._dead_docs.get(num_docs)
+        if mask is None:
+            mask = np.zeros(num_docs, dtype=bool)
+            mask[self.dead_docids] = True
+            self._dead_docs[num_docs] = mask
+        return mask
+
     def dead_rows(self, index) -> np.ndarray | None:
         """Rows of the base's vector ``index`` that a delta replaced or forgot
         (None when there are none); computed once per index."""
@@ -274,9 +286,7 @@ class Overlay:
             if term not in self.postings:
                 continue
             rows, tf = self.postings[term]
-            d = df[term]
-            idf = math.log10(((n - d) + 0.5) / (d + 0.5) + 1)
-            scores[rows] += idf * ((tf * (k1 + 1)) / (tf + (k1 * ((1 - b) + (b * (self.lens[rows] / avgdl))))))
+            scores[rows] += bm25(tf, self.lens[rows], df[term], n, avgdl, k1, b)
             hit[rows] = True
         found = np.flatnonzero(hit & inside)
         ranked = sorted(found.tolist(), key=lambda row: (-scores[row], self.ids[row]))[:limit]

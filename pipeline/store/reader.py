@@ -4,7 +4,8 @@ each task.
 
 - A write publishes a delta: only that delta is read (a few kilobytes per
   memory) and the overlay rebuilt; the base stays open.
-- A compaction publishes a new base: it is opened and indexed in a
+- A compaction publishes a new base: it is opened and indexed (its vector
+  index and full-text postings, as far as the old base had them) in a
   background thread while queries keep being answered from the old base
   plus every delta (the old ones it holds in memory, the new ones it loads),
   which is the same store; then the new base takes over. No query waits for
@@ -25,7 +26,9 @@ from typing import Any
 from pipeline.errors import StoreError
 from pipeline.store import segments
 from pipeline.store.database import Store
+from pipeline.store.fulltext_index import index_exists
 from pipeline.store.overlay import Delta, Overlay, fulltext_totals
+from pipeline.store.postings import Postings
 
 
 class _Uses:
@@ -42,6 +45,27 @@ class _Uses:
         self.totals = fulltext_totals(store.con) if store is not None else None
         self.router: Any = None
         self.terms: dict[str, tuple[int, int] | None] = {}  # Overlay.base_terms
+        self._postings: Postings | None = None
+        self._postings_read = False
+        self._postings_lock = threading.Lock()
+
+    def postings(self) -> Postings | None:
+        """The base's full-text postings in memory, read on first use (None
+        without a base or a full-text index)."""
+        with self._postings_lock:  # not self.lock: a load takes seconds at 1M memories
+            if not self._postings_read:
+                if self.store is not None:
+                    cur = self.store.cursor()
+                    try:
+                        self._postings = Postings.load(cur) if index_exists(cur) else None
+                    finally:
+                        cur.close()
+                self._postings_read = True
+            return self._postings
+
+    @property
+    def postings_loaded(self) -> bool:
+        return self._postings_read
 
     def enter(self) -> None:
         with self.lock:
@@ -92,6 +116,11 @@ class Snapshot:
                 self._index = VectorIndex.load(self.store.con, self.version, self.store.info.embedding_dim)
             return self._index
 
+    def postings(self) -> Postings | None:
+        """The base's full-text postings in memory (``pipeline.store.postings``), read on first use."""
+        assert self._uses is not None
+        return self._uses.postings()
+
     def close(self) -> None:
         """Retire this snapshot's base: closed once no stage reads it any more."""
         assert self._uses is not None
@@ -111,7 +140,7 @@ class Snapshot:
         try:
             cur = self.store.cursor() if self.store is not None else None
             try:
-                yield View(cursor=cur, overlay=self.overlay, index=self.index)
+                yield View(cursor=cur, overlay=self.overlay, index=self.index, postings=self.postings)
             finally:
                 if cur is not None:
                     cur.close()
@@ -124,6 +153,7 @@ class View:
     cursor: Any
     overlay: Overlay
     index: Callable[[], Any]
+    postings: Callable[[], Postings | None]
 
 
 class Reader:
@@ -189,7 +219,9 @@ class Reader:
                 self._current = fresh
                 return fresh
             if self._loading is None:
-                self._start_background(manifest, index_wanted=cur._index is not None)
+                assert cur._uses is not None
+                self._start_background(manifest, index_wanted=cur._index is not None,
+                                       postings_wanted=cur._uses.postings_loaded)
             # meanwhile: the old base, every delta the compaction merged, and those written since
             extra = [d for d in manifest.consumed + manifest.deltas if d.seq not in cur.deltas]
             self._current = self._extend(cur, manifest.version, extra)
@@ -215,7 +247,8 @@ class Reader:
         return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
                         _index=cur._index, _uses=cur._uses)
 
-    def _load(self, manifest: segments.Manifest, cache: dict, index_wanted: bool = False) -> Snapshot:
+    def _load(self, manifest: segments.Manifest, cache: dict, index_wanted: bool = False,
+              postings_wanted: bool = False) -> Snapshot:
         store = None
         if manifest.base is not None:
             path = self.data_dir / manifest.base
@@ -235,16 +268,18 @@ class Reader:
                             _uses=uses)
             if index_wanted:
                 snap.index()
+            if postings_wanted:
+                snap.postings()
             return snap
         except BaseException:
             if store is not None:
                 store.close()
             raise
 
-    def _start_background(self, manifest: segments.Manifest, index_wanted: bool) -> None:
+    def _start_background(self, manifest: segments.Manifest, index_wanted: bool, postings_wanted: bool) -> None:
         def run() -> None:
             try:
-                snap = self._load(manifest, {}, index_wanted)
+                snap = self._load(manifest, {}, index_wanted, postings_wanted)
             except BaseException as exc:  # the next snapshot() loads in the foreground
                 with self._lock:
                     self._failed = exc

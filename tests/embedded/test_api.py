@@ -93,7 +93,7 @@ def test_max_ms_holds_when_a_leg_is_slow(embedded, tmp_path, monkeypatch):
     _store(embedded, tmp_path)
     search("warm up")  # the model loads on the first query; this test times a leg, not the load
 
-    def slow_search(con, text, scope, limit, settings):
+    def slow_search(con, text, scope, limit, settings, postings=None):
         con.execute("SELECT count(*) FROM range(100000000000) t(a) WHERE a % 7 = 3").fetchall()
         return []
 

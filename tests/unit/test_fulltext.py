@@ -17,6 +17,7 @@ from pipeline.contracts import Scope
 from pipeline.stages import fulltext
 from pipeline.store.database import Store
 from pipeline.store.fulltext_index import index_exists
+from pipeline.store.postings import Postings
 
 HANDWRITTEN = [
     "ERR_CONN_RESET", "err_conn_reset on db-17", "db-17", "db 17", "src/app/main.py", "main.py",
@@ -48,6 +49,16 @@ def corpus(tmp_path_factory):
     store.con.execute("INSERT INTO memory_concepts SELECT id, 'infra' FROM memories WHERE hash(id) % 7 = 0")
     yield store, settings.fulltext
     store.close()
+
+
+@pytest.fixture(scope="module", params=["sql", "postings in memory"])
+def leg(request, corpus):
+    """The full-text leg as it scores from SQL, and from the base's postings
+    held in memory (``pipeline.store.postings``): both must equal ``match_bm25``."""
+    if request.param == "sql":
+        return fulltext.search
+    postings = Postings.load(corpus[0].con)
+    return lambda con, q, scope, k, fts: fulltext.search(con, q, scope, k, fts, postings)
 
 
 NAMESPACES = ["ns0", "ns1", "ns2"]
@@ -94,7 +105,7 @@ def in_scope_texts(con, scope: Scope) -> list[str]:
          "concepts": list(scope.concepts)}).fetchall()]
 
 
-def check_scoped(con, fts, scopes: list[Scope], per_scope: int, seed: int) -> int:
+def check_scoped(con, fts, scopes: list[Scope], per_scope: int, seed: int, search=fulltext.search) -> int:
     """Each scope holds memories; queries drawn from its own texts rank the same
     by the leg and by ``match_bm25``. Returns the number of non-empty answers."""
     answered = 0
@@ -102,7 +113,7 @@ def check_scoped(con, fts, scopes: list[Scope], per_scope: int, seed: int) -> in
         texts = in_scope_texts(con, scope)
         assert texts, scope  # no combination is empty by construction
         for q in synth.queries_from_texts(texts, per_scope, seed=seed + i):
-            got = fulltext.search(con, q, scope, 10, fts)
+            got = search(con, q, scope, 10, fts)
             same, why = same_ranking(match_bm25(con, q, scope, 30, fts), got, 10)
             assert same, (q, scope, why)
             assert got, (q, scope)  # its first word is in a text of the scope
@@ -114,13 +125,13 @@ def _queries(n: int, seed: int) -> list[str]:
     return HANDWRITTEN + synth.queries(n, seed=seed, corpus_seed=3)
 
 
-def test_rankings_and_scores_equal_match_bm25(corpus):
+def test_rankings_and_scores_equal_match_bm25(leg, corpus):
     store, fts = corpus
     mismatches = []
     queries = _queries(200, seed=1)
     hits = 0
     for q in queries:
-        got = fulltext.search(store.con, q, Scope(), 20, fts)
+        got = leg(store.con, q, Scope(), 20, fts)
         ref = match_bm25(store.con, q, Scope(), 40, fts)
         hits += bool(got)
         same, why = same_ranking(ref, got, 20)
@@ -131,28 +142,28 @@ def test_rankings_and_scores_equal_match_bm25(corpus):
 
 
 @pytest.mark.parametrize("k1,b", [(1.2, 0.75), (2.0, 0.0)])  # the extension's defaults; no length norm
-def test_equal_for_other_bm25_parameters(corpus, k1, b):
+def test_equal_for_other_bm25_parameters(leg, corpus, k1, b):
     store, fts = corpus
     fts = fts.model_copy(update={"k1": k1, "b": b})
     for q in synth.queries(20, seed=int(k1 * 10 + b * 100), corpus_seed=3):
-        same, why = same_ranking(match_bm25(store.con, q, Scope(), 30, fts), fulltext.search(store.con, q, Scope(), 10, fts), 10)
+        same, why = same_ranking(match_bm25(store.con, q, Scope(), 30, fts), leg(store.con, q, Scope(), 10, fts), 10)
         assert same, (q, why)
 
 
-def test_scoped_rankings_equal_match_bm25(corpus):
+def test_scoped_rankings_equal_match_bm25(leg, corpus):
     store, fts = corpus
     scopes = scope_combinations(store.con, NAMESPACES, TYPES)
-    assert check_scoped(store.con, fts, scopes, 1, seed=2) == len(scopes) == 96
+    assert check_scoped(store.con, fts, scopes, 1, seed=2, search=leg) == len(scopes) == 96
     for scope in (Scope(namespace="nope"), Scope(topics=("nope",)), Scope(content_types=("nope",))):  # empty scopes
         for q in synth.queries_from_texts(in_scope_texts(store.con, Scope()), 5, seed=4):
-            assert fulltext.search(store.con, q, scope, 10, fts) == [] == match_bm25(store.con, q, scope, 30, fts)
+            assert leg(store.con, q, scope, 10, fts) == [] == match_bm25(store.con, q, scope, 30, fts)
 
 
-def test_identifiers_find_their_memory(corpus):
+def test_identifiers_find_their_memory(leg, corpus):
     store, fts = corpus
     for q, expected in (("ERR_CONN_RESET", "ERR_CONN_RESET ERR_CONN_RESET twice"), ("src/app/main.py", "src/app/main.py crashed"),
                         ("cafe naive resume", "Café naïve résumé")):
-        top = fulltext.search(store.con, q, Scope(), 1, fts)[0][0]
+        top = leg(store.con, q, Scope(), 1, fts)[0][0]
         assert store.con.execute("SELECT content FROM memories WHERE id = ?", [top]).fetchone()[0] == expected
 
 

@@ -68,9 +68,13 @@ def test_a_delta_store_scores_bm25_exactly_as_its_compacted_self(wide):
     snap = reader.snapshot()
     assert snap is not None and len(snap.overlay.seqs) >= 10 and snap.overlay.dead_ids
     before = {}
+    postings = snap.postings()  # the base's postings in memory: the same scores as the SQL path
     for q in QUERIES:
         for scope in SCOPES:
             before[q, scope] = fulltext.search_live(snap.store.con, q, scope, 20, wide.fulltext, snap.overlay)
+            in_memory = fulltext.search_live(snap.store.con, q, scope, 20, wide.fulltext, snap.overlay, postings)
+            assert [m for m, _ in in_memory] == [m for m, _ in before[q, scope]], (q, scope)
+            assert np.allclose([s for _, s in in_memory], [s for _, s in before[q, scope]], rtol=1e-12, atol=1e-12)
     filled = sum(len(v) >= 10 for v in before.values())
     assert filled >= len(before) * 0.6, "the comparison must not pass on empty answers"
     reader.close()

@@ -1,0 +1,226 @@
+"""The base's full-text postings in process memory, scored with numpy.
+
+The FTS extension builds the index and ``pipeline.store.fulltext_index``
+derives one posting list per term (``fts_postings``); a base never changes,
+so a query process reads those lists once, with the base (in the background
+after a compaction, like the vector index), and a query then costs its terms'
+postings in numpy, with no SQL on its path: terms come from ``QueryTerms``
+(the index's own tokenizer rule and stemmer, cached), scope codes and dead
+memories are masks, and the top ``limit`` an ``argpartition``.
+
+Layout (per base of N memories with P postings and V terms): ``docid`` int32
+and ``tf`` int32 per posting, CSR by term id (``start``, int64 per term);
+length, namespace and content-type codes per memory (int32 each); the ids
+by docid (Python strings, as the vector index holds them); the term
+dictionary (a dict). At 100k synthetic memories about 8 MB of postings and
+10 MB of ids and terms; the figure per million is in BENCHMARKS.md.
+
+Scores are BM25 as ``pipeline.stages.fulltext`` documents it, formula for
+formula (``bm25``), float64, ties by docid (the rank of the memory id), so
+rankings equal the SQL path's and ``match_bm25``'s.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.contracts import Scope
+
+
+def bm25(tf: np.ndarray, lens: np.ndarray, df: int, n: int, avgdl: float, k1: float, b: float) -> np.ndarray:
+    """One term's BM25 weight for documents with term frequencies ``tf`` and
+    lengths ``lens``: the extension's ``match_bm25`` formula (base-10 log)."""
+    idf = math.log10(((n - df) + 0.5) / (df + 0.5) + 1)
+    return idf * ((tf * (k1 + 1)) / (tf + (k1 * ((1 - b) + (b * (lens / avgdl))))))
+
+
+class QueryTerms:
+    """A query's distinct stemmed terms, as the index's ``tokenize`` macro and
+    ``stem`` give them: ``lower(strip_accents(text))``, the ``ignore`` pattern
+    replaced by spaces, split on whitespace, each token stemmed.
+
+    ASCII text is split here (``strip_accents`` and ``lower`` are then plain
+    ASCII operations); other text goes to DuckDB's own macro. Stems come from
+    DuckDB's ``stem`` once per distinct token and are cached (bounded), so
+    the steady state runs no SQL.
+    """
+
+    _CACHE = 200_000
+
+    def __init__(self, ignore: str, stemmer: str):
+        self.ignore = re.compile(ignore)
+        self.stemmer = stemmer
+        self._stems: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, con, text: str) -> list[str]:
+        if not text.strip():
+            return []
+        if not text.isascii():
+            sql = "SELECT DISTINCT stem(unnest(fts_main_memories.tokenize($q)), $stemmer) AS t"
+            return [r[0] for r in con.execute(sql, {"q": text, "stemmer": self.stemmer}).fetchall() if r[0]]
+        tokens = [t for t in re.split(r"\s+", self.ignore.sub(" ", text.lower())) if t]
+        stems = self._stems
+        missing = [t for t in dict.fromkeys(tokens) if t not in stems]
+        if missing:
+            got = con.execute("SELECT list_transform($w, x -> stem(x, $stemmer))",
+                              {"w": missing, "stemmer": self.stemmer}).fetchone()[0]
+            with self._lock:
+                if len(stems) > self._CACHE:
+                    stems.clear()
+                stems.update(zip(missing, got, strict=True))
+        out = [stems.get(t) or _stem_sql(con, t, self.stemmer) for t in tokens]
+        return [t for t in dict.fromkeys(out) if t]
+
+
+def _stem_sql(con, token: str, stemmer: str) -> str:
+    return str(con.execute("SELECT stem($w, $s)", {"w": token, "s": stemmer}).fetchone()[0])
+
+
+@dataclass
+class Postings:
+    """One base's posting lists and per-memory columns (see the module doc)."""
+
+    terms: dict[str, int]  # term -> termid
+    start: np.ndarray  # int64, postings of termid t are [start[t], start[t + 1])
+    docid: np.ndarray  # int32
+    tf: np.ndarray  # int32
+    df: np.ndarray  # int32 by termid
+    lens: np.ndarray  # float64 by docid
+    ns: np.ndarray  # int32 by docid
+    ct: np.ndarray  # int32 by docid
+    ids: list[str]  # by docid
+    labels: dict[tuple[str, str], int]  # (kind, label) -> code
+    num_docs: int
+    total_len: int
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+
+    @classmethod
+    def load(cls, con) -> Postings:
+        """Read the base's ``fts_postings``, ``fts_docs``, ``fts_terms`` and ``fts_labels``."""
+        terms = dict(con.execute("SELECT term, termid FROM fts_terms").fetchall())
+        size = (max(terms.values()) + 1) if terms else 0
+        got = con.execute(
+            "SELECT termid, df, p.docid, p.tf FROM (SELECT termid, df, unnest(postings) AS p FROM fts_postings) "
+            "ORDER BY termid").fetchnumpy()
+        termids = np.asarray(got["termid"], dtype=np.int64)
+        df = np.zeros(size, dtype=np.int32)
+        counts = np.bincount(termids, minlength=size)
+        start = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        df[:] = counts
+        docs = con.execute("SELECT id, len, ns, ct FROM fts_docs ORDER BY docid").fetchnumpy()
+        labels = {(k, lab): int(c) for k, lab, c in con.execute("SELECT kind, label, code FROM fts_labels").fetchall()}
+        lens = np.asarray(docs["len"], dtype=np.float64)
+        return cls(terms=terms, start=start, docid=np.asarray(got["docid"], dtype=np.int32),
+                   tf=np.asarray(got["tf"], dtype=np.int32), df=df, lens=lens,
+                   ns=np.asarray(docs["ns"], dtype=np.int32), ct=np.asarray(docs["ct"], dtype=np.int32),
+                   ids=[str(i) for i in docs["id"]], labels=labels, num_docs=len(lens), total_len=int(lens.sum()))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held, arrays and (roughly) the Python strings of ids and terms."""
+        arrays = sum(a.nbytes for a in (self.start, self.docid, self.tf, self.df, self.lens, self.ns, self.ct))
+        strings = sum(len(s) + 57 for s in self.ids) + sum(len(t) + 57 + 36 for t in self.terms)
+        return arrays + strings
+
+    def termids(self, terms: list[str]) -> dict[str, int]:
+        return {t: tid for t in terms if (tid := self.terms.get(t)) is not None}
+
+    def postings(self, termid: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.start[termid], self.start[termid + 1]
+        return self.docid[lo:hi], self.tf[lo:hi]
+
+    def dead_per_term(self, termids: list[int], dead: np.ndarray | None) -> dict[int, int]:
+        """How many of each term's postings belong to dead memories (``dead``: a mask by docid)."""
+        if dead is None:
+            return {}
+        return {t: int(np.count_nonzero(dead[self.postings(t)[0]])) for t in termids}
+
+    def search(self, termids: dict[str, int], scope: Scope, limit: int, k1: float, b: float, *,
+               n: int, avgdl: float, df: dict[str, int] | None = None,
+               dead: np.ndarray | None = None) -> list[tuple[str, float]] | None:
+        """Top ``limit`` (id, score) of the base for the query terms ``termids``
+        within ``scope`` (namespace and content types; None when the scope
+        names topics or concepts, which the SQL path filters), with corpus
+        statistics ``n``, ``avgdl`` and ``df`` (the base's own when None),
+        skipping docids where ``dead`` is set. Ties by docid (= by id)."""
+        if scope.topics or scope.concepts:
+            return None
+        if not termids or not n or limit <= 0:
+            return []
+        allowed = self._scope_codes(scope)
+        if allowed is None:
+            return []
+        acc = self._accumulator()
+        scores, seen = acc.scores, acc.seen
+        acc.stamp += 1
+        stamp = acc.stamp
+        parts = []
+        for term, tid in termids.items():
+            docs, tf = self.postings(tid)
+            if not len(docs):
+                continue
+            d = df[term] if df is not None else int(self.df[tid])
+            scores[docs] += bm25(tf, self.lens[docs], d, n, avgdl, k1, b)
+            parts.append(docs[seen[docs] != stamp])
+            seen[docs] = stamp
+        if not parts:
+            return []
+        cand = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        got = scores[cand]
+        scores[cand] = 0.0
+        keep = np.ones(len(cand), dtype=bool)
+        if dead is not None:
+            keep &= ~dead[cand]
+        ns_code, ct_codes = allowed
+        if ns_code is not None:
+            keep &= self.ns[cand] == ns_code
+        if ct_codes is not None:
+            keep &= np.isin(self.ct[cand], ct_codes)
+        if not keep.all():
+            cand, got = cand[keep], got[keep]
+        if len(cand) > limit:
+            # the limit-th best score, then every candidate at least as good
+            # (ties at the cut are kept and ordered by docid below)
+            cut = np.partition(got, len(got) - limit)[len(got) - limit]
+            top = got >= cut
+            cand, got = cand[top], got[top]
+        order = np.lexsort((cand, -got))[:limit]
+        return [(self.ids[c], float(s)) for c, s in zip(cand[order].tolist(), got[order].tolist(), strict=True)]
+
+    def _scope_codes(self, scope: Scope) -> tuple[int | None, np.ndarray | None] | None:
+        """(namespace code or None, content-type codes or None); None: nothing can match."""
+        ns_code = None
+        if scope.namespace is not None:
+            ns_code = self.labels.get(("namespace", scope.namespace))
+            if ns_code is None:
+                return None
+        ct_codes = None
+        if scope.content_types:
+            ct_codes = np.asarray([c for t in scope.content_types
+                                   if (c := self.labels.get(("content_type", t))) is not None], dtype=np.int32)
+            if not len(ct_codes):
+                return None
+        return ns_code, ct_codes
+
+    def _accumulator(self) -> _Accumulator:
+        acc = getattr(self._local, "acc", None)
+        if acc is None:
+            acc = self._local.acc = _Accumulator(np.zeros(self.num_docs, dtype=np.float64),
+                                                 np.zeros(self.num_docs, dtype=np.int64), 0)
+        return acc
+
+
+@dataclass
+class _Accumulator:
+    """Per thread: dense scores (zero between queries) and a seen stamp per docid."""
+
+    scores: np.ndarray
+    seen: np.ndarray
+    stamp: int
