@@ -14,7 +14,11 @@ numba, PyStemmer.) Smoke run on a tiny store (seconds; figures meaningless):
 Sides:
 
 - **ours**: ``pipeline.stages.fulltext.search`` on the store opened read-only,
-  DuckDB with ``--threads`` threads (default: DuckDB's own default, one per core).
+  scoring from the base's postings held in memory (``pipeline.store.postings``,
+  as query processes do); its load time and size are printed.
+- **ours_sql**: the same search reading the postings by SQL (what topic and
+  concept scopes still use), DuckDB with ``--threads`` threads (default:
+  DuckDB's own default, one per core).
 - **bm25s**, as its README recommends for speed and quality: ``BM25(backend=
   "numba")`` (JIT-compiled retrieval; the default backend is numpy), the
   corpus and each query tokenized by ``bm25s.tokenize(..., stopwords="en",
@@ -93,6 +97,7 @@ def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, *, r
     from pipeline.settings import Settings
     from pipeline.stages import fulltext
     from pipeline.store.database import Store
+    from pipeline.store.postings import Postings
 
     load_before = loadavg()
     fts = Settings(_env_file=None).fulltext
@@ -108,12 +113,23 @@ def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, *, r
     log(f"{store_dir}: {n} memories, {postings} postings; load average {load_before}; "
         f"DuckDB threads {threads}, bm25s n_threads {threads} (and 1)")
 
+    t = time.perf_counter()
+    held = Postings.load(con)
+    load_s = time.perf_counter() - t
+
     def ours(q):
+        return fulltext.search(con, q, Scope(), k, fts, held)
+
+    def ours_sql(q):
         return fulltext.search(con, q, Scope(), k, fts)
 
-    sides = {"ours": ours}
+    sides = {"ours": ours, "ours_sql": ours_sql}
     out: dict = {"n": n, "postings": postings, "queries": n_queries, "rounds": rounds, "threads": threads,
-                 "loadavg_before": load_before}
+                 "loadavg_before": load_before,
+                 "postings_in_memory": {"load_s": round(load_s, 2), "mib": round(held.nbytes / 2**20, 1),
+                                        "bytes_per_memory": round(held.nbytes / max(n, 1), 1)}}
+    log(f"  ours: postings in memory loaded in {load_s:.1f} s, {held.nbytes / 2**20:.0f} MiB "
+        f"({held.nbytes / max(n, 1):.0f} bytes per memory)")
     if bm25s_on:
         import bm25s
 
@@ -170,8 +186,13 @@ def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, *, r
                    "postings_read_mean": round(float(np.mean(read)), 1),
                    "postings_read_p95": float(np.percentile(read, 95)),
                    "answered": sum(bool(g) for g in first["ours"])}
-    log(f"  ours (postings BM25, {threads} DuckDB threads): p50 {out['ours']['p50_ms']} ms, "
+    out["ours_sql"] = {"p50_ms": pct(lat["ours_sql"], 50), "p95_ms": pct(lat["ours_sql"], 95),
+                       "same_as_ours": sum(a == b for a, b in zip(first["ours"], first["ours_sql"]))}
+    log(f"  ours (postings in memory, numpy; the query path): p50 {out['ours']['p50_ms']} ms, "
         f"p95 {out['ours']['p95_ms']} ms; postings of the query terms: mean {out['ours']['postings_read_mean']:.0f}")
+    log(f"  ours_sql (postings read by SQL, {threads} DuckDB threads; topic and concept scopes): p50 "
+        f"{out['ours_sql']['p50_ms']} ms, p95 {out['ours_sql']['p95_ms']} ms; same answer as ours for "
+        f"{out['ours_sql']['same_as_ours']}/{len(queries)} queries")
 
     same, whys = 0, []
     for q, ref, got in zip(queries, first["match_bm25"], first["ours"]):

@@ -74,7 +74,7 @@ class QueryTerms:
                 if len(stems) > self._CACHE:
                     stems.clear()
                 stems.update(zip(missing, got, strict=True))
-        out = [stems.get(t) or _stem_sql(con, t, self.stemmer) for t in tokens]
+        out = [stems[t] if t in stems else _stem_sql(con, t, self.stemmer) for t in tokens]  # cleared meanwhile
         return [t for t in dict.fromkeys(out) if t]
 
 
