@@ -1,0 +1,263 @@
+"""Small judged sets of different character from the demo and LoCoMo, for
+choosing defaults that are not tuned to one corpus (issue 16):
+
+* ``entities``: many people, each with a few facts; a question names the
+  person and asks for one attribute in other words than the memory uses,
+  beside the person's other memories and other people's same-attribute ones.
+* ``paraphrase``: a question that shares (almost) no word with its memory:
+  every content word of the memory is swapped for a synonym in the question,
+  beside distractors that share the question's words but not its meaning.
+* ``identifiers``: near-identical log and ticket memories told apart only by
+  an identifier (ticket, host, commit, error code); the question quotes it.
+* ``long_short``: long memories (a meeting's notes, a dozen facts) beside
+  short ones; a question asks for one fact, in a long memory or a short one.
+
+Each set is drawn from ``random.Random(seed)`` (no clock, no files read): the
+same seed gives the same bytes. Judgments come from what the generator
+planted, not from searching the texts. Sizes are a few hundred memories, to
+embed in about a minute on two cores. ``write_beir`` writes a BEIR folder, so
+``dimple eval --beir DIR`` runs a set end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SEED = 16
+
+FIRST = ("Priya", "Tomasz", "Amara", "Kenji", "Lucia", "Oskar", "Fatima", "Mateo", "Ingrid", "Dev", "Chiara",
+         "Emeka", "Sofia", "Rahul", "Hana", "Bruno", "Leila", "Niko", "Greta", "Omar", "Yara", "Felix", "Mei",
+         "Jonas", "Ada", "Tariq", "Elena", "Kofi", "Nadia", "Viktor")
+LAST = ("Raman", "Kowalski", "Okafor", "Tanaka", "Ferreira", "Lindqvist", "Haddad", "Alvarez", "Berg", "Mehta",
+        "Conti", "Eze", "Novak", "Iyer", "Sato", "Costa", "Farah", "Virtanen", "Weber", "Saleh")
+
+# attribute -> (memory sentence, question, values); the question avoids the memory's verb
+ENTITY_FACTS = {
+    "city": ("{p} moved to {v} last spring.", "Which town does {p} live in now?",
+             ("Lisbon", "Osaka", "Tallinn", "Denver", "Porto", "Krakow", "Nairobi", "Valencia", "Oslo", "Montreal")),
+    "pet": ("{p} adopted a {v} from the shelter.", "What animal does {p} keep at home?",
+            ("beagle", "tabby cat", "parrot", "greyhound", "rabbit", "tortoise", "ferret", "corgi")),
+    "diet": ("{p} stopped eating {v} after a bad reaction.", "What food is {p} allergic to?",
+             ("shellfish", "peanuts", "gluten", "dairy", "eggs", "sesame", "soy", "kiwi")),
+    "hobby": ("On weekends {p} goes {v}.", "What does {p} do for fun in free time?",
+              ("bouldering", "sailing", "birdwatching", "trail running", "pottery classes", "salsa dancing",
+               "fly fishing", "woodworking")),
+    "role": ("{p} was promoted to {v} in the autumn.", "What is the job title of {p}?",
+             ("staff engineer", "product manager", "head of design", "data scientist", "engineering manager",
+              "site reliability lead", "security architect")),
+    "drink": ("{p} always orders {v} at the cafe.", "How does {p} take a coffee break beverage?",
+              ("an oat flat white", "green tea", "a double espresso", "chai", "sparkling water", "a cortado")),
+}
+
+# (memory template, question template, slots); each slot is (memory word, question word) pairs
+PARAPHRASES = (
+    ("I parked the {a} near the {b}.", "Where did I leave my {a}? Somewhere by the {b}?",
+     (("car", "automobile"), ("van", "minibus"), ("bike", "bicycle")),
+     (("old library", "book archive"), ("train station", "railway terminal"), ("stadium", "sports arena"))),
+    ("The {a} keeps failing every {b}.", "Why does the {a} break down each {b}?",
+     (("backup job", "nightly snapshot task"), ("staging deploy", "pre-production rollout"),
+      ("billing export", "invoice dump")),
+     (("Friday evening", "end of the work week"), ("morning", "start of the day"), ("month end", "close of the month"))),
+    ("My {a} prefers {b} for dinner.", "What meal does my {a} like in the evening? {b}?",
+     (("daughter", "little girl"), ("husband", "spouse"), ("grandmother", "nan")),
+     (("noodles", "ramen"), ("fish", "seafood"), ("soup", "broth"))),
+    ("We decided to {a} the {b} next quarter.", "Is there a plan to {a} the {b} soon?",
+     (("retire", "decommission"), ("rewrite", "rebuild from scratch"), ("migrate", "move off")),
+     (("legacy queue", "old message broker"), ("search cluster", "indexing servers"), ("mobile app", "phone client"))),
+    ("The doctor said to {a} for {b}.", "What did the physician recommend? {a} for {b}?",
+     (("rest the knee", "avoid running"), ("cut caffeine", "skip coffee"), ("stretch daily", "do mobility exercises")),
+     (("two weeks", "a fortnight"), ("a month", "four weeks"), ("ten days", "a week and a half"))),
+    ("Budget for the {a} is capped at {b}.", "How much money can we spend on the {a}? {b}?",
+     (("offsite", "team retreat"), ("new laptops", "replacement notebooks"), ("conference trip", "summit travel")),
+     (("five thousand", "5k"), ("two grand", "2000"), ("nine hundred", "900"))),
+    ("The {a} is scared of {b}.", "What frightens the {a}? Is it {b}?",
+     (("puppy", "young dog"), ("toddler", "small child"), ("kitten", "young cat")),
+     (("thunder", "storms"), ("the vacuum cleaner", "the hoover"), ("fireworks", "loud bangs"))),
+    ("Renewal of the {a} is due in {b}.", "When must we renew the {a}? {b}?",
+     (("passport", "travel document"), ("TLS certificate", "HTTPS cert"), ("car insurance", "vehicle cover")),
+     (("March", "spring"), ("December", "the winter holidays"), ("July", "midsummer"))),
+)
+DISTRACTOR_PARAPHRASE = (
+    "A {q} came up in passing, nothing was decided.",
+    "Someone asked about the {q} but it was unrelated to us.",
+)
+
+IDENT_TEMPLATES = (
+    ("ticket", "INC-{n5}", "Incident {x}: checkout latency above SLO for 20 minutes, mitigated by scaling the pool.",
+     "what happened in {x}"),
+    ("host", "db-{h4}.{region}", "Host {x} was drained for kernel patching and returned to the pool.",
+     "{x}"),
+    ("commit", "{h7}", "Commit {x} reverts the retry change in the payment client.",
+     "what does commit {x} do"),
+    ("error", "E{n4}", "Error {x} means the upstream token expired; refresh and retry once.",
+     "error {x}"),
+    ("order", "ORD-{n6}", "Order {x} was refunded after the courier lost the parcel.",
+     "status of order {x}"),
+)
+REGIONS = ("eu-west", "us-east", "ap-south", "eu-central")
+
+MEETING_FACTS = (
+    "{p} will own the {t} rollout.", "The {t} launch slipped to {m}.", "Legal must review the {t} contract.",
+    "The {t} budget was cut by a fifth.", "{p} raised a risk about {t} vendor lock-in.",
+    "Customers asked for {t} export to spreadsheets.", "The {t} dashboard shows a drop in weekly users.",
+    "{p} will write the {t} runbook.", "On-call for {t} moves to the platform team.",
+    "Design review of {t} is booked for {m}.", "The {t} pilot has three customers so far.",
+    "Support tickets about {t} doubled since {m}.",
+)
+TOPICS = ("billing", "search", "onboarding", "analytics", "notifications", "payments", "reporting", "sync",
+          "checkout", "identity", "storage", "messaging")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October")
+LONG_QUESTIONS = {
+    0: "Who is responsible for rolling out {t}?", 1: "When is the {t} launch now?",
+    2: "Does the {t} contract need a legal check?", 3: "What happened to the {t} budget?",
+    4: "Who worried about lock-in for {t}?", 5: "What did customers request for {t}?",
+    6: "Are {t} users declining?", 7: "Who is writing the {t} runbook?",
+    8: "Which team takes {t} on-call?", 9: "When is the {t} design review?",
+    10: "How many customers are in the {t} pilot?", 11: "Did {t} support tickets go up?",
+}
+
+
+@dataclass
+class ProbeSet:
+    """One judged set: records (ingest form, one namespace), queries (id, text) and graded judgments."""
+
+    name: str
+    records: list[dict] = field(default_factory=list)
+    queries: list[dict] = field(default_factory=list)
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def memory(self, text: str) -> str:
+        mid = f"{self.name[:3]}-{len(self.records) + 1:05d}"
+        self.records.append({"id": mid, "namespace": self.name, "content": text, "content_type": "text"})
+        return mid
+
+    def ask(self, text: str, relevant: dict[str, int]) -> None:
+        qid = f"{self.name[:3]}-q{len(self.queries) + 1:04d}"
+        self.queries.append({"id": qid, "text": text})
+        self.qrels[qid] = dict(relevant)
+
+
+def _people(rng: random.Random, n: int) -> list[str]:
+    pairs = [f"{f} {last}" for f in FIRST for last in LAST]
+    return rng.sample(pairs, n)
+
+
+def entities(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("entities")
+    people = _people(rng, 80)
+    facts = []
+    for p in people:
+        for attr in rng.sample(sorted(ENTITY_FACTS), 4):
+            memory, question, values = ENTITY_FACTS[attr]
+            facts.append((p, attr, s.memory(memory.format(p=p, v=rng.choice(values)))))
+    for p, attr, mid in rng.sample(facts, 150):
+        s.ask(ENTITY_FACTS[attr][1].format(p=p), {mid: 1})
+    return s
+
+
+def paraphrase(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("paraphrase")
+    planted = []
+    for memory, question, slot_a, slot_b in PARAPHRASES:
+        for a in slot_a:
+            for b in slot_b:
+                planted.append((s.memory(memory.format(a=a[0], b=b[0])), question.format(a=a[1], b=b[1]), a, b))
+                # distractors: the question's own words in an unrelated memory
+                for word in (a[1], b[1]):
+                    s.memory(rng.choice(DISTRACTOR_PARAPHRASE).format(q=word))
+    for mid, question, _, _ in rng.sample(planted, len(planted)):
+        s.ask(question, {mid: 1})
+    return s
+
+
+def _ident(rng: random.Random, shape: str) -> str:
+    return shape.format(
+        n4=rng.randrange(1000, 10_000), n5=rng.randrange(10_000, 100_000), n6=rng.randrange(100_000, 1_000_000),
+        h4=f"{rng.getrandbits(16):04x}", h7=f"{rng.getrandbits(28):07x}", region=rng.choice(REGIONS))
+
+
+def identifiers(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("identifiers")
+    seen: set[str] = set()
+    planted = []
+    for kind, shape, memory, question in IDENT_TEMPLATES:
+        for _ in range(60):
+            x = _ident(rng, shape)
+            if x in seen:
+                continue
+            seen.add(x)
+            ids = [s.memory(memory.format(x=x))]
+            if rng.random() < 0.3:  # a follow-up naming it again
+                ids.append(s.memory(f"Follow-up on {x}: closed, nothing further to do."))
+            planted.append((question.format(x=x), ids))
+    for question, ids in rng.sample(planted, 150):
+        s.ask(question, {ids[0]: 2, **{m: 1 for m in ids[1:]}})
+    return s
+
+
+def long_short(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("long_short")
+    people = _people(rng, 30)
+    planted = []
+    for n, t in enumerate(TOPICS):
+        picks = {i: (rng.choice(people), rng.choice(MONTHS)) for i in range(len(MEETING_FACTS))}
+        facts = {i: MEETING_FACTS[i].format(p=picks[i][0], t=t, m=picks[i][1]) for i in range(len(MEETING_FACTS))}
+        if n % 2 == 0:
+            # one long meeting note holding every fact about the topic
+            order = rng.sample(range(len(MEETING_FACTS)), len(MEETING_FACTS))
+            long_id = s.memory(f"Notes from the weekly sync on {t}. " + " ".join(facts[i] for i in order))
+            where = {i: long_id for i in facts}
+        else:
+            # each fact on its own, a short memory
+            where = {i: s.memory(facts[i]) for i in rng.sample(sorted(facts), len(facts))}
+        for i in rng.sample(sorted(facts), 8):
+            planted.append((LONG_QUESTIONS[i].format(t=t), where[i]))
+    for question, mid in rng.sample(planted, len(planted)):
+        s.ask(question, {mid: 1})
+    return s
+
+
+SETS: dict[str, Callable[[int], ProbeSet]] = {
+    "entities": entities, "paraphrase": paraphrase, "identifiers": identifiers, "long_short": long_short,
+}
+
+
+def write_beir(probe: ProbeSet, folder: Path) -> Path:
+    """``probe`` as a BEIR folder named after the set (``dimple eval --beir``)."""
+    out = Path(folder) / probe.name
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    (out / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": r["id"], "title": "", "text": r["content"]}) + "\n" for r in probe.records),
+        encoding="utf-8")
+    (out / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q["id"], "text": q["text"]}) + "\n" for q in probe.queries), encoding="utf-8")
+    (out / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n"
+        + "".join(f"{q}\t{d}\t{g}\n" for q, docs in probe.qrels.items() for d, g in docs.items()), encoding="utf-8")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="write the probe sets as BEIR folders")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--sets", default=",".join(SETS))
+    args = p.parse_args(argv)
+    for name in args.sets.split(","):
+        probe = SETS[name](args.seed)
+        print(f"{write_beir(probe, args.out)}: {len(probe.records)} memories, {len(probe.queries)} queries")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""The generated probe sets (``pipeline.datasets.probes``): the same seed gives
+the same sets, every judgment names a memory of its set, each set has the
+character it is named for, and a written BEIR folder reads back through
+``load_beir`` as ``dimple eval --beir`` reads it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pipeline.datasets import probes
+from pipeline.datasets.beir import load_beir
+
+
+
+@pytest.mark.parametrize("name", sorted(probes.SETS))
+def test_same_seed_same_set_and_judgments_name_its_memories(name):
+    a, b = probes.SETS[name](16), probes.SETS[name](16)
+    assert (a.records, a.queries, a.qrels) == (b.records, b.queries, b.qrels)
+    assert probes.SETS[name](17).records != a.records or probes.SETS[name](17).queries != a.queries
+    ids = {r["id"] for r in a.records}
+    assert len(ids) == len(a.records) and 50 <= len(a.records) <= 600  # embeds in about a minute on two cores
+    assert len(a.queries) >= 50 and set(a.qrels) == {q["id"] for q in a.queries}
+    for rels in a.qrels.values():
+        assert rels and set(rels) <= ids and max(rels.values()) >= 1
+
+
+def _words(text):
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_identifier_questions_quote_an_identifier_held_by_their_memories_only():
+    s = probes.identifiers()
+    content = {r["id"]: r["content"] for r in s.records}
+    for q in s.queries:
+        (ident,) = [w for w in q["text"].split() if re.search(r"\d", w)]
+        holders = {m for m, text in content.items() if ident in text}
+        assert holders == set(s.qrels[q["id"]])
+
+
+def test_paraphrase_questions_share_few_words_with_their_memory():
+    s = probes.paraphrase()
+    content = {r["id"]: r["content"] for r in s.records}
+    stop = {"the", "a", "i", "my", "we", "is", "to", "of", "for", "in", "at", "by", "it", "does", "did", "what"}
+    for q in s.queries:
+        (mid,) = s.qrels[q["id"]]
+        shared = (_words(q["text"]) & _words(content[mid])) - stop
+        assert len(shared) <= 2, (q["text"], content[mid])
+
+
+def test_long_short_has_long_and_short_answers():
+    s = probes.long_short()
+    length = {r["id"]: len(r["content"]) for r in s.records}
+    answers = [next(iter(s.qrels[q["id"]])) for q in s.queries]
+    assert any(length[m] > 600 for m in answers) and any(length[m] < 120 for m in answers)
+
+
+def test_beir_folder_reads_back(tmp_path):
+    s = probes.entities()
+    folder = probes.write_beir(s, tmp_path)
+    records, queries, qrels = load_beir(folder)
+    assert [r["id"] for r in records] == [r["id"] for r in s.records]
+    assert [r["content"] for r in records] == [r["content"] for r in s.records]
+    assert [(q.id, q.text) for q in queries] == [(q["id"], q["text"]) for q in s.queries]
+    assert qrels == s.qrels
