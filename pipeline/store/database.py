@@ -119,6 +119,7 @@ class Store:
         except duckdb.IOException as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from exc
         try:
+            con.execute("SET enable_progress_bar = false")  # no bars in workers' logs from a long load
             con.execute(f"LOAD '{_sql_quote(str(fts_extension_path()))}'")
             version = _current_version(con)
             latest = latest_schema_version()
@@ -169,6 +170,7 @@ class Store:
         second file beside the one it writes."""
         con = duckdb.connect(":memory:")
         try:
+            con.execute("SET enable_progress_bar = false")
             con.execute(f"LOAD '{_sql_quote(str(fts_extension_path()))}'")
             if temp_directory is not None:
                 con.execute("SET temp_directory = ?", [str(temp_directory)])
