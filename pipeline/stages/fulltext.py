@@ -7,7 +7,9 @@ but its ``match_bm25(id, q)`` is a macro evaluated for every row of the table
 it is called on: a full scan, whose cost grows with the store. So
 ``pipeline.store.fulltext_index`` derives, from the extension's own tables,
 one posting list per term, and ``search`` reads only the lists of the query's
-terms, by primary key.
+terms: from process memory, where a query process holds the base's postings
+(``pipeline.store.postings``, read once per base), or by primary key in SQL
+(topic and concept scopes, and callers without the postings).
 
 Scores are the extension's, formula for formula (``match_bm25`` in DuckDB
 1.5.5): the query is tokenized with the index's own ``tokenize`` macro and
