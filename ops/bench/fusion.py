@@ -1,0 +1,285 @@
+"""Fusion defaults (issue 16): each leg run once per judged set, deep, then
+every fusion candidate evaluated offline on the cached lists.
+
+    # 1. cache: both legs once per query, top --depth with scores and query-time signals
+    python -m ops.bench.fusion cache --demo --data-dir /tmp/fusion/data --out /tmp/fusion/cache/demo.json
+    python -m ops.bench.fusion cache --locomo ../shared/data/locomo/locomo10.json --data-dir /tmp/fusion/data \\
+        --out /tmp/fusion/cache/locomo.json
+    python -m ops.bench.fusion cache --probe entities --data-dir /tmp/fusion/data --out /tmp/fusion/cache/entities.json
+    # 2. evaluate every candidate on every cache (numpy + ranx, no model, no store)
+    python -m ops.bench.fusion evaluate /tmp/fusion/cache/*.json --out /tmp/fusion/fusion.json --md /tmp/fusion/fusion.md
+
+``--probe NAME`` is a set of ``pipeline.datasets.probes``, written as a BEIR
+folder under the data dir and ingested like ``dimple eval --beir``. Stores are
+built when absent (``workers.eval_cli.load_source``, the same stores ``dimple
+eval`` uses with ``DIMPLE_DATA_DIR`` set to the data dir).
+
+The legs run through the pipeline's own stages (``search.embed``,
+``search.descend``, ``search.fulltext``) with both weights 1 and ``top_k`` =
+``--depth``; the cache holds each leg's ranked ids and scores, the query's
+stemmed terms with their document frequencies and the store's size. Fusion
+candidates only reorder these lists, so a candidate's figures are what the
+engine would serve before augment (supersession, scope checks, budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.evaluation.metrics import score
+from pipeline.stages.fuse import rrf
+
+LEG_NAMES = ("vector", "fts")
+METRICS = ("ndcg@10", "recall@10")
+
+
+# -- cache ---------------------------------------------------------------------------------
+def cache(args) -> dict[str, Any]:
+    import workers
+    from pipeline.contracts import Batch, QueryState, make_query
+    from pipeline.stages import fulltext as ft
+    from pipeline.stages.registry import FULLTEXT_LEG, STAGES, VECTOR_LEG
+    from workers import eval_cli, resources
+
+    os.environ["DIMPLE_DATA_DIR"] = str(args.data_dir)
+    from pipeline.settings import Settings
+
+    settings = Settings()
+    beir = None
+    if args.probe:
+        from pipeline.datasets.probes import SETS, write_beir
+
+        beir = write_beir(SETS[args.probe](args.seed), Path(args.data_dir) / "probe-sets")
+    source = argparse.Namespace(queries=None, qrels=None, beir=beir, locomo=args.locomo, demo=args.demo,
+                                store=None, strict=False)
+    qset, run_settings = eval_cli.load_source(source, settings)
+    workers.configure(run_settings)
+    out: dict[str, Any] = {"set": args.probe or qset.name, "depth": args.depth, "queries": []}
+    specs = qset.queries[: args.limit] if args.limit else qset.queries
+    t0 = time.perf_counter()
+    with resources.view() as v:
+        postings = v.postings() if v is not None else None
+        n_docs = int(postings.num_docs) if postings is not None else 0
+        out["n_docs"] = n_docs
+        out["avgdl"] = float(postings.total_len / n_docs) if n_docs else 0.0
+        stop = _stopword_stems(v.cursor, run_settings.fulltext) if v is not None else set()
+        for start in range(0, len(specs), 64):
+            chunk = specs[start:start + 64]
+            states = []
+            for spec in chunk:
+                ask = spec.ask({})
+                text = ask.pop("query")
+                ask.update(mode="hybrid", weights={"vector": 1.0, "fts": 1.0}, top_k=args.depth)
+                states.append(QueryState(query=make_query(text, ask, run_settings)))
+            legs = {}
+            for name, stages in (("vector", VECTOR_LEG), ("fts", FULLTEXT_LEG)):
+                part = Batch(states=[s.model_copy(deep=True) for s in states])
+                for stage in stages:
+                    part = STAGES[stage].run(part, resources)
+                legs[name] = part
+            for i, spec in enumerate(chunk):
+                terms = ft._query_terms(v.cursor, spec.text, run_settings.fulltext) if v is not None else []
+                terms = [t for t in terms if t not in stop]
+                tids = postings.termids(terms) if postings is not None else {}
+                out["queries"].append({
+                    "id": spec.id,
+                    "text": spec.text,
+                    "qrels": qset.qrels.get(spec.id, {}),
+                    "terms": [[t, int(postings.df[tids[t]]) if t in tids else 0] for t in terms],
+                    **{name: [[h.id, h.score] for h in legs[name].states[i].legs[name].hits] for name in LEG_NAMES},
+                })
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    return out
+
+
+def _stopword_stems(con, settings) -> set[str]:
+    """The index's stopwords, stemmed as query terms are (the index drops them
+    before stemming; a query's terms come stemmed), so they count as neither
+    matched nor missing."""
+    try:
+        rows = con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall()
+    except Exception:  # an index built without the extension's tables: no stopwords known
+        return set()
+    words = [r[0] for r in rows]
+    if settings.stemmer == "none" or not words:
+        return set(words)
+    stems = con.execute("SELECT list_transform($w, x -> stem(x, $s))", {"w": words, "s": settings.stemmer}).fetchone()[0]
+    return set(words) | set(stems)
+
+
+# -- signals (query time, from the legs' lists) -------------------------------------------------
+def signals(q: dict, n_docs: int) -> dict[str, float]:
+    """What a fusion could know at query time: the lexical leg's coverage of
+    the query (IDF-weighted share of its terms that occur in the store), its
+    score gap, the vector leg's margin, and the legs' agreement in their top 10."""
+    idf = [_idf(df, n_docs) for _, df in q["terms"]]
+    idf_all = sum(idf)
+    idf_hit = sum(i for i, (_, df) in zip(idf, q["terms"]) if df)
+    vec = [s for _, s in q["vector"]]
+    fts = [s for _, s in q["fts"]]
+    top_v = {d for d, _ in q["vector"][:10]}
+    top_f = {d for d, _ in q["fts"][:10]}
+    return {
+        "coverage": idf_hit / idf_all if idf_all else 0.0,
+        # the top hit's BM25 over what a one-occurrence, average-length match of every term scores
+        "fts_top_norm": min(1.0, fts[0] / idf_all) if fts and idf_all else 0.0,
+        "fts_top_matched": min(1.0, fts[0] / idf_hit) if fts and idf_hit else 0.0,
+        "fts_gap": (fts[0] - fts[min(9, len(fts) - 1)]) / fts[0] if fts and fts[0] > 0 else 0.0,
+        "vec_margin": (vec[0] - vec[min(9, len(vec) - 1)]) if vec else 0.0,
+        "agreement": len(top_v & top_f) / 10.0,
+        "fts_hits": float(len(fts)),
+    }
+
+
+def _idf(df: int, n: int) -> float:
+    """BM25's IDF as the full-text leg computes it (``pipeline.store.postings.bm25``); a term no memory holds counts as df 0."""
+    return math.log10(((n - df) + 0.5) / (df + 0.5) + 1)
+
+
+# -- candidates -------------------------------------------------------------------------------
+def _ids(q: dict, leg: str) -> list[str]:
+    return [d for d, _ in q[leg]]
+
+
+def rrf_fixed(wv: float, wf: float) -> Callable[[dict, dict], list[str]]:
+    def fuse(q: dict, sig: dict) -> list[str]:
+        return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, 60)]
+    return fuse
+
+
+def rrf_per_query(weights: Callable[[dict], tuple[float, float]]) -> Callable[[dict, dict], list[str]]:
+    def fuse(q: dict, sig: dict) -> list[str]:
+        wv, wf = weights(sig)
+        return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, 60)]
+    return fuse
+
+
+def _minmax(hits: list) -> dict[str, float]:
+    if not hits:
+        return {}
+    s = np.array([x for _, x in hits], dtype=float)
+    lo, hi = float(s.min()), float(s.max())
+    span = hi - lo
+    return {d: ((x - lo) / span if span > 0 else 1.0) for d, x in hits}
+
+
+def convex(alpha: float) -> Callable[[dict, dict], list[str]]:
+    """alpha * minmax(vector) + (1 - alpha) * minmax(fts) over the union; a leg that did not return a candidate gives it 0."""
+    def fuse(q: dict, sig: dict) -> list[str]:
+        v, f = _minmax(q["vector"]), _minmax(q["fts"])
+        scores = {d: alpha * v.get(d, 0.0) + (1 - alpha) * f.get(d, 0.0) for d in set(v) | set(f)}
+        return sorted(scores, key=lambda d: (-scores[d], d))
+    return fuse
+
+
+def candidates() -> dict[str, Callable[[dict, dict], list[str]]]:
+    out: dict[str, Callable[[dict, dict], list[str]]] = {
+        "vector only": lambda q, s: _ids(q, "vector"),
+        "fts only": lambda q, s: _ids(q, "fts"),
+    }
+    for wv, wf in ((0.4, 1.0), (0.6, 1.0), (0.8, 1.0), (1.0, 1.0), (1.0, 0.8), (1.0, 0.6), (1.0, 0.4)):
+        out[f"rrf {wv:g}:{wf:g}"] = rrf_fixed(wv, wf)
+    # per-query weights, each from one signal (the vector leg's weight 1; the lexical leg's from the signal)
+    out["rrf fts=coverage"] = rrf_per_query(lambda s: (1.0, s["coverage"]))
+    out["rrf fts=0.4+coverage"] = rrf_per_query(lambda s: (1.0, 0.4 + s["coverage"]))
+    out["rrf fts=coverage^2*1.5"] = rrf_per_query(lambda s: (1.0, 1.5 * s["coverage"] ** 2))
+    out["rrf fts=0.5+fts_gap"] = rrf_per_query(lambda s: (1.0, 0.5 + s["fts_gap"]))
+    out["rrf vec=0.4+4*margin"] = rrf_per_query(lambda s: (min(1.5, 0.4 + 4 * s["vec_margin"]), 1.0))
+    out["rrf agree: 1:1 else 0.7:1"] = rrf_per_query(lambda s: (1.0, 1.0) if s["agreement"] >= 0.3 else (0.7, 1.0))
+    # the lexical leg's weight from how well its top hit matches the whole query (fts_top_norm)
+    out["rrf fts=top_norm"] = rrf_per_query(lambda s: (1.0, s["fts_top_norm"]))
+    out["rrf fts=2*top_norm"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_norm"]))
+    out["rrf fts=2*top_norm^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_norm"] ** 2))
+    out["rrf fts=3*top_norm^2"] = rrf_per_query(lambda s: (1.0, 3 * s["fts_top_norm"] ** 2))
+    out["rrf fts=4*top_norm^3"] = rrf_per_query(lambda s: (1.0, 4 * s["fts_top_norm"] ** 3))
+    out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))
+    out["convex a=1-top_norm"] = lambda q, s: convex(1 - s["fts_top_norm"])(q, s)
+    for alpha in (0.3, 0.5, 0.7):
+        out[f"convex a={alpha:g}"] = convex(alpha)
+    return out
+
+
+def evaluate(caches: list[dict], names: list[str] | None = None) -> dict[str, Any]:
+    cands = candidates()
+    if names:
+        cands = {k: v for k, v in cands.items() if k in names}
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    per_query: dict[str, dict[str, dict[str, float]]] = {}
+    for c in caches:
+        qrels = {q["id"]: q["qrels"] for q in c["queries"]}
+        sigs = {q["id"]: signals(q, c["n_docs"]) for q in c["queries"]}
+        for name, fuse in cands.items():
+            run = {q["id"]: fuse(q, sigs[q["id"]])[:100] for q in c["queries"]}
+            means, pq = score(run, qrels, METRICS)
+            table.setdefault(name, {})[c["set"]] = {m: round(v, 4) for m, v in means.items()}
+            per_query.setdefault(name, {})[c["set"]] = {q: v["ndcg@10"] for q, v in pq.items()}
+    return {"table": table, "per_query": per_query, "sets": [c["set"] for c in caches],
+            "queries": {c["set"]: len(c["queries"]) for c in caches}}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    sets = result["sets"]
+    head = "| candidate | " + " | ".join(f"{s} nDCG@10 / R@10" for s in sets) + " | >= best leg on every set |"
+    lines = [head, "|" + "---|" * (len(sets) + 2)]
+    t = result["table"]
+    for name, row in t.items():
+        ok = []
+        cells = []
+        for s in sets:
+            r = row[s]
+            best_n = max(t["vector only"][s]["ndcg@10"], t["fts only"][s]["ndcg@10"])
+            best_r = max(t["vector only"][s]["recall@10"], t["fts only"][s]["recall@10"])
+            ok.append(r["ndcg@10"] >= best_n and r["recall@10"] >= best_r)
+            cells.append(f"{r['ndcg@10']:.3f} / {r['recall@10']:.3f}")
+        legs = name in ("vector only", "fts only")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'-' if legs else ('yes' if all(ok) else 'no')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="action", required=True)
+    c = sub.add_parser("cache", help="run both legs once per query, deep, and write the lists")
+    g = c.add_mutually_exclusive_group(required=True)
+    g.add_argument("--demo", action="store_true")
+    g.add_argument("--locomo", type=Path)
+    g.add_argument("--probe", help="a set of pipeline.datasets.probes")
+    c.add_argument("--seed", type=int, default=16)
+    c.add_argument("--data-dir", type=Path, required=True, help="where the sets' stores live (built when absent)")
+    c.add_argument("--depth", type=int, default=100)
+    c.add_argument("--limit", type=int, default=0, help="first N queries only (smoke runs)")
+    c.add_argument("--out", type=Path, required=True)
+    e = sub.add_parser("evaluate", help="every candidate on every cache")
+    e.add_argument("caches", nargs="+", type=Path)
+    e.add_argument("--out", type=Path)
+    e.add_argument("--md", type=Path)
+    args = p.parse_args(argv)
+    if args.action == "cache":
+        out = cache(args)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(out), encoding="utf-8")
+        print(f"{args.out}: {out['set']}, {len(out['queries'])} queries, {out['n_docs']} memories, {out['seconds']} s",
+              file=sys.stderr)
+        return 0
+    result = evaluate([json.loads(path.read_text(encoding="utf-8")) for path in args.caches])
+    md = markdown(result)
+    print(md)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.md:
+        args.md.write_text(md, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
