@@ -101,26 +101,44 @@ class Postings:
     _local: threading.local = field(default_factory=threading.local, repr=False)
 
     @classmethod
-    def load(cls, con) -> Postings:
-        """Read the base's ``fts_postings``, ``fts_docs``, ``fts_terms`` and ``fts_labels``."""
+    def load(cls, con, chunk: int = 2_000_000) -> Postings:
+        """Read the base's ``fts_postings``, ``fts_docs``, ``fts_terms`` and
+        ``fts_labels``: the postings by ranges of term ids of about ``chunk``
+        postings each, with no sort in DuckDB (a query process's DuckDB
+        memory limit is small; 32M postings at 1M memories)."""
         terms = dict(con.execute("SELECT term, termid FROM fts_terms").fetchall())
-        size = (max(terms.values()) + 1) if terms else 0
-        got = con.execute(
-            "SELECT termid, df, p.docid, p.tf FROM (SELECT termid, df, unnest(postings) AS p FROM fts_postings) "
-            "ORDER BY termid").fetchnumpy()
-        termids = np.asarray(got["termid"], dtype=np.int64)
+        listed = con.execute("SELECT termid, df FROM fts_postings").fetchnumpy()
+        listed_ids = np.asarray(listed["termid"], dtype=np.int64)
+        size = int(max(max(terms.values(), default=-1), listed_ids.max(initial=-1))) + 1
         df = np.zeros(size, dtype=np.int32)
-        counts = np.bincount(termids, minlength=size)
+        df[listed_ids] = listed["df"]
         start = np.zeros(size + 1, dtype=np.int64)
-        np.cumsum(counts, out=start[1:])
-        df[:] = counts
-        docs = con.execute("SELECT id, len, ns, ct FROM fts_docs ORDER BY docid").fetchnumpy()
+        np.cumsum(df, out=start[1:])
+        docid = np.empty(int(start[-1]), dtype=np.int32)
+        tf = np.empty(int(start[-1]), dtype=np.int32)
+        lo = 0
+        while lo < size:  # term ids [lo, hi) hold about ``chunk`` postings
+            hi = max(int(np.searchsorted(start, start[lo] + chunk, side="right")) - 1, lo + 1)
+            got = con.execute(
+                "SELECT termid, p.docid AS docid, p.tf AS tf FROM "
+                "(SELECT termid, unnest(postings) AS p FROM fts_postings WHERE termid >= ? AND termid < ?)",
+                [lo, hi]).fetchnumpy()
+            t = np.asarray(got["termid"], dtype=np.int64)
+            order = np.argsort(t, kind="stable")
+            t = t[order]
+            # each term's postings go to its CSR slice, in the order read
+            pos = start[t] + (np.arange(len(t)) - np.searchsorted(t, t, side="left"))
+            docid[pos] = np.asarray(got["docid"])[order]
+            tf[pos] = np.asarray(got["tf"])[order]
+            lo = hi
+        docs = con.execute("SELECT docid, id, len, ns, ct FROM fts_docs").fetchnumpy()
+        by_docid = np.argsort(np.asarray(docs["docid"]), kind="stable")
         labels = {(k, lab): int(c) for k, lab, c in con.execute("SELECT kind, label, code FROM fts_labels").fetchall()}
-        lens = np.asarray(docs["len"], dtype=np.float64)
-        return cls(terms=terms, start=start, docid=np.asarray(got["docid"], dtype=np.int32),
-                   tf=np.asarray(got["tf"], dtype=np.int32), df=df, lens=lens,
-                   ns=np.asarray(docs["ns"], dtype=np.int32), ct=np.asarray(docs["ct"], dtype=np.int32),
-                   ids=[str(i) for i in docs["id"]], labels=labels, num_docs=len(lens), total_len=int(lens.sum()))
+        lens = np.asarray(docs["len"], dtype=np.float64)[by_docid]
+        return cls(terms=terms, start=start, docid=docid, tf=tf, df=df, lens=lens,
+                   ns=np.asarray(docs["ns"], dtype=np.int32)[by_docid], ct=np.asarray(docs["ct"], dtype=np.int32)[by_docid],
+                   ids=[str(i) for i in np.asarray(docs["id"], dtype=object)[by_docid]], labels=labels,
+                   num_docs=len(lens), total_len=int(lens.sum()))
 
     @property
     def nbytes(self) -> int:
