@@ -149,7 +149,7 @@ def close_store() -> None:
 def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
     """Load now, in this process, what the tasks of ``queues`` use (routes in
     ``workers.app``): ``embed`` the query embedder, ``ingest`` the ingest
-    embedder, ``search`` the published store and its vector index (if a store
+    embedder, ``search`` the published store, its vector index and full-text postings (if a store
     is published yet). Each embedder embeds one text, so nothing is left to
     load on the first task. Returns (what was loaded, seconds) pairs."""
     wanted = set(queues)
@@ -168,7 +168,9 @@ def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
         else:
             snap = snapshot()
             version = snap.version if snap is not None else 0
-            what = f"store version {version} with its vector index ({vectors.size:,} memories)"
+            postings = snap.postings() if snap is not None else None
+            held = f" and full-text postings ({postings.nbytes / 2**20:,.1f} MiB)" if postings is not None else ""
+            what = f"store version {version} with its vector index ({vectors.size:,} memories){held}"
         loaded.append((what, time.perf_counter() - t0))
     return loaded
 
