@@ -72,7 +72,10 @@ def test_a_pickled_message_is_refused(demo_store, stack):
             break
         time.sleep(0.3)
     assert "Refusing to deserialize" in text and "pickle" in text
-    assert res.state == "PENDING"  # never executed
+    assert f"search.scope[{res.id}] received" not in text  # never executed
+    # and its sender is told at once (workers.celery_compat.tell_senders_of_refused)
+    with pytest.raises(Exception, match="was not run: the worker could not decode it"):
+        res.get(timeout=10)
 
 
 
