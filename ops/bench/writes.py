@@ -46,13 +46,12 @@ from pipeline.store.reader import Reader
 s = Settings(data_dir=sys.argv[1], embedding_model="hash-384", _env_file=None)
 token = sys.argv[2]
 reader = Reader(s.data_dir)
-snap = reader.snapshot(); snap.index()
+snap = reader.snapshot(); snap.index(); snap.postings()
 print("ready", flush=True)
 while True:
     snap = reader.snapshot()
-    search = fulltext.search_live if not snap.overlay.empty else None
-    hits = (search(snap.store.con, token, Scope(), 5, s.fulltext, snap.overlay) if search
-            else fulltext.search(snap.store.con, token, Scope(), 5, s.fulltext))
+    hits, _ = fulltext.search_until(snap.store.con, token, Scope(), 5, s.fulltext, None, snap.overlay,
+                                    snap.postings())
     if hits:
         print(time.time(), flush=True)
         break
@@ -154,7 +153,7 @@ def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds
             index, overlay, con, tree = snap.index(), snap.overlay, snap.store.con, settings.tree
             for q, v in zip(queries, vectors):
                 t = time.perf_counter()
-                fulltext.search_until(con, q, Scope(), 10, settings.fulltext, None, overlay)
+                fulltext.search_until(con, q, Scope(), 10, settings.fulltext, None, overlay, snap.postings())
                 times[name]["fts"].append(time.perf_counter() - t)
                 t = time.perf_counter()
                 hits, _ = descend(index, v, index.start_topics(Scope()), beam_width=tree.beam_width,
