@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -119,10 +119,18 @@ class Settings(BaseSettings):
 
     rrf_k: int = Field(60, ge=1, le=100_000)
     leg_top_k: int = Field(100, ge=1, le=10_000, description="candidates each leg hands to fusion")
-    # The packaged MiniLM is the weaker leg on conversational memory (LoCoMo nDCG@10
-    # 0.30 against BM25's 0.45); see BENCHMARKS.md for the sweep behind 0.4.
-    vector_weight: float = Field(0.4, ge=0, description="hybrid-mode weight of the vector leg")
-    fts_weight: float = Field(1.0, ge=0, description="hybrid-mode weight of the full-text leg")
+    # With fusion_weights=fixed. The packaged MiniLM is the weaker leg on conversational memory (LoCoMo
+    # nDCG@10 0.30 against BM25's 0.45); see BENCHMARKS.md for the sweep behind 0.4.
+    vector_weight: float = Field(0.4, ge=0, description="hybrid weight of the vector leg (fusion_weights=fixed)")
+    fts_weight: float = Field(1.0, ge=0, description="hybrid weight of the full-text leg (fusion_weights=fixed)")
+    fusion_weights: Literal["lexical_match", "fixed"] = Field(
+        "lexical_match",
+        description="hybrid leg weights: per query from how well the full-text leg's best hit matches the query "
+                    "(vector 1, full text lexical_match_scale x match^lexical_match_power), or fixed "
+                    "(vector_weight, fts_weight); BENCHMARKS.md 'Fusion defaults (issue 16)'",
+    )
+    lexical_match_scale: float = Field(8.0, ge=0, description="lexical_match: the full-text leg's weight at a full match")
+    lexical_match_power: float = Field(2.0, gt=0, description="lexical_match: the exponent on the match")
     preview_chars: int = Field(80, ge=8, le=10_000)
     query_memory_limit: str = Field(
         "512MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)$",

@@ -47,6 +47,7 @@ def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str,
         changes["rrf_k"] = config["rrf_k"]
     if "weights" in config:
         changes["vector_weight"], changes["fts_weight"] = config["weights"]
+        changes["fusion_weights"] = "fixed"  # a weights axis is fixed weights, not per-query ones
     if "beam_width" in config:
         tree["beam_width"] = config["beam_width"]
     if "max_leaf_items" in config:

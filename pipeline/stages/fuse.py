@@ -3,15 +3,35 @@
 ``score(d) = sum over legs of w_leg / (k + rank_leg(d))`` with k = 60 by
 default (ranx's ``rrf(runs, k=60)``). Ties keep a stable order: best single
 rank first, then memory id.
+
+Hybrid leg weights, by default (``fusion_weights = "lexical_match"``), are
+chosen per query from how well the full-text leg's best hit matches the whole
+query: ``m`` = its BM25 score over the sum of the query's term IDFs (what one
+occurrence of every term in an average-length memory scores; a term no memory
+holds counts with df 0, stopwords not at all), capped at 1; the vector leg
+weighs 1 and the full-text leg ``scale * m ** power`` (8 and 2). A query whose
+words the lexical leg finds together in one memory (an identifier, a name with
+its attribute) leans on it; one whose best lexical hit shares a word or two
+leans on the vector leg. ``fixed`` uses ``vector_weight``/``fts_weight``.
+Measured on six judged sets in BENCHMARKS.md ("Fusion defaults (issue 16)").
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
-from pipeline.contracts import LEGS, Batch, Fused, LegRun, QueryState
+import duckdb
+
+from pipeline.contracts import LEGS, Batch, Fused, LegRun, Mode, QueryState
+from pipeline.settings import FulltextSettings
+from pipeline.stages.fulltext import _query_terms
+from pipeline.store.database import placeholders
+from pipeline.store.overlay import Overlay
+from pipeline.store.postings import Postings
 from pipeline.stages.recency import apply_recency
 from pipeline.timing import ms_since
 
@@ -27,6 +47,85 @@ def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int) -> list[F
             scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + rank)
     order = sorted(scores, key=lambda m: (-scores[m], min(ranks[m].values()), m))
     return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m]) for m in order]
+
+
+@dataclass(frozen=True)
+class LegWeighting:
+    """How hybrid queries' leg weights are chosen (the fusion fields of ``Settings``)."""
+
+    how: str = "lexical_match"  # or "fixed": the query's resolved weights as they are
+    scale: float = 8.0
+    power: float = 2.0
+
+    @classmethod
+    def of(cls, settings) -> LegWeighting:
+        return cls(settings.fusion_weights, settings.lexical_match_scale, settings.lexical_match_power)
+
+
+def bm25_idf(df: int, n: int) -> float:
+    """BM25's IDF as the full-text leg scores it (``pipeline.store.postings.bm25``, base-10 log)."""
+    return math.log10(((n - df) + 0.5) / (df + 0.5) + 1)
+
+
+def lexical_match(top_score: float, query_idf: float) -> float:
+    """How well the full-text leg's best hit matches the whole query, in [0, 1]."""
+    if query_idf <= 0 or top_score <= 0:
+        return 0.0
+    return min(1.0, top_score / query_idf)
+
+
+_STOPWORDS: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _stopword_terms(con, settings: FulltextSettings) -> frozenset[str]:
+    """The index's stopwords as query terms come (stemmed): the index drops them
+    before stemming, so a query's stopword is neither matched nor missing."""
+    key = (settings.stopwords, settings.stemmer)
+    found = _STOPWORDS.get(key)
+    if found is None:
+        try:
+            words = [r[0] for r in con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall()]
+        except duckdb.Error:  # an index without the extension's tables: none known
+            words = []
+        stems = []
+        if words and settings.stemmer != "none":
+            stems = con.execute("SELECT list_transform($w, x -> stem(x, $s))", {"w": words, "s": settings.stemmer}).fetchone()[0]
+        found = _STOPWORDS[key] = frozenset(words) | frozenset(stems)
+    return found
+
+
+def query_idf(con, text: str, settings: FulltextSettings, overlay: Overlay, postings: Postings | None) -> float:
+    """The sum of BM25 IDFs of the query's terms (the full-text leg's own terms,
+    stopwords left out) over the live store: document frequencies of the base
+    (its postings in memory, else by SQL) plus the deltas'."""
+    stop = _stopword_terms(con, settings)
+    terms = [t for t in _query_terms(con, text, settings) if t not in stop]
+    if not terms:
+        return 0.0
+    if postings is not None:
+        base = {t: int(postings.df[tid]) for t, tid in postings.termids(terms).items()}
+    else:
+        slots, params = placeholders("t", terms)
+        base = dict(con.execute(
+            f"SELECT t.term, p.df FROM fts_terms t JOIN fts_postings p USING (termid) WHERE t.term IN ({slots})",
+            params).fetchall())
+    n, _ = overlay.live_stats()
+    return sum(bm25_idf(base.get(t, 0) + overlay.delta_df(t), n) for t in terms)
+
+
+def adapt_weights(state: QueryState, weighting: LegWeighting, query_idf: Callable[[str], float] | None) -> None:
+    """Hybrid queries without weights of their own get per-query weights
+    (``lexical_match``); the weights used replace ``query.weights`` (the audit
+    row's RRF terms) and the match is kept in the full-text leg's profile."""
+    q = state.query
+    if weighting.how != "lexical_match" or q.options.mode is not Mode.hybrid or q.options.weights is not None:
+        return
+    fts, vector = state.legs.get("fts"), state.legs.get("vector")
+    if fts is None or vector is None or not (fts.ran and vector.ran) or query_idf is None:
+        return
+    m = lexical_match(fts.hits[0].score, query_idf(q.text)) if fts.hits else 0.0
+    fts.profile["lexical_match"] = round(m, 6)
+    q.weights = {"vector": 1.0, "fts": weighting.scale * m ** weighting.power}
 
 
 def merge_legs(parts: list[Batch]) -> Batch:
@@ -48,11 +147,14 @@ def merge_legs(parts: list[Batch]) -> Batch:
     return base
 
 
-def fuse_state(state: QueryState, k: int) -> QueryState:
+def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
+               query_idf: Callable[[str], float] | None = None) -> QueryState:
     """RRF over the legs that ran (weight > 0), then the optional recency boost."""
     t0 = time.perf_counter()
     for name in LEGS:
         state.legs.setdefault(name, LegRun(leg=name))
+    if weighting is not None:
+        adapt_weights(state, weighting, query_idf)
     lists = {
         name: [h.id for h in leg.hits]
         for name, leg in state.legs.items()
@@ -67,11 +169,12 @@ def fuse_state(state: QueryState, k: int) -> QueryState:
     return state
 
 
-def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], dict[str, datetime]]) -> Batch:
-    """The ``search.fuse`` stage: merge the legs, fuse, apply recency where asked."""
+def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], dict[str, datetime]],
+               weighting: LegWeighting | None = None, query_idf: Callable[[str], float] | None = None) -> Batch:
+    """The ``search.fuse`` stage: merge the legs, choose hybrid weights, fuse, apply recency where asked."""
     batch = merge_legs(parts)
     for state in batch.states:
-        fuse_state(state, k)
+        fuse_state(state, k, weighting, query_idf)
         boost = state.query.options.recency_boost
         if boost > 0 and state.fused:
             t0 = time.perf_counter()

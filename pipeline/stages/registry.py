@@ -26,7 +26,7 @@ from pipeline.stages.budget import budget_batch
 from pipeline.stages.descend import descend_batch
 from pipeline.stages.embed import embed_batch
 from pipeline.stages.fulltext import fulltext_batch
-from pipeline.stages.fuse import fuse_batch
+from pipeline.stages.fuse import LegWeighting, fuse_batch, query_idf
 from pipeline.stages.scope import scope_batch
 from pipeline.store.database import created_at_of
 from pipeline.store.reader import View
@@ -86,7 +86,13 @@ def _fuse(parts: list[Batch], res: Resources) -> Batch:
                 out.update(created_at_of(v.cursor, rest))
             return out
 
-        return fuse_batch(parts, res.settings().rrf_k, created)
+        settings = res.settings()
+
+        def idf(text: str) -> float:
+            return query_idf(v.cursor, text, settings.fulltext, v.overlay, v.postings())
+
+        return fuse_batch(parts, settings.rrf_k, created, LegWeighting.of(settings),
+                          idf if v is not None and v.cursor is not None else None)
 
 
 def _augment(batch: Batch, res: Resources) -> Batch:

@@ -1,0 +1,58 @@
+"""The lexical match on a real store: the query's IDF sum counts each term by
+its live document frequency (base and deltas), a term no memory holds with df
+0, stopwords not at all; a memory holding every term once matches fully, so a
+hybrid search leans on the full-text leg for it and on the vector leg for a
+query whose best lexical hit shares one word. Both postings paths agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.contracts import Batch, make_query
+from pipeline.stages.fuse import bm25_idf, query_idf
+from pipeline.stages.registry import run_local
+from tests.conftest import write_jsonl
+from workers.cli import ingest_file
+
+
+def _records():
+    recs = [{"id": f"m{i:02d}", "namespace": "n", "content": f"routine note {i} about the weekly planning"}
+            for i in range(30)]
+    recs.append({"id": "ticket", "namespace": "n", "content": "incident zq7731 closed"})
+    return recs
+
+
+def test_query_idf_counts_live_dfs_and_skips_stopwords(embedded, tmp_path):
+    from workers import resources
+    from workers.api import remember
+
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", _records()), embedded, progress=False)
+    with resources.view() as v:
+        n = v.overlay.live_stats()[0]
+        assert n == 31
+        for postings in (v.postings(), None):  # in memory, and by SQL
+            got = query_idf(v.cursor, "the weekly zq7731 of nowhereword", embedded.fulltext, v.overlay, postings)
+            assert got == pytest.approx(bm25_idf(30, n) + bm25_idf(1, n) + bm25_idf(0, n))
+    remember([{"id": "late", "namespace": "n", "content": "zq7731 reopened"}])  # a delta
+    with resources.view() as v:
+        n = v.overlay.live_stats()[0]
+        assert n == 32
+        got = query_idf(v.cursor, "zq7731", embedded.fulltext, v.overlay, v.postings())
+        assert got == pytest.approx(bm25_idf(2, n))
+
+
+def test_hybrid_leans_on_the_leg_that_matches(embedded, tmp_path):
+    from workers import resources
+
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", _records()), embedded, progress=False)
+
+    def served(text):
+        query = make_query(text, {}, embedded)
+        state = run_local(Batch(states=[{"query": query}]), resources).states[0]
+        return state
+
+    full = served("incident zq7731")
+    assert full.results[0].id == "ticket"
+    assert full.query.weights["fts"] > 4 * full.query.weights["vector"]  # m near 1: 8 m^2
+    weak = served("incident report for the quarterly budget review")  # one word of six found
+    assert weak.query.weights["fts"] < weak.query.weights["vector"]
