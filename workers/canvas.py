@@ -13,27 +13,31 @@ there), so a query its caller gave up on never runs later, audit row included.
 
 from __future__ import annotations
 
+from uuid import uuid4
+
 from celery import chain, chord, group
 
 from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, VECTOR_LEG
 
-from .tasks import STAGE_TASKS
+from .tasks import STAGE_TASKS, stage_task_id
 
 
-def _sig(name: str, *args, expires: str | None):
-    sig = STAGE_TASKS[name].s(*args)
-    return sig.set(expires=expires) if expires else sig
+def query_canvas(batch: dict, expires: str | None = None, canvas_id: str | None = None):
+    """The canvas for ``batch``; its last stage's task id is ``canvas_id`` (new
+    by default) and every other stage's derives from it (``tasks.stage_task_id``),
+    so a stage delivered again after its query was answered is not run again."""
+    cid = canvas_id or str(uuid4())
 
+    def sig(name: str, *args):
+        options = {"task_id": stage_task_id(cid, name)} | ({"expires": expires} if expires else {})
+        return STAGE_TASKS[name].s(*args).set(**options)
 
-def _leg(names: tuple[str, ...], batch: dict, expires: str | None):
-    first, *rest = names
-    sigs = [_sig(first, batch, expires=expires)] + [_sig(n, expires=expires) for n in rest]
-    return chain(*sigs) if rest else sigs[0]
+    def leg(names: tuple[str, ...]):
+        first, *rest = names
+        sigs = [sig(first, batch)] + [sig(n) for n in rest]
+        return chain(*sigs) if rest else sigs[0]
 
-
-def query_canvas(batch: dict, expires: str | None = None):
     return chain(
-        chord(group(_leg(VECTOR_LEG, batch, expires), _leg(FULLTEXT_LEG, batch, expires)),
-              _sig(FUSION, expires=expires)),
-        *(_sig(name, expires=expires) for name in AFTER_FUSION),
+        chord(group(leg(VECTOR_LEG), leg(FULLTEXT_LEG)), sig(FUSION)),
+        *(sig(name) for name in AFTER_FUSION),
     )

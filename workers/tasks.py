@@ -9,6 +9,10 @@ process's resources and returns JSON.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from celery.exceptions import Ignore
 from pydantic import ValidationError
 
 from pipeline.contracts import Batch, check_query
@@ -20,6 +24,8 @@ from pipeline.store.writes import get, parse_records, write
 
 from . import audit, resources
 from .app import app
+
+log = logging.getLogger("dimple.worker")
 
 
 def _in(batch: object, stage: str) -> Batch:
@@ -42,8 +48,28 @@ def _in(batch: object, stage: str) -> Batch:
 LAST = "search.budget"
 
 
+def stage_task_id(canvas_id: str, stage: str) -> str:
+    """The task id of ``stage`` in the canvas ``canvas_id``: the last stage's is
+    the canvas id itself (what the caller waits on), every other's derives from it."""
+    return canvas_id if stage == LAST else f"{canvas_id}:{stage}"
+
+
+def already_answered(request: Any) -> bool:
+    """Whether ``request`` is a stage delivered again (its worker died before
+    acknowledging it) of a canvas whose answer is already stored: the stage
+    ran before and its query was answered, so running it again is only waste."""
+    info = getattr(request, "delivery_info", None) or {}
+    task_id = getattr(request, "id", None)
+    if not info.get("redelivered") or not isinstance(task_id, str):
+        return False
+    return app.backend.get_task_meta(task_id.partition(":")[0]).get("status") == "SUCCESS"
+
+
 def _register(stage: Stage):
     def run(payload):
+        if already_answered(getattr(app.current_task, "request", None)):
+            log.info("%s delivered again after its query was answered: not run again", stage.name)
+            raise Ignore()
         batch: Batch | list[Batch]
         if stage.fan_in:
             if not isinstance(payload, list):
