@@ -187,7 +187,7 @@ def identifiers(seed: int = SEED) -> ProbeSet:
     s = ProbeSet("identifiers")
     seen: set[str] = set()
     planted = []
-    for kind, shape, memory, question in IDENT_TEMPLATES:
+    for _kind, shape, memory, question in IDENT_TEMPLATES:
         for _ in range(60):
             x = _ident(rng, shape)
             if x in seen:

@@ -29,10 +29,10 @@ import duckdb
 from pipeline.contracts import LEGS, Batch, Fused, LegRun, Mode, QueryState
 from pipeline.settings import FulltextSettings
 from pipeline.stages.fulltext import _query_terms
+from pipeline.stages.recency import apply_recency
 from pipeline.store.database import placeholders
 from pipeline.store.overlay import Overlay
 from pipeline.store.postings import Postings
-from pipeline.stages.recency import apply_recency
 from pipeline.timing import ms_since
 
 

@@ -51,5 +51,5 @@ def test_signals():
 
 def test_markdown_marks_who_matches_the_best_leg():
     md = fusion.markdown(fusion.evaluate([_cache("a"), _cache("b")]))
-    assert "| vector only | 0.750 / 1.000 | 0.750 / 1.000 | - |" in md
+    assert "| vector only | 0.750 / 1.000 | 0.750 / 1.000 | - | - |" in md
     assert "| fts only |" in md and md.count("\n") == len(fusion.candidates()) + 2

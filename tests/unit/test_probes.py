@@ -13,7 +13,6 @@ from pipeline.datasets import probes
 from pipeline.datasets.beir import load_beir
 
 
-
 @pytest.mark.parametrize("name", sorted(probes.SETS))
 def test_same_seed_same_set_and_judgments_name_its_memories(name):
     a, b = probes.SETS[name](16), probes.SETS[name](16)
