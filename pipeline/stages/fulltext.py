@@ -184,17 +184,7 @@ def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSett
         return []
     n, avgdl = overlay.live_stats()
     if postings is not None and not (scope.topics or scope.concepts):
-        tids = postings.termids(terms)
-        dead = overlay.dead_mask(postings.num_docs)
-        gone = postings.dead_per_term(list(tids.values()), dead)
-        df = {t: overlay.delta_df(t) for t in terms}
-        for term, tid in tids.items():
-            df[term] += int(postings.df[tid]) - gone.get(tid, 0)
-        hits = overlay.fulltext_hits(terms, df, scope, settings.k1, settings.b, limit)
-        hits += postings.search(tids, scope, limit, settings.k1, settings.b, n=n, avgdl=avgdl, df=df,
-                                dead=dead) or []
-        hits.sort(key=lambda h: (-h[1], h[0]))
-        return hits[:limit]
+        return _live_in_memory(terms, scope, limit, settings, overlay, postings)
     known = overlay.base_terms
     missing = [t for t in terms if t not in known]
     if missing:
@@ -225,6 +215,22 @@ def search_live(con, text: str, scope: Scope, limit: int, settings: FulltextSett
             params["dead"] = overlay.dead_docids
         sql = _SCORE_LIVE.replace("{terms}", slots).replace("{filters}", filters)
         hits += [(r[0], float(r[1])) for r in con.execute(sql, params).fetchall()]
+    hits.sort(key=lambda h: (-h[1], h[0]))
+    return hits[:limit]
+
+
+def _live_in_memory(terms: list[str], scope: Scope, limit: int, settings: FulltextSettings, overlay: Overlay,
+                    postings: Postings) -> list[tuple[str, float]]:
+    """``search_live`` from the base's postings in memory: the same statistics, no SQL."""
+    n, avgdl = overlay.live_stats()
+    tids = postings.termids(terms)
+    dead = overlay.dead_mask(postings.num_docs)
+    gone = postings.dead_per_term(list(tids.values()), dead)
+    df = {t: overlay.delta_df(t) for t in terms}
+    for term, tid in tids.items():
+        df[term] += int(postings.df[tid]) - gone.get(tid, 0)
+    hits = overlay.fulltext_hits(terms, df, scope, settings.k1, settings.b, limit)
+    hits += postings.search(tids, scope, limit, settings.k1, settings.b, n=n, avgdl=avgdl, df=df, dead=dead) or []
     hits.sort(key=lambda h: (-h[1], h[0]))
     return hits[:limit]
 
