@@ -176,7 +176,10 @@ def convex(alpha: float) -> Callable[[dict, dict], list[str]]:
     return fuse
 
 
-def candidates() -> dict[str, Callable[[dict, dict], list[str]]]:
+GRID = ((4, 5, 6, 7, 8, 10, 12, 16), (1.5, 2, 2.5, 3, 4, 5))  # --grid: full-text weight scale x m^power
+
+
+def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]]]:
     out: dict[str, Callable[[dict, dict], list[str]]] = {
         "vector only": lambda q, s: _ids(q, "vector"),
         "fts only": lambda q, s: _ids(q, "fts"),
@@ -203,6 +206,11 @@ def candidates() -> dict[str, Callable[[dict, dict], list[str]]]:
         lambda s: (1.0, default.scale * s["fts_top_norm"] ** default.power))
     out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))
     out["convex a=1-top_norm"] = lambda q, s: convex(1 - s["fts_top_norm"])(q, s)
+    if grid:
+        for c in GRID[0]:
+            for p in GRID[1]:
+                out.setdefault(f"rrf fts={c:g}*top_norm^{p:g}",
+                               rrf_per_query(lambda s, c=c, p=p: (1.0, c * s["fts_top_norm"] ** p)))
     for p in (1.5, 2):
         out[f"convex a=1-top_norm^{p:g}"] = lambda q, s, p=p: convex(1 - s["fts_top_norm"] ** p)(q, s)
     for alpha in (0.3, 0.5, 0.7):
@@ -210,8 +218,8 @@ def candidates() -> dict[str, Callable[[dict, dict], list[str]]]:
     return out
 
 
-def evaluate(caches: list[dict], names: list[str] | None = None) -> dict[str, Any]:
-    cands = candidates()
+def evaluate(caches: list[dict], names: list[str] | None = None, grid: bool = False) -> dict[str, Any]:
+    cands = candidates(grid)
     if names:
         cands = {k: v for k, v in cands.items() if k in names}
     table: dict[str, dict[str, dict[str, float]]] = {}
@@ -270,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("caches", nargs="+", type=Path)
     e.add_argument("--out", type=Path)
     e.add_argument("--md", type=Path)
+    e.add_argument("--grid", action="store_true", help=f"also every full-text weight scale x m^power of {GRID}")
     args = p.parse_args(argv)
     if args.action == "cache":
         out = cache(args)
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out}: {out['set']}, {len(out['queries'])} queries, {out['n_docs']} memories, {out['seconds']} s",
               file=sys.stderr)
         return 0
-    result = evaluate([json.loads(path.read_text(encoding="utf-8")) for path in args.caches])
+    result = evaluate([json.loads(path.read_text(encoding="utf-8")) for path in args.caches], grid=args.grid)
     md = markdown(result)
     print(md)
     if args.out:
