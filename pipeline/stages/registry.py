@@ -89,6 +89,7 @@ def _fuse(parts: list[Batch], res: Resources) -> Batch:
         settings = res.settings()
 
         def idf(text: str) -> float:
+            assert v is not None  # passed to fuse_batch only with a view
             return query_idf(v.cursor, text, settings.fulltext, v.overlay, v.postings())
 
         return fuse_batch(parts, settings.rrf_k, created, LegWeighting.of(settings),
