@@ -68,10 +68,12 @@ def cache(args) -> dict[str, Any]:
     t0 = time.perf_counter()
     with resources.view() as v:
         postings = v.postings() if v is not None else None
-        n_docs = int(postings.num_docs) if postings is not None else 0
+        if v is None or postings is None:
+            raise SystemExit(f"no store with a full-text index in {run_settings.data_dir}")
+        n_docs = int(postings.num_docs)
         out["n_docs"] = n_docs
         out["avgdl"] = float(postings.total_len / n_docs) if n_docs else 0.0
-        stop = _stopword_stems(v.cursor, run_settings.fulltext) if v is not None else set()
+        stop = _stopword_stems(v.cursor, run_settings.fulltext)
         for start in range(0, len(specs), 64):
             chunk = specs[start:start + 64]
             states = []
@@ -87,9 +89,9 @@ def cache(args) -> dict[str, Any]:
                     part = STAGES[stage].run(part, resources)
                 legs[name] = part
             for i, spec in enumerate(chunk):
-                terms = ft._query_terms(v.cursor, spec.text, run_settings.fulltext) if v is not None else []
+                terms = ft._query_terms(v.cursor, spec.text, run_settings.fulltext)
                 terms = [t for t in terms if t not in stop]
-                tids = postings.termids(terms) if postings is not None else {}
+                tids = postings.termids(terms)
                 out["queries"].append({
                     "id": spec.id,
                     "text": spec.text,
@@ -158,6 +160,20 @@ def rrf_per_query(weights: Callable[[dict], tuple[float, float]]) -> Callable[[d
     return fuse
 
 
+def scaled(c: float, p: float) -> Callable[[dict, dict], list[str]]:
+    """RRF with the vector leg at 1 and the full-text leg at ``c * m ** p`` (m = ``fts_top_norm``)."""
+    def weights(s: dict) -> tuple[float, float]:
+        return 1.0, c * s["fts_top_norm"] ** p
+    return rrf_per_query(weights)
+
+
+def adaptive_convex(p: float) -> Callable[[dict, dict], list[str]]:
+    """Convex fusion with alpha = 1 - m ** p."""
+    def fuse(q: dict, s: dict) -> list[str]:
+        return convex(1 - s["fts_top_norm"] ** p)(q, s)
+    return fuse
+
+
 def _minmax(hits: list) -> dict[str, float]:
     if not hits:
         return {}
@@ -200,19 +216,17 @@ def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]
     out["rrf fts=3*top_norm^2"] = rrf_per_query(lambda s: (1.0, 3 * s["fts_top_norm"] ** 2))
     out["rrf fts=4*top_norm^3"] = rrf_per_query(lambda s: (1.0, 4 * s["fts_top_norm"] ** 3))
     for c, p in ((6, 2), (10, 2), (12, 2), (8, 1.5), (8, 2.5)):
-        out[f"rrf fts={c:g}*top_norm^{p:g}"] = rrf_per_query(lambda s, c=c, p=p: (1.0, c * s["fts_top_norm"] ** p))
+        out[f"rrf fts={c:g}*top_norm^{p:g}"] = scaled(c, p)
     default = LegWeighting()
-    out[f"rrf fts={default.scale:g}*top_norm^{default.power:g} (default)"] = rrf_per_query(
-        lambda s: (1.0, default.scale * s["fts_top_norm"] ** default.power))
+    out[f"rrf fts={default.scale:g}*top_norm^{default.power:g} (default)"] = scaled(default.scale, default.power)
     out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))
-    out["convex a=1-top_norm"] = lambda q, s: convex(1 - s["fts_top_norm"])(q, s)
+    out["convex a=1-top_norm"] = adaptive_convex(1.0)
     if grid:
         for c in GRID[0]:
             for p in GRID[1]:
-                out.setdefault(f"rrf fts={c:g}*top_norm^{p:g}",
-                               rrf_per_query(lambda s, c=c, p=p: (1.0, c * s["fts_top_norm"] ** p)))
+                out.setdefault(f"rrf fts={c:g}*top_norm^{p:g}", scaled(c, p))
     for p in (1.5, 2):
-        out[f"convex a=1-top_norm^{p:g}"] = lambda q, s, p=p: convex(1 - s["fts_top_norm"] ** p)(q, s)
+        out[f"convex a=1-top_norm^{p:g}"] = adaptive_convex(p)
     for alpha in (0.3, 0.5, 0.7):
         out[f"convex a={alpha:g}"] = convex(alpha)
     return out
