@@ -8,6 +8,7 @@ every fusion candidate evaluated offline on the cached lists.
     python -m ops.bench.fusion cache --probe entities --data-dir /tmp/fusion/data --out /tmp/fusion/cache/entities.json
     # 2. evaluate every candidate on every cache (numpy + ranx, no model, no store)
     python -m ops.bench.fusion evaluate /tmp/fusion/cache/*.json --out /tmp/fusion/fusion.json --md /tmp/fusion/fusion.md
+    # ... --grid adds every full-text weight scale x m^power of GRID (docs/bench/results/fusion16.md)
 
 ``--probe NAME`` is a set of ``pipeline.datasets.probes``, written as a BEIR
 folder under the data dir and ingested like ``dimple eval --beir``. Stores are
