@@ -82,7 +82,12 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
         start = segments.read_manifest(data_dir) or segments.Manifest()
         consumed = list(start.deltas)
         if not consumed and (extra is None or extra.empty) and not rebuild:
-            return CompactReport(version=start.version, base=start.base, ran=False)
+            # nothing to merge; a compaction killed between publishing and
+            # removing may have left files behind: they go now
+            with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
+                now = segments.read_manifest(data_dir) or segments.Manifest()
+                removed = segments.remove_unreferenced(data_dir, now)
+            return CompactReport(version=now.version, base=now.base, removed=removed, ran=False)
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             reserve = segments.read_manifest(data_dir) or segments.Manifest()
             seq = reserve.next_seq

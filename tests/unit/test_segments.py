@@ -383,3 +383,30 @@ def test_the_ingest_tasks_use_their_task_id_as_the_write_id(settings, embedded):
     assert again["replayed"]
     forget_task.apply(args=[["t1"]], task_id="forget-message")
     assert forget_task.apply(args=[["t1"]], task_id="forget-message").get()["replayed"]
+
+
+def test_a_compaction_killed_after_publishing_leaves_files_the_next_one_removes(settings, monkeypatch):
+    """Killed between publishing its manifest and removing the old files, a
+    compaction leaves the old base on disk; the next compaction removes it,
+    even when there is nothing left to merge."""
+    rng = random.Random(3)
+    _remember(settings, [_rec(i, rng) for i in range(60)])
+    _remember(settings, [_rec(i, rng) for i in range(60, 64)])
+    old_base = segments.read_manifest(settings.data_dir).base
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed after publishing")
+
+    with monkeypatch.context() as m:
+        m.setattr(segments, "remove_unreferenced", killed)
+        with pytest.raises(KeyboardInterrupt):
+            compact(settings, wait=True)
+    manifest = segments.read_manifest(settings.data_dir)
+    assert manifest.base != old_base and not manifest.deltas
+    assert (settings.data_dir / old_base).exists()  # left behind
+
+    report = compact(settings, wait=True)
+    assert not report.ran and report.removed == [old_base]
+    on_disk = {f"{segments.SEGMENTS}/{p.name}" for p in (settings.data_dir / segments.SEGMENTS).iterdir()}
+    assert on_disk <= segments.read_manifest(settings.data_dir).files()
+    assert len(get(settings, [f"m{i}" for i in range(64)])) == 64
