@@ -20,7 +20,7 @@ from typing import Any
 from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.settings import Settings, get_settings
-from pipeline.stages.descend import VectorIndex
+from pipeline.stages.descend import VectorIndex, compile_kernels
 from pipeline.store.database import Store
 from pipeline.store.reader import Reader, Snapshot, View
 
@@ -161,6 +161,9 @@ def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
             model.embed(["warm-up"])
             loaded.append((f"{role} embedder {model.name} ({model.dim}-d)", time.perf_counter() - t0))
     if "search" in wanted:
+        t0 = time.perf_counter()
+        compile_kernels()
+        loaded.append(("the descent's compiled loops", time.perf_counter() - t0))
         t0 = time.perf_counter()
         vectors, st = index(), store()
         if vectors is None or st is None:

@@ -7,6 +7,7 @@ generation: no per-query reads of embeddings, no vector passed to SQL.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +43,20 @@ class VectorIndex:
     key_index: dict[str, int] = field(default_factory=dict)
     row_of: dict[str, int] = field(default_factory=dict)
     key_rank: np.ndarray = field(init=False)  # (T,) rank of each topic key, for tie-breaks
+    child_off: np.ndarray = field(init=False)  # (T+1,) topic t's children: child_flat[child_off[t]:child_off[t+1]]
+    child_flat: np.ndarray = field(init=False)  # every topic's children, parent by parent
+    child_centroids: np.ndarray = field(init=False)  # (len(child_flat), d) their centroids, in that order
 
     def __post_init__(self) -> None:
         self.key_rank = np.empty(len(self.keys), dtype=np.int64)
         self.key_rank[sorted(range(len(self.keys)), key=self.keys.__getitem__)] = np.arange(len(self.keys))
+        # every topic's children side by side, with their centroids in the
+        # same order: a beam step reads contiguous rows, gathers nothing
+        counts = np.asarray([len(c) for c in self.children], dtype=np.int64)
+        self.child_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.child_flat = (np.concatenate(self.children).astype(np.int64) if counts.sum()
+                           else np.zeros(0, np.int64))
+        self.child_centroids = np.ascontiguousarray(self.centroids[self.child_flat], dtype=np.float32)
 
     @property
     def size(self) -> int:
@@ -124,7 +135,8 @@ class VectorIndex:
     def nbytes(self) -> int:
         """Bytes held by the arrays (Python ids and the id lookup not counted)."""
         arrays = [self.emb, self.id_rank, self.ns_code, self.ct_code, self.row_leaf, self.centroids,
-                  self.parent, self.is_leaf, self.leaf_start, self.leaf_end]
+                  self.parent, self.is_leaf, self.leaf_start, self.leaf_end, self.key_rank, self.child_off,
+                  self.child_flat, self.child_centroids]
         return sum(a.nbytes for a in arrays) + sum(c.nbytes for c in self.children)
 
     # -- scope --------------------------------------------------------------
@@ -229,41 +241,35 @@ def descend(
     profile: dict[str, Any] = {
         "topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "depth": 0, "timed_out": False,
     }
-    allowed = index.allowed_topics(mask) if mask is not None else None
-    frontier = np.asarray([t for t in start if allowed is None or allowed[t]], dtype=np.int64)
+    beam, _ = _kernels()
+    query = np.ascontiguousarray(query, dtype=np.float32)
+    allowed = index.allowed_topics(mask) if mask is not None else _NONE_BOOL
+    frontier = np.asarray([t for t in start if not len(allowed) or allowed[t]], dtype=np.int64)
     scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
+    kept = np.empty(beam_width, dtype=np.int64)
     for depth in range(max_depth):
-        leaf = index.is_leaf[frontier]
-        if leaf.all():
+        if index.is_leaf[frontier].all():
             break
         if deadline is not None and time.time() >= deadline:
             profile["timed_out"] = True
             break
-        kids = np.concatenate([index.children[t] for t in frontier[~leaf]])
-        if allowed is not None:
-            kids = kids[allowed[kids]]
-        if len(kids):
-            scores[kids] = index.centroids[kids] @ query
-            profile["topics_scored"] += len(kids)
-        # a leaf already in the frontier competes with its own score; ties go to the smaller key
-        candidates = np.concatenate([frontier[leaf], kids])
-        order = np.lexsort((index.key_rank[candidates], -scores[candidates]))
-        frontier = candidates[order[:beam_width]]
+        # the frontier's children scored, then the best beam_width of them and
+        # of the frontier's leaves (a leaf competes with its own score; ties go
+        # to the smaller key), best first
+        n, scored = beam(frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
+                         allowed, query, index.key_rank, scores, kept)
+        profile["topics_scored"] += int(scored)
+        frontier = kept[:n].copy()
         profile["depth"] = depth + 1
-    frontier = frontier.tolist()
-    leaves = [t for t in frontier if index.is_leaf[t]]
+    leaves = frontier[index.is_leaf[frontier]]
     profile["leaves_reached"] = len(leaves)
-    profile["reached"] = [index.keys[t] for t in leaves]
-    if not leaves or profile["timed_out"]:
+    profile["reached"] = [index.keys[t] for t in leaves.tolist()]
+    if not len(leaves) or profile["timed_out"]:
         profile["ms"] = ms_since(t0)
         return [], profile
-    rows = np.concatenate([np.arange(index.leaf_start[t], index.leaf_end[t]) for t in leaves])
-    if mask is not None:
-        rows = rows[mask[rows]]
-    if exclude is not None:
-        rows = rows[~exclude[rows]]
-    hits = _top(index, rows, query, top_k)
-    profile["memories_scored"] = int(len(rows))
+    hits, scored = _top(index, index.leaf_start[leaves], index.leaf_end[leaves], query, top_k,
+                        _NONE_BOOL if mask is None else mask, _NONE_BOOL if exclude is None else exclude)
+    profile["memories_scored"] = scored
     profile["ms"] = ms_since(t0)
     return hits, profile
 
@@ -276,23 +282,49 @@ def exact(index: VectorIndex, query: np.ndarray, scope: Scope, top_k: int, mask:
         rows = rows[index.ns_code[rows] == code]
     if mask is not None:
         rows = rows[mask[rows]]
-    return _top(index, rows, query, top_k)
-
-
-def _top(index: VectorIndex, rows: np.ndarray, query: np.ndarray, top_k: int) -> list[tuple[str, float]]:
     if not len(rows):
         return []
-    sims = index.emb[rows] @ query
-    if len(rows) > top_k:
-        part = np.argpartition(-sims, top_k - 1)[:top_k]
-        # keep every row tied with the k-th score so tie-breaking by id is exact
-        kth = sims[part].min()
-        part = np.flatnonzero(sims >= kth)
-    else:
-        part = np.arange(len(rows))
-    order = np.lexsort((index.id_rank[rows[part]], -sims[part]))[:top_k]
-    chosen = part[order]
-    return [(index.ids[rows[i]], float(sims[i])) for i in chosen]
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1  # the rows as runs of consecutive rows
+    starts = rows[np.concatenate([[0], cut])]
+    ends = rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1
+    return _top(index, starts, ends, query, top_k, _NONE_BOOL, _NONE_BOOL)[0]
+
+
+def _top(index: VectorIndex, starts: np.ndarray, ends: np.ndarray, query: np.ndarray, top_k: int,
+         mask: np.ndarray, exclude: np.ndarray) -> tuple[list[tuple[str, float]], int]:
+    """The best ``top_k`` rows of the ranges [starts, ends) (ties by id) and how many were scored."""
+    _, top = _kernels()
+    query = np.ascontiguousarray(query, dtype=np.float32)
+    rows = np.empty(top_k, dtype=np.int64)
+    sims = np.empty(top_k, dtype=np.float32)
+    n, scored = top(index.emb, np.asarray(starts, np.int64), np.asarray(ends, np.int64), query, mask, exclude,
+                    index.id_rank, rows, sims)
+    return [(index.ids[r], float(v)) for r, v in zip(rows[:n].tolist(), sims[:n].tolist(), strict=True)], int(scored)
+
+
+_NONE_BOOL = np.zeros(0, dtype=bool)  # "no mask" for the kernels
+
+
+def compile_kernels() -> None:
+    """Compile (or load from numba's cache) the descent's loops now, so the
+    first query does not wait for them: a search worker calls it at start."""
+    index = VectorIndex(
+        generation=0, ids=["a"], emb=np.ones((1, 2), np.float32), id_rank=np.zeros(1, np.int64),
+        namespaces=["n"], ns_code=np.zeros(1, np.int32), content_types=["t"], ct_code=np.zeros(1, np.int32),
+        row_leaf=np.ones(1, np.int64), keys=[ROOT, "n"], centroids=np.ones((2, 2), np.float32),
+        parent=np.array([-1, 0]), is_leaf=np.array([False, True]), children=[np.array([1]), np.zeros(0, np.int64)],
+        leaf_start=np.array([0, 0]), leaf_end=np.array([0, 1]),
+    )
+    descend(index, np.ones(2, np.float32), [0], beam_width=1, max_depth=2, top_k=1, mask=np.ones(1, bool))
+
+
+@functools.cache
+def _kernels() -> tuple[Any, Any]:
+    """The descent's two loops (``pipeline.stages.descend_kernels``), compiled
+    by numba on first use, not on import."""
+    from pipeline.stages import descend_kernels
+
+    return descend_kernels.beam, descend_kernels.top
 
 
 def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings,

@@ -16,7 +16,7 @@ def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
     ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": f"m{i}", "namespace": "a", "content": f"memory {i}"}
                                                    for i in range(5)]), embedded, progress=False)
     loaded = dict(resources.warm(["embed", "search", "audit"]))
-    assert set(loaded) == {"query embedder hash-64 (64-d)",
+    assert set(loaded) == {"query embedder hash-64 (64-d)", "the descent's compiled loops",
                            "store version 1 with its vector index (5 memories) and full-text postings (0.0 MiB)"}
     assert resources.snapshot().postings() is not None  # loaded, held for the first query
     assert all(seconds >= 0 for seconds in loaded.values())
@@ -24,7 +24,8 @@ def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
 
 
 def test_search_before_any_store_says_so(embedded):
-    ((what, _),) = resources.warm(["search"])
+    (kernels, _), (what, _) = resources.warm(["search"])
+    assert kernels == "the descent's compiled loops"
     assert what.startswith("no store in ") and "yet" in what
 
 

@@ -1,0 +1,87 @@
+"""The beam descent's two loops, compiled by numba (a dependency through
+ranx); ``pipeline.stages.descend`` imports this module on first use.
+
+``beam`` scores a frontier's children and keeps the best ``beam_width`` of
+them and of the frontier's leaves; ``top`` scores leaf rows and keeps the best
+``top_k``. Both keep a sorted buffer of the best so far (best first, ties to
+the smaller rank: topic key or memory id) instead of sorting every candidate,
+and read centroids and rows where they lie, with no gathered copy. Dot
+products are float32, summed in the order the compiler vectorises (as a BLAS
+kernel would). Compiled code is cached on disk beside this file (or in
+numba's user cache when that is read-only).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True, fastmath=True)
+
+
+@_jit
+def _dot(mat, i, q):
+    s = np.float32(0.0)
+    for j in range(q.shape[0]):
+        s += mat[i, j] * q[j]
+    return s
+
+
+@_jit
+def _keep(item, score, rank, items, scores, ranks, n, cap):
+    """Insert ``item`` into the best-first buffer of ``n`` if it makes the best ``cap``; returns the new n."""
+    if n == cap and (score < scores[n - 1] or (score == scores[n - 1] and rank > ranks[n - 1])):
+        return n
+    i = n if n < cap else cap - 1
+    while i > 0 and (scores[i - 1] < score or (scores[i - 1] == score and ranks[i - 1] > rank)):
+        items[i] = items[i - 1]
+        scores[i] = scores[i - 1]
+        ranks[i] = ranks[i - 1]
+        i -= 1
+    items[i] = item
+    scores[i] = score
+    ranks[i] = rank
+    return n + 1 if n < cap else n
+
+
+@_jit
+def beam(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out):
+    """One depth of the descent: ``out[:n]`` the next frontier, best first;
+    returns (n, topics scored). A leaf of the frontier competes with its
+    score from ``topic_scores``; each child scored is written there."""
+    cap = out.shape[0]
+    best = np.empty(cap, np.float32)
+    ranks = np.empty(cap, np.int64)
+    n = 0
+    scored = 0
+    for t in frontier:
+        if is_leaf[t]:
+            n = _keep(t, topic_scores[t], key_rank[t], out, best, ranks, n, cap)
+            continue
+        for c in range(child_off[t], child_off[t + 1]):
+            kid = child_flat[c]
+            if allowed.shape[0] and not allowed[kid]:
+                continue
+            s = _dot(child_centroids, c, q)
+            topic_scores[kid] = s
+            scored += 1
+            n = _keep(kid, s, key_rank[kid], out, best, ranks, n, cap)
+    return n, scored
+
+
+@_jit
+def top(emb, starts, ends, q, mask, exclude, id_rank, out_rows, out_sims):
+    """The best ``len(out_rows)`` rows of the ranges [starts, ends) outside
+    ``exclude`` and inside ``mask`` (empty: no mask), best first; returns
+    (n, rows scored)."""
+    cap = out_rows.shape[0]
+    ranks = np.empty(cap, np.int64)
+    n = 0
+    scored = 0
+    for r in range(starts.shape[0]):
+        for i in range(starts[r], ends[r]):
+            if (mask.shape[0] and not mask[i]) or (exclude.shape[0] and exclude[i]):
+                continue
+            scored += 1
+            n = _keep(i, _dot(emb, i, q), id_rank[i], out_rows, out_sims, ranks, n, cap)
+    return n, scored
