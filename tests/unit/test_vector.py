@@ -378,3 +378,76 @@ def test_descend_batch_through_a_scoped_query(real):
     assert [h.rank for h in leg.hits] == list(range(1, len(leg.hits) + 1))
     assert all(records[h.id].namespace == "alpha" and records[h.id].content_type == "text" for h in leg.hits)
     assert leg.profile["memories_scored"] <= SMALL.beam_width * SMALL.max_leaf_items
+
+
+# -- the compiled loops against the algorithm written out in numpy -------------------
+def _reference(index, query, start, beam, depth, top_k, mask=None, exclude=None):
+    """The seed's descent as a full sort at every step (what the compiled
+    loops replace): ids, scores and leaves reached."""
+    allowed = index.allowed_topics(mask) if mask is not None else None
+    frontier = np.asarray([t for t in start if allowed is None or allowed[t]], dtype=np.int64)
+    scores = np.full(len(index.keys), np.inf, dtype=np.float32)
+    for _ in range(depth):
+        leaf = index.is_leaf[frontier]
+        if leaf.all():
+            break
+        kids = np.concatenate([index.children[t] for t in frontier[~leaf]])
+        if allowed is not None:
+            kids = kids[allowed[kids]]
+        scores[kids] = index.centroids[kids] @ query
+        candidates = np.concatenate([frontier[leaf], kids])
+        frontier = candidates[np.lexsort((index.key_rank[candidates], -scores[candidates]))[:beam]]
+    leaves = [t for t in frontier.tolist() if index.is_leaf[t]]
+    if not leaves:
+        return [], []
+    rows = np.concatenate([np.arange(index.leaf_start[t], index.leaf_end[t]) for t in leaves])
+    if mask is not None:
+        rows = rows[mask[rows]]
+    if exclude is not None:
+        rows = rows[~exclude[rows]]
+    sims = index.emb[rows] @ query
+    order = np.lexsort((index.id_rank[rows], -sims))[:top_k]
+    return [(index.ids[rows[i]], float(sims[i])) for i in order], [index.keys[t] for t in leaves]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_compiled_descent_equals_the_full_sort_reference_with_many_ties(seed):
+    """Random trees whose centroids and embeddings take a few exact values
+    (dot products exact in float32 whatever the summation order), so ties
+    between topics and between memories are everywhere: the beam and the
+    top-k keep exactly what sorting every candidate keeps."""
+    rng = np.random.default_rng(seed)
+    levels = [0.0, 0.5, 1.0]
+    vec = lambda: np.asarray(rng.choice(levels, DIM), np.float32)  # noqa: E731
+    topics = [(ROOT, None, False, None)]
+    rows = []
+    for ns in ("x", "y"):
+        topics.append((f"ns:{ns}", ROOT, False, vec()))
+        internal = [f"ns:{ns}"]
+        for i in range(int(rng.integers(2, 5))):
+            key = f"{ns}/i{rng.integers(0, 10**6)}-{i}"
+            topics.append((key, rng.choice(internal), False, vec()))
+            internal.append(key)
+        for i in range(int(rng.integers(4, 10))):
+            key = f"{ns}/l{rng.integers(0, 10**6)}-{i}"
+            topics.append((key, internal[int(rng.integers(1, len(internal)))], True, vec()))
+            rows += [(f"m{len(rows) + j:03d}-{rng.integers(0, 99)}", ns, str(rng.choice(["a", "b"])), key, vec())
+                     for j in range(int(rng.integers(1, 6)))]
+    # hand_index wants rows grouped by leaf and every internal topic to have a child
+    used = {r[3] for r in rows}
+    topics = [t for t in topics if not t[2] or t[0] in used]
+    parents = {t[1] for t in topics}
+    topics = [t for t in topics if t[2] or t[0] in parents or t[0] == ROOT]
+    rows.sort(key=lambda r: r[3])
+    index = hand_index(topics, rows)
+    for trial in range(20):
+        query = vec()
+        beam, top_k = int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        mask = rng.random(index.size) < 0.7 if trial % 3 == 1 else None
+        exclude = rng.random(index.size) < 0.2 if trial % 4 == 2 else None
+        start = index.children[0].tolist() if trial % 2 else [index.key_index["ns:x"]]
+        want, reached = _reference(index, query, start, beam, 12, top_k, mask, exclude)
+        got, profile = descend(index, query, start, beam_width=beam, max_depth=12, top_k=top_k,
+                               mask=mask, exclude=exclude)
+        assert profile["reached"] == reached
+        assert got == want
