@@ -28,3 +28,31 @@ def locomo_store(tmp_path_factory):
     settings = Settings(data_dir=work / "data", _env_file=None)
     ingest_file(path, settings, progress=False)
     return settings, loco
+
+
+@pytest.fixture(scope="session")
+def locomo_queries(locomo_store):
+    """(the 1,536 scored LoCoMo questions as a query set, the store's settings with audit off)."""
+    from pipeline import evaluation as ev
+
+    settings, loco = locomo_store
+    queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
+    return ev.reconcile("locomo", queries, loco.qrels), settings.replace(audit_enabled=False)
+
+
+@pytest.fixture(scope="session")
+def locomo_embedded_run(locomo_queries):
+    """``dimple eval`` of LoCoMo in ``mode`` (hybrid: the report and its runs,
+    computed once per session), embedded, default settings, max_units 50."""
+    from workers.eval_cli import execute
+
+    qset, quiet = locomo_queries
+    done: dict[str, tuple] = {}
+
+    def run(mode: str = "hybrid") -> tuple:
+        if mode not in done:
+            done[mode] = execute(qset, quiet, name=mode, defaults={"mode": mode, "max_units": 50},
+                                 batch_size=64, progress=False)
+        return done[mode]
+
+    return run

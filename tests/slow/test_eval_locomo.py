@@ -11,21 +11,20 @@ from pipeline import evaluation as ev
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
-def test_locomo_eval_through_the_broker_equals_embedded(locomo_store, tmp_path):
+def test_locomo_eval_through_the_broker_equals_embedded(locomo_store, locomo_queries, locomo_embedded_run,
+                                                        tmp_path):
     import workers
     from ops.stack import Stack, redis_binary
     from pipeline.evaluation.report import write_run
     from workers.app import app
     from workers.eval_cli import execute
 
-    settings, loco = locomo_store
-    queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
-    qset = ev.reconcile("locomo", queries, loco.qrels)
+    settings, _ = locomo_store
+    qset, quiet = locomo_queries
     assert len(qset.queries) == 1536 and not qset.skipped
-    quiet = settings.replace(audit_enabled=False)
     defaults = {"mode": "hybrid", "max_units": 50}
 
-    embedded, emb_runs = execute(qset, quiet, name="embedded", defaults=defaults, batch_size=64, progress=False)
+    embedded, emb_runs = locomo_embedded_run("hybrid")
 
     redis_binary()
     stack = Stack(tmp_path / "stack")

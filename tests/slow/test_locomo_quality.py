@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import evaluation as ev
-
 pytestmark = pytest.mark.slow
 
 
-def test_hybrid_meets_the_goal_and_beats_both_legs(locomo_store):
-    from workers.eval_cli import execute
-
-    settings, loco = locomo_store
-    queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
-    qset = ev.reconcile("locomo", queries, loco.qrels)
-    quiet = settings.replace(audit_enabled=False)
+def test_hybrid_meets_the_goal_and_beats_both_legs(locomo_embedded_run):
     figures = {}
     for mode in ("keyword", "semantic", "hybrid"):
-        report, _ = execute(qset, quiet, name=mode, defaults={"mode": mode, "max_units": 50},
-                            batch_size=64, progress=False)
+        report, _ = locomo_embedded_run(mode)
         assert report["answered"] == 1536
         figures[mode] = report["metrics"]
     print("\n" + "\n".join(f"{m}: nDCG@10 {f['ndcg@10']:.4f} R@10 {f['recall@10']:.4f}" for m, f in figures.items()))

@@ -15,7 +15,7 @@ from tests.unit.test_scope import _PROPERTY, _check_store, _check_store_batched,
 
 
 @pytest.mark.slow
-@hsettings(max_examples=300, **_PROPERTY)
+@hsettings(max_examples=100, **_PROPERTY)
 @given(records=stores(max_size=25), qs=st.lists(queries, min_size=3, max_size=8))
 def test_no_result_or_link_outside_the_scope_many(embedded, records, qs):
     _check_store(records, qs)
