@@ -44,8 +44,10 @@ latencies compare work, not thread counts; FAISS's training uses every core
 (it is not what is compared). Recall and vectors scored are computed first,
 untimed; then ``--warmup`` queries on every configuration, then ``--rounds``
 passes over the queries in which every configuration answers each query in
-turn, the order rotating query by query, so load and drift hit every side
-alike. The load average is printed before and after.
+turn, in an order shuffled query by query (none always follows the same one,
+whose vectors of that query it would find in cache), so load and drift hit
+every side alike; exact search, which sweeps the caches, is timed in a pass
+of its own. The load average is printed before and after.
 
 Comparisons, for each beam and each nlist, between measured points only:
 FAISS's points just below and just above the beam's mean vectors scored
@@ -59,6 +61,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -236,20 +239,29 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
                                "list_size_mean": round(n / nlist, 1), "list_size_max": int(sizes.max()),
                                "curve": curve}
 
-    # -- timed: every configuration answers each query in turn, rotating order
-    names = list(configs)
+    # -- timed: every configuration answers each query in turn, in an order
+    # shuffled query by query (a configuration run after another one of the
+    # same query finds some of its vectors in cache: no configuration always
+    # follows the same one); exact search, which sweeps every vector out of
+    # the caches, is timed in a pass of its own
+    names = [name for name in configs if name != "exact"]
     for q in queries[:warmup]:
-        for name in names:
+        for name in configs:
             configs[name](q)
-    lat: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for i, q in enumerate(queries):
-            turn = (i * 7 + r) % len(names)
-            for name in names[turn:] + names[:turn]:
+    lat: dict[str, list[float]] = {name: [] for name in configs}
+    shuffle = random.Random(7)
+    for _ in range(rounds):
+        for q in queries:
+            for name in shuffle.sample(names, len(names)):
                 fn = configs[name]
                 t = time.perf_counter()
                 fn(q)
                 lat[name].append(time.perf_counter() - t)
+    for _ in range(rounds):
+        for q in queries:
+            t = time.perf_counter()
+            configs["exact"](q)
+            lat["exact"].append(time.perf_counter() - t)
 
     out["exact"] = {"p50_ms": pct(lat["exact"], 50), "p95_ms": pct(lat["exact"], 95), "scored": n}
     log(f"  exact numpy: p50 {out['exact']['p50_ms']} ms, p95 {out['exact']['p95_ms']} ms, {n} scored")
