@@ -220,6 +220,10 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
     from .api import search_many
 
     workers.configure(settings)
+    if settings.embedded:  # thousands of descents in this process: the compiled loops pay for themselves
+        from pipeline.stages.descend import compile_kernels
+
+        compile_kernels()
     size = batch_size or settings.query_batch_size
     with _progress(len(qset.queries), name, not progress) as bar:
         runs, secs = ev.run_queries(search_many, qset.queries, defaults=defaults, batch_size=size,

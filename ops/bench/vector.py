@@ -163,7 +163,7 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
     from ops.bench import synth
     from pipeline.contracts import Scope
     from pipeline.settings import Settings
-    from pipeline.stages.descend import VectorIndex, descend
+    from pipeline.stages.descend import VectorIndex, compile_kernels, descend
     from pipeline.store.database import Store
     from pipeline.store.tree import _SAMPLE_PER_CENTER
 
@@ -175,6 +175,7 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
     t = time.perf_counter()
     index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
     load_s = time.perf_counter() - t
+    compile_kernels()  # as a search worker does at start
     store.close()
     n = index.size
     leaves = np.flatnonzero(index.is_leaf)

@@ -7,7 +7,6 @@ generation: no per-query reads of embeddings, no vector passed to SQL.
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,11 +240,11 @@ def descend(
     profile: dict[str, Any] = {
         "topics_scored": 0, "leaves_reached": 0, "memories_scored": 0, "depth": 0, "timed_out": False,
     }
-    beam, _ = _kernels()
     query = np.ascontiguousarray(query, dtype=np.float32)
-    allowed = index.allowed_topics(mask) if mask is not None else _NONE_BOOL
+    allowed = index.allowed_topics(mask) if mask is not None else _NONE
     frontier = np.asarray([t for t in start if not len(allowed) or allowed[t]], dtype=np.int64)
     scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
+    step = _COMPILED[0][0] if _COMPILED else _beam_numpy
     kept = np.empty(beam_width, dtype=np.int64)
     for depth in range(max_depth):
         if index.is_leaf[frontier].all():
@@ -256,7 +255,7 @@ def descend(
         # the frontier's children scored, then the best beam_width of them and
         # of the frontier's leaves (a leaf competes with its own score; ties go
         # to the smaller key), best first
-        n, scored = beam(frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
+        n, scored = step(frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
                          allowed, query, index.key_rank, scores, kept)
         profile["topics_scored"] += int(scored)
         frontier = kept[:n].copy()
@@ -268,7 +267,7 @@ def descend(
         profile["ms"] = ms_since(t0)
         return [], profile
     hits, scored = _top(index, index.leaf_start[leaves], index.leaf_end[leaves], query, top_k,
-                        _NONE_BOOL if mask is None else mask, _NONE_BOOL if exclude is None else exclude)
+                        _NONE if mask is None else mask, _NONE if exclude is None else exclude)
     profile["memories_scored"] = scored
     profile["ms"] = ms_since(t0)
     return hits, profile
@@ -287,27 +286,40 @@ def exact(index: VectorIndex, query: np.ndarray, scope: Scope, top_k: int, mask:
     cut = np.flatnonzero(np.diff(rows) != 1) + 1  # the rows as runs of consecutive rows
     starts = rows[np.concatenate([[0], cut])]
     ends = rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1
-    return _top(index, starts, ends, query, top_k, _NONE_BOOL, _NONE_BOOL)[0]
+    return _top(index, starts, ends, np.ascontiguousarray(query, dtype=np.float32), top_k, _NONE, _NONE)[0]
 
 
 def _top(index: VectorIndex, starts: np.ndarray, ends: np.ndarray, query: np.ndarray, top_k: int,
          mask: np.ndarray, exclude: np.ndarray) -> tuple[list[tuple[str, float]], int]:
     """The best ``top_k`` rows of the ranges [starts, ends) (ties by id) and how many were scored."""
-    _, top = _kernels()
-    query = np.ascontiguousarray(query, dtype=np.float32)
     rows = np.empty(top_k, dtype=np.int64)
     sims = np.empty(top_k, dtype=np.float32)
+    top = _COMPILED[0][1] if _COMPILED else _top_numpy
     n, scored = top(index.emb, np.asarray(starts, np.int64), np.asarray(ends, np.int64), query, mask, exclude,
                     index.id_rank, rows, sims)
     return [(index.ids[r], float(v)) for r, v in zip(rows[:n].tolist(), sims[:n].tolist(), strict=True)], int(scored)
 
 
-_NONE_BOOL = np.zeros(0, dtype=bool)  # "no mask" for the kernels
+# -- the two loops: numpy, or compiled once compile_kernels() ran in this process ------
+# Both keep the same candidates in the same order (best first; ties to the
+# smaller topic key or memory id), tested against each other on trees full of
+# exact ties. Compiling costs a process about 1.5 s (numba's import and its
+# cache): worth it for a worker or an evaluation answering thousands of
+# queries (the descent at 100k: 0.7 -> 0.25 ms), not for a one-shot
+# ``dimple search``, which keeps numpy.
+_NONE = np.zeros(0, dtype=bool)  # "no mask"
+_COMPILED: list[tuple[Any, Any]] = []
 
 
 def compile_kernels() -> None:
-    """Compile (or load from numba's cache) the descent's loops now, so the
-    first query does not wait for them: a search worker calls it at start."""
+    """From now on this process descends with the compiled loops
+    (``pipeline.stages.descend_kernels``), compiled or loaded from numba's
+    cache now rather than on a query. Search workers call it at start, and
+    so do embedded evaluations; a long-lived embedded caller may too."""
+    if _COMPILED:
+        return
+    from pipeline.stages import descend_kernels
+
     index = VectorIndex(
         generation=0, ids=["a"], emb=np.ones((1, 2), np.float32), id_rank=np.zeros(1, np.int64),
         namespaces=["n"], ns_code=np.zeros(1, np.int32), content_types=["t"], ct_code=np.zeros(1, np.int32),
@@ -315,16 +327,49 @@ def compile_kernels() -> None:
         parent=np.array([-1, 0]), is_leaf=np.array([False, True]), children=[np.array([1]), np.zeros(0, np.int64)],
         leaf_start=np.array([0, 0]), leaf_end=np.array([0, 1]),
     )
-    descend(index, np.ones(2, np.float32), [0], beam_width=1, max_depth=2, top_k=1, mask=np.ones(1, bool))
+    loops = (descend_kernels.beam, descend_kernels.top)
+    loops[0](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
+             np.ones(2, bool), np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), np.zeros(1, np.int64))
+    loops[1](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
+             index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.float32))
+    _COMPILED.append(loops)
 
 
-@functools.cache
-def _kernels() -> tuple[Any, Any]:
-    """The descent's two loops (``pipeline.stages.descend_kernels``), compiled
-    by numba on first use, not on import."""
-    from pipeline.stages import descend_kernels
+def _beam_numpy(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out):
+    """``descend_kernels.beam`` in numpy: every candidate sorted."""
+    leaf = is_leaf[frontier]
+    spans = [np.arange(child_off[t], child_off[t + 1]) for t in frontier[~leaf]]
+    at = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+    if len(allowed):
+        at = at[allowed[child_flat[at]]]
+    kids = child_flat[at]
+    topic_scores[kids] = child_centroids[at] @ q
+    candidates = np.concatenate([frontier[leaf], kids])
+    best = candidates[np.lexsort((key_rank[candidates], -topic_scores[candidates]))[: len(out)]]
+    out[: len(best)] = best
+    return len(best), len(kids)
 
-    return descend_kernels.beam, descend_kernels.top
+
+def _top_numpy(emb, starts, ends, q, mask, exclude, id_rank, out_rows, out_sims):
+    """``descend_kernels.top`` in numpy: a partition, then a sort of the rows tied with the k-th."""
+    spans = [np.arange(a, b) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    rows = np.concatenate(spans) if spans else np.zeros(0, np.int64)
+    if len(mask):
+        rows = rows[mask[rows]]
+    if len(exclude):
+        rows = rows[~exclude[rows]]
+    if not len(rows):
+        return 0, 0
+    sims = emb[rows] @ q
+    k = len(out_rows)
+    part = np.arange(len(rows))
+    if len(rows) > k:
+        kth = sims[np.argpartition(-sims, k - 1)[:k]].min()
+        part = np.flatnonzero(sims >= kth)  # every row tied with the k-th, so ties go by id exactly
+    chosen = part[np.lexsort((id_rank[rows[part]], -sims[part]))[:k]]
+    out_rows[: len(chosen)] = rows[chosen]
+    out_sims[: len(chosen)] = sims[chosen]
+    return len(chosen), len(rows)
 
 
 def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings,

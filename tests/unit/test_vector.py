@@ -380,42 +380,30 @@ def test_descend_batch_through_a_scoped_query(real):
     assert leg.profile["memories_scored"] <= SMALL.beam_width * SMALL.max_leaf_items
 
 
-# -- the compiled loops against the algorithm written out in numpy -------------------
-def _reference(index, query, start, beam, depth, top_k, mask=None, exclude=None):
-    """The seed's descent as a full sort at every step (what the compiled
-    loops replace): ids, scores and leaves reached."""
-    allowed = index.allowed_topics(mask) if mask is not None else None
-    frontier = np.asarray([t for t in start if allowed is None or allowed[t]], dtype=np.int64)
-    scores = np.full(len(index.keys), np.inf, dtype=np.float32)
-    for _ in range(depth):
-        leaf = index.is_leaf[frontier]
-        if leaf.all():
-            break
-        kids = np.concatenate([index.children[t] for t in frontier[~leaf]])
-        if allowed is not None:
-            kids = kids[allowed[kids]]
-        scores[kids] = index.centroids[kids] @ query
-        candidates = np.concatenate([frontier[leaf], kids])
-        frontier = candidates[np.lexsort((index.key_rank[candidates], -scores[candidates]))[:beam]]
-    leaves = [t for t in frontier.tolist() if index.is_leaf[t]]
-    if not leaves:
-        return [], []
-    rows = np.concatenate([np.arange(index.leaf_start[t], index.leaf_end[t]) for t in leaves])
-    if mask is not None:
-        rows = rows[mask[rows]]
-    if exclude is not None:
-        rows = rows[~exclude[rows]]
-    sims = index.emb[rows] @ query
-    order = np.lexsort((index.id_rank[rows], -sims))[:top_k]
-    return [(index.ids[rows[i]], float(sims[i])) for i in order], [index.keys[t] for t in leaves]
+# -- the compiled loops against the numpy loops ---------------------------------------
+@pytest.fixture
+def both_paths(monkeypatch):
+    """Run a descent with the numpy loops, then with the compiled ones."""
+    from pipeline.stages import descend as module
+
+    module.compile_kernels()
+    compiled = list(module._COMPILED)
+
+    def run(*args, **kwargs):
+        monkeypatch.setattr(module, "_COMPILED", [])
+        numpy_result = descend(*args, **kwargs)
+        monkeypatch.setattr(module, "_COMPILED", compiled)
+        return numpy_result, descend(*args, **kwargs)
+
+    return run
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_compiled_descent_equals_the_full_sort_reference_with_many_ties(seed):
+def test_the_compiled_loops_keep_what_the_numpy_loops_keep_with_many_ties(seed, both_paths):
     """Random trees whose centroids and embeddings take a few exact values
     (dot products exact in float32 whatever the summation order), so ties
-    between topics and between memories are everywhere: the beam and the
-    top-k keep exactly what sorting every candidate keeps."""
+    between topics and between memories are everywhere: both paths reach the
+    same leaves in the same order and return the same memories and scores."""
     rng = np.random.default_rng(seed)
     levels = [0.0, 0.5, 1.0]
     vec = lambda: np.asarray(rng.choice(levels, DIM), np.float32)  # noqa: E731
@@ -440,14 +428,30 @@ def test_the_compiled_descent_equals_the_full_sort_reference_with_many_ties(seed
     topics = [t for t in topics if t[2] or t[0] in parents or t[0] == ROOT]
     rows.sort(key=lambda r: r[3])
     index = hand_index(topics, rows)
+    ties = 0
     for trial in range(20):
         query = vec()
         beam, top_k = int(rng.integers(1, 6)), int(rng.integers(1, 12))
         mask = rng.random(index.size) < 0.7 if trial % 3 == 1 else None
         exclude = rng.random(index.size) < 0.2 if trial % 4 == 2 else None
         start = index.children[0].tolist() if trial % 2 else [index.key_index["ns:x"]]
-        want, reached = _reference(index, query, start, beam, 12, top_k, mask, exclude)
-        got, profile = descend(index, query, start, beam_width=beam, max_depth=12, top_k=top_k,
-                               mask=mask, exclude=exclude)
-        assert profile["reached"] == reached
+        (want, want_profile), (got, profile) = both_paths(index, query, start, beam_width=beam, max_depth=12,
+                                                          top_k=top_k, mask=mask, exclude=exclude)
+        assert profile["reached"] == want_profile["reached"]
+        assert (profile["topics_scored"], profile["memories_scored"]) == (want_profile["topics_scored"],
+                                                                          want_profile["memories_scored"])
         assert got == want
+        ties += len({s for _, s in got}) < len(got)
+    assert ties  # the case this test is for
+
+
+def test_on_a_stored_tree_both_paths_return_the_same_memories(real, both_paths):
+    _, index, _ = real
+    rng = np.random.default_rng(5)
+    for beam in (1, 4, 1024):
+        for _ in range(10):
+            q = index.emb[rng.integers(index.size)]
+            (want, _), (got, _) = both_paths(index, q, index.start_topics(Scope()), beam_width=beam, max_depth=12,
+                                             top_k=20)
+            assert [m for m, _ in got] == [m for m, _ in want]
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)
