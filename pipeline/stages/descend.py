@@ -7,6 +7,7 @@ generation: no per-query reads of embeddings, no vector passed to SQL.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -318,8 +319,19 @@ def compile_kernels() -> None:
     so do embedded evaluations; a long-lived embedded caller may too."""
     if _COMPILED:
         return
-    from pipeline.stages import descend_kernels
+    try:
+        from pipeline.stages import descend_kernels
 
+        loops = (descend_kernels.beam, descend_kernels.top)
+        _run_once(loops)
+    except Exception as exc:  # noqa: BLE001  (numba absent or broken, no writable cache: numpy answers the same)
+        logging.getLogger("dimple.descend").warning("the descent keeps its numpy loops: numba failed (%s)", exc)
+        return
+    _COMPILED.append(loops)
+
+
+def _run_once(loops: tuple[Any, Any]) -> None:
+    """Each loop once on a tiny index, which compiles it (or loads it from the cache)."""
     index = VectorIndex(
         generation=0, ids=["a"], emb=np.ones((1, 2), np.float32), id_rank=np.zeros(1, np.int64),
         namespaces=["n"], ns_code=np.zeros(1, np.int32), content_types=["t"], ct_code=np.zeros(1, np.int32),
@@ -327,12 +339,10 @@ def compile_kernels() -> None:
         parent=np.array([-1, 0]), is_leaf=np.array([False, True]), children=[np.array([1]), np.zeros(0, np.int64)],
         leaf_start=np.array([0, 0]), leaf_end=np.array([0, 1]),
     )
-    loops = (descend_kernels.beam, descend_kernels.top)
     loops[0](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
              np.ones(2, bool), np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), np.zeros(1, np.int64))
     loops[1](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
              index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.float32))
-    _COMPILED.append(loops)
 
 
 def _beam_numpy(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out):

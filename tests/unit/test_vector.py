@@ -455,3 +455,30 @@ def test_on_a_stored_tree_both_paths_return_the_same_memories(real, both_paths):
                                              top_k=20)
             assert [m for m, _ in got] == [m for m, _ in want]
             assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)
+
+
+def test_without_numba_the_descent_keeps_its_numpy_loops(monkeypatch):
+    import logging
+    import sys
+
+    from pipeline.stages import descend as module
+
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("dimple.descend")
+    logger.addHandler(handler)
+    try:
+        monkeypatch.setattr(module, "_COMPILED", [])
+        monkeypatch.setitem(sys.modules, "pipeline.stages.descend_kernels", None)  # import fails
+        monkeypatch.delattr("pipeline.stages.descend_kernels", raising=False)
+        module.compile_kernels()
+    finally:
+        logger.removeHandler(handler)
+    assert module._COMPILED == []
+    assert any("keeps its numpy loops" in line for line in said)
+    index = hand_index(
+        [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
+        [("m1", "x", "t", "leaf", E0)],
+    )
+    assert _descend(index)[0] == [("m1", 1.0)]
