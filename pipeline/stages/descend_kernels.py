@@ -1,5 +1,7 @@
-"""The beam descent's two loops, compiled by numba (a dependency through
-ranx); ``pipeline.stages.descend`` imports this module on first use.
+"""The beam descent's two loops, compiled by numba;
+``pipeline.stages.descend.compile_kernels`` imports this module (search
+workers at start, embedded evaluations), until then the descent runs the
+same loops in numpy.
 
 ``beam`` scores a frontier's children and keeps the best ``beam_width`` of
 them and of the frontier's leaves; ``top`` scores leaf rows and keeps the best
