@@ -101,6 +101,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Fusion(str, Enum):
+    """How the legs' lists become one (``pipeline.stages.fuse``): ``rrf`` is
+    the seed's weighted reciprocal rank fusion; ``convex`` adds the legs'
+    min-max normalised scores, weighted by the leg weights (their share of
+    the sum), a memory a leg did not return scoring 0 from it."""
+
+    rrf = "rrf"
+    convex = "convex"
+
+
 class LegWeights(_Strict):
     vector: float = Field(1.0, ge=0, le=1000)
     fts: float = Field(1.0, ge=0, le=1000)
@@ -138,6 +148,7 @@ class QueryOptions(_Strict):
     supersession: Supersession = Field(
         Supersession.promote, description="annotate | promote | hide: what a superseded result does (pipeline.stages.supersede)"
     )
+    fusion: Fusion | None = Field(None, description="rrf | convex (default: the fusion setting)")
 
     @field_validator("content_type", mode="before")
     @classmethod
@@ -227,7 +238,8 @@ def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     Rows written before the scope and budget were recorded on their own carry
     the options flat (``namespace``, ``max_units``...); those are given back as they are.
     Rows written before ``supersession`` existed were served as ``annotate``
-    (graph context only), and are asked again so.
+    (graph context only), and are asked again so; rows written before
+    ``fusion`` existed were fused by RRF, and are asked again so.
     """
     if "scope" not in recorded:
         flat = {k: v for k, v in recorded.items() if v not in (None, [], {})}
@@ -241,6 +253,8 @@ def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
         **{k: budget.get(k) for k in ("max_units", "max_chars", "max_ms")},
         **{k: recorded.get(k) for k in ("top_k", "mode", "weights", "recency_boost", "now")},
         "supersession": recorded.get("supersession") or Supersession.annotate.value,
+        # rows from before the fusion option were all fused by RRF
+        "fusion": recorded.get("fusion") or Fusion.rrf.value,
     }
     return {k: v for k, v in options.items() if v not in (None, [], {})}
 
@@ -254,6 +268,7 @@ class Query(_Strict):
     options: QueryOptions = Field(default_factory=QueryOptions)
     started_at: float = Field(default_factory=time.time, description="wall clock, seconds")
     weights: dict[str, float] = Field(default_factory=dict)
+    fusion: Fusion = Fusion.rrf
     top_k: int = Field(100, ge=1)
     scope: Scope = Field(default_factory=Scope)
     budget: Budget = Field(default_factory=Budget)
@@ -293,7 +308,7 @@ class Query(_Strict):
     def recorded(self) -> dict[str, Any]:
         """The options as resolved, for the audit row: scope, budget, top-k,
         mode and weights as asked, recency boost, the recency ``now`` (the
-        query's start when none was given) and supersession, so a replay asks the same."""
+        query's start when none was given), supersession and fusion, so a replay asks the same."""
         o = self.options
         return {
             "scope": self.scope.model_dump(mode="json"),
@@ -304,6 +319,7 @@ class Query(_Strict):
             "recency_boost": o.recency_boost,
             "now": (o.now or self.started_utc).isoformat(),
             "supersession": o.supersession.value,
+            "fusion": self.fusion.value,
         }
 
 
@@ -343,7 +359,7 @@ class LegRun(_Strict):
 
 class Fused(_Strict):
     id: str
-    rrf: float
+    rrf: float = Field(description="the fused score before recency: the RRF sum, or the convex score (fusion=convex)")
     score: float
     recency_factor: float | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
@@ -502,6 +518,8 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         weights = {"vector": 0.0, "fts": 1.0}
     elif options.mode is Mode.semantic:
         weights = {"vector": 1.0, "fts": 0.0}
+    elif (options.fusion or settings.fusion) == Fusion.convex.value:
+        weights = {"vector": settings.convex_alpha, "fts": 1.0 - settings.convex_alpha}
     else:
         weights = {"vector": settings.vector_weight, "fts": settings.fts_weight}
     if not any(w > 0 for w in weights.values()):
@@ -512,6 +530,7 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         identity=text_identity(text),
         options=options,
         weights=weights,
+        fusion=options.fusion or Fusion(settings.fusion),
         top_k=options.top_k or settings.leg_top_k,
         budget=Budget(
             max_units=options.max_units if options.max_units is not None else defaults.max_units,

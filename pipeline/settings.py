@@ -44,7 +44,8 @@ class FulltextSettings(BaseModel):
     stemmer: str = Field("porter", description="DuckDB FTS stemmer, or 'none'")
     stopwords: str = Field("english", description="'english' or 'none'")
     ignore: str = Field(r"(\.|[^a-z0-9_])+", description="regex of characters that split tokens")
-    k1: float = Field(1.2, gt=0, le=10)
+    k1: float = Field(0.6, gt=0, le=10, description="BM25 term saturation; lower than the usual 1.2 (BENCHMARKS.md "
+                      "'Fusion defaults': at least as good on all six judged sets)")
     b: float = Field(0.5, ge=0, le=1, description="BM25 length normalisation; memories are short, so lower than the usual 0.75")
 
     @field_validator("stemmer", "stopwords")
@@ -131,6 +132,12 @@ class Settings(BaseSettings):
     )
     lexical_match_scale: float = Field(8.0, ge=0, description="lexical_match: the full-text leg's weight at a full match")
     lexical_match_power: float = Field(2.0, gt=0, description="lexical_match: the exponent on the match")
+    fusion: Literal["rrf", "convex"] = Field(
+        "rrf",
+        description="how hybrid lists become one: rrf (the seed's, with fusion_weights) or convex "
+                    "(min-max normalised scores, vector share convex_alpha); a query's 'fusion' overrides",
+    )
+    convex_alpha: float = Field(0.4, ge=0, le=1, description="fusion=convex: the vector leg's share (full text: 1 - alpha)")
     preview_chars: int = Field(80, ge=8, le=10_000)
     query_memory_limit: str = Field(
         "512MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)$",

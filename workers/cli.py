@@ -163,6 +163,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--supersession",
                    help="a superseded result: annotate (link only), promote (its newest in-scope successor "
                         "directly above it; default), hide (the successor in its place)")
+    s.add_argument("--fusion", help="rrf (weighted reciprocal rank fusion) | convex (weighted sum of min-max "
+                                    "normalised scores) (default DIMPLE_FUSION, rrf)")
     s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 
@@ -332,7 +334,7 @@ def search_options(args) -> dict[str, Any]:
         "mode": args.mode,
         "recency_boost": args.recency_boost,
     }
-    for name in ("top_k", "max_units", "max_chars", "max_ms", "now", "supersession"):
+    for name in ("top_k", "max_units", "max_chars", "max_ms", "now", "supersession", "fusion"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value

@@ -97,6 +97,7 @@ def _run_args(p, with_mode: bool = True) -> None:
         p.add_argument("--max-p", type=float, default=0.05,
                        help="with --mode all: p-value below which a difference is significant (default 0.05)")
     p.add_argument("--supersession", help="annotate | promote | hide for every query (default: each query's own, else promote)")
+    p.add_argument("--fusion", help="rrf | convex for every query (default: each query's own, else DIMPLE_FUSION)")
     p.add_argument("--max-units", type=int, default=ev.DEFAULT_MAX_UNITS,
                    help=f"results per query unless a query says (default {ev.DEFAULT_MAX_UNITS}; Recall@50 needs 50)")
     p.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
@@ -201,7 +202,11 @@ def _config(settings, defaults: dict[str, Any], batch_size: int, extra: dict | N
         "defaults": defaults,
         "batch_size": batch_size,
         "rrf_k": settings.rrf_k,
+        "fusion": settings.fusion,
+        "fusion_weights": settings.fusion_weights,
         "weights": {"vector": settings.vector_weight, "fts": settings.fts_weight},
+        "lexical_match": {"scale": settings.lexical_match_scale, "power": settings.lexical_match_power},
+        "convex_alpha": settings.convex_alpha,
         "leg_top_k": settings.leg_top_k,
         "tree": settings.tree.model_dump(),
         "fulltext": settings.fulltext.model_dump(),
@@ -242,8 +247,9 @@ def _defaults(args) -> dict[str, Any]:
     defaults: dict[str, Any] = {"max_units": args.max_units}
     if getattr(args, "mode", None):
         defaults["mode"] = args.mode
-    if getattr(args, "supersession", None):
-        defaults["supersession"] = args.supersession
+    for name in ("supersession", "fusion"):
+        if getattr(args, name, None):
+            defaults[name] = getattr(args, name)
     return defaults
 
 

@@ -34,10 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pipeline.evaluation.metrics import score
 from pipeline.stages.fuse import LegWeighting, bm25_idf, lexical_match, rrf
+from pipeline.stages.fuse import convex as fuse_convex
 
 LEG_NAMES = ("vector", "fts")
 METRICS = ("ndcg@10", "recall@10")
@@ -175,21 +174,12 @@ def adaptive_convex(p: float) -> Callable[[dict, dict], list[str]]:
     return fuse
 
 
-def _minmax(hits: list) -> dict[str, float]:
-    if not hits:
-        return {}
-    s = np.array([x for _, x in hits], dtype=float)
-    lo, hi = float(s.min()), float(s.max())
-    span = hi - lo
-    return {d: ((x - lo) / span if span > 0 else 1.0) for d, x in hits}
-
-
 def convex(alpha: float) -> Callable[[dict, dict], list[str]]:
-    """alpha * minmax(vector) + (1 - alpha) * minmax(fts) over the union; a leg that did not return a candidate gives it 0."""
+    """``fusion=convex`` (``pipeline.stages.fuse.convex``) at vector share alpha: alpha x minmax(vector) +
+    (1 - alpha) x minmax(fts) over the union; a leg that did not return a candidate gives it 0."""
     def fuse(q: dict, sig: dict) -> list[str]:
-        v, f = _minmax(q["vector"]), _minmax(q["fts"])
-        scores = {d: alpha * v.get(d, 0.0) + (1 - alpha) * f.get(d, 0.0) for d in set(v) | set(f)}
-        return sorted(scores, key=lambda d: (-scores[d], d))
+        lists = {leg: [(d, x) for d, x in q[leg]] for leg in LEG_NAMES}
+        return [f.id for f in fuse_convex(lists, {"vector": alpha, "fts": 1 - alpha})]
     return fuse
 
 
@@ -228,7 +218,7 @@ def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]
                 out.setdefault(f"rrf fts={c:g}*top_norm^{p:g}", scaled(c, p))
     for p in (1.5, 2):
         out[f"convex a=1-top_norm^{p:g}"] = adaptive_convex(p)
-    for alpha in (0.3, 0.5, 0.7):
+    for alpha in (0.3, 0.35, 0.4, 0.5, 0.7):  # 0.4: DIMPLE_CONVEX_ALPHA's default
         out[f"convex a={alpha:g}"] = convex(alpha)
     return out
 

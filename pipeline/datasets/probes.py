@@ -12,6 +12,14 @@ choosing defaults that are not tuned to one corpus (issue 16):
 * ``long_short``: long memories (a meeting's notes, a dozen facts) beside
   short ones; a question asks for one fact, in a long memory or a short one.
 
+Held out (written after the fusion defaults were chosen on the four above,
+the demo set and LoCoMo, and never used to choose them):
+
+* ``typos``: a question with a misspelt key word or two, beside memories
+  sharing the question's other words.
+* ``howto``: operational notes (commands, settings, where things live); a
+  question asks how to do the task in its own words, some naming the tool.
+
 Each set is drawn from ``random.Random(seed)`` (no clock, no files read): the
 same seed gives the same bytes. Judgments come from what the generator
 planted, not from searching the texts. Sizes are a few hundred memories, to
@@ -121,6 +129,43 @@ LONG_QUESTIONS = {
 }
 
 
+# (memory, question); the question's key words are misspelt by ``_typo``
+TYPO_FACTS = (
+    ("{p} is training for the Berlin marathon in September.", "when is {p} running the marathon"),
+    ("{p} is learning Portuguese before the Lisbon transfer.", "which language is {p} studying"),
+    ("{p} bought a secondhand cello from a neighbour.", "what instrument did {p} get"),
+    ("{p} cannot stand cilantro in any dish.", "does {p} dislike cilantro"),
+    ("{p} renovated the kitchen with oak cabinets.", "what did {p} renovate"),
+    ("{p} is organising the charity bake sale on Saturday.", "what is {p} organising on Saturday"),
+    ("{p} volunteers at the animal shelter on Tuesdays.", "where does {p} volunteer"),
+    ("{p} switched the team's tracker from spreadsheets to Jira.", "what tracker does {p}'s team use"),
+)
+# (task, memory, question in other words, question naming the tool)
+HOWTO = (
+    ("rotate", "To rotate the production API key run `vault kv rotate secret/api --env prod`, then restart the gateway.",
+     "how do I get a fresh key for the live API", "vault rotate api key prod"),
+    ("replica", "A read replica is added with `pg_ctl promote` after `pg_basebackup -D /srv/replica` finishes.",
+     "how to set up another copy of the database for reads", "pg_basebackup replica"),
+    ("flags", "Feature flags live in `config/flags.yaml`; changes go live after the config service reloads.",
+     "where do I switch a feature on or off", "flags.yaml"),
+    ("certs", "TLS certificates renew through `certbot renew --deploy-hook reload-nginx` from a weekly cron.",
+     "how are https certs kept from expiring", "certbot renew"),
+    ("logs", "Application logs ship to Loki; query them in Grafana with `{app=\"checkout\"}`.",
+     "where can I read what the checkout service printed", "loki grafana logs"),
+    ("oncall", "The on-call rota is in PagerDuty under the Platform schedule; swaps need a lead's approval.",
+     "who do I ask to trade my night shift", "pagerduty schedule swap"),
+    ("deps", "Dependencies are pinned in `requirements.lock`; update them with `pip-compile --upgrade`.",
+     "how to bump the python packages we depend on", "pip-compile upgrade"),
+    ("backup", "Nightly backups go to the `s3://acme-backups` bucket and are kept for 35 days.",
+     "how long do we keep the nightly copies", "s3 acme-backups"),
+    ("vpn", "Remote staff connect with WireGuard; new peers are added in `infra/wg/peers.tf`.",
+     "how does someone working from home get onto the internal network", "wireguard peers.tf"),
+    ("migrate", "Schema migrations run with `alembic upgrade head` in the release job, never by hand.",
+     "how do database table changes get applied", "alembic upgrade head"),
+)
+TEAMS = ("payments", "search", "growth", "mobile", "data", "platform", "identity", "billing")
+
+
 @dataclass
 class ProbeSet:
     """One judged set: records (ingest form, one namespace), queries (id, text) and graded judgments."""
@@ -225,9 +270,53 @@ def long_short(seed: int = SEED) -> ProbeSet:
     return s
 
 
+def _typo(rng: random.Random, word: str) -> str:
+    """``word`` with two neighbouring letters swapped or one dropped (words under 4 letters kept)."""
+    if len(word) < 4:
+        return word
+    i = rng.randrange(1, len(word) - 2)
+    if rng.random() < 0.5 and word[i] != word[i + 1]:  # swapping equal letters would change nothing
+        return word[:i] + word[i + 1] + word[i] + word[i + 2:]
+    return word[:i] + word[i + 1:]
+
+
+def typos(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("typos")
+    people = _people(rng, 40)
+    planted = []
+    for p in people:
+        for memory, question in rng.sample(TYPO_FACTS, 4):
+            planted.append((s.memory(memory.format(p=p)), question.format(p=p)))
+    for mid, question in rng.sample(planted, 150):
+        words = question.split()
+        # misspell the longest word other than the person's name, and another one half of the time
+        keys = sorted((i for i, w in enumerate(words) if w[0].islower()), key=lambda i: -len(words[i]))
+        for i in keys[: 1 + (rng.random() < 0.5)]:
+            words[i] = _typo(rng, words[i])
+        s.ask(" ".join(words), {mid: 1})
+    return s
+
+
+def howto(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("howto")
+    planted = []
+    for team in TEAMS:
+        for _task, memory, other_words, tool in HOWTO:
+            # each team keeps its own copy of the note, told apart by the team's name
+            mid = s.memory(f"[{team}] {memory}")
+            planted.append((mid, f"{team}: {other_words}", f"{team} {tool}"))
+    for mid, other_words, tool in rng.sample(planted, len(planted)):
+        s.ask(other_words if rng.random() < 0.6 else tool, {mid: 1})
+    return s
+
+
 SETS: dict[str, Callable[[int], ProbeSet]] = {
     "entities": entities, "paraphrase": paraphrase, "identifiers": identifiers, "long_short": long_short,
+    "typos": typos, "howto": howto,
 }
+HELD_OUT = ("typos", "howto")  # never used to choose a default
 
 
 def write_beir(probe: ProbeSet, folder: Path) -> Path:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.contracts import make_query
+from pipeline.contracts import QueryOptions, make_query
 from pipeline.errors import EvalInputError, InputError
 from pipeline.settings import Settings
 from pipeline.textfiles import lines_of
@@ -20,10 +20,7 @@ from pipeline.textfiles import lines_of
 # Top-level fields of a query line besides the search options.
 _QUERY_FIELDS = {"id", "_id", "query", "text", "options", "metadata"}
 
-OPTION_FIELDS = {
-    "namespace", "topics", "content_type", "concepts", "mode", "weights", "recency_boost", "now",
-    "max_units", "max_chars", "max_ms", "top_k", "supersession",
-}
+OPTION_FIELDS = frozenset(QueryOptions.model_fields)  # a query line's search options: the API's own
 
 # -- inputs ------------------------------------------------------------------------------
 @dataclass

@@ -48,6 +48,9 @@ def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str,
     if "weights" in config:
         changes["vector_weight"], changes["fts_weight"] = config["weights"]
         changes["fusion_weights"] = "fixed"  # a weights axis is fixed weights, not per-query ones
+        if settings.fusion == "convex":  # convex weights are shares: the vector leg's is alpha
+            vector, fts = config["weights"]
+            changes["convex_alpha"] = vector / (vector + fts)
     if "beam_width" in config:
         tree["beam_width"] = config["beam_width"]
     if "max_leaf_items" in config:

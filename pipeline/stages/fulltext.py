@@ -22,7 +22,7 @@ term does not weigh more; stopwords and unknown terms are absent from
 with ``log`` being DuckDB's base-10 logarithm, ``len`` the memory's token
 count after stopword removal, ``avgdl`` its mean, ``N`` the number of indexed
 memories; the extension's defaults are k1 = 1.2, b = 0.75 and
-``conjunctive := 0`` (any term matches), ours come from settings (b = 0.5).
+``conjunctive := 0`` (any term matches), ours come from settings (k1 = 0.6, b = 0.5).
 ``tests/unit/test_fulltext.py`` checks rankings and scores against
 ``match_bm25`` itself over hundreds of random queries.
 

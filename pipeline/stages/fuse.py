@@ -14,6 +14,12 @@ words the lexical leg finds together in one memory (an identifier, a name with
 its attribute) leans on it; one whose best lexical hit shares a word or two
 leans on the vector leg. ``fixed`` uses ``vector_weight``/``fts_weight``.
 Measured on six judged sets in BENCHMARKS.md ("Fusion defaults (issue 16)").
+
+``fusion = "convex"`` (a setting, or a query's option) is the score-aware
+alternative: each leg's scores min-max normalised over the hits it returned,
+then ``sum of w_leg / sum(w) * norm_leg(d)``, a memory a leg did not return
+scoring 0 from it; hybrid weights default to ``convex_alpha`` : ``1 -
+convex_alpha`` and are not chosen per query. Ties as in RRF.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from datetime import datetime
 
 import duckdb
 
-from pipeline.contracts import LEGS, Batch, Fused, LegRun, Mode, QueryState
+from pipeline.contracts import LEGS, Batch, Fused, Fusion, LegRun, Mode, QueryState
 from pipeline.settings import FulltextSettings
 from pipeline.stages.fulltext import _query_terms
 from pipeline.stages.recency import apply_recency
@@ -45,6 +51,29 @@ def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int) -> list[F
         for rank, memory_id in enumerate(legs[leg], start=1):
             ranks.setdefault(memory_id, {})[leg] = rank
             scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + rank)
+    order = sorted(scores, key=lambda m: (-scores[m], min(ranks[m].values()), m))
+    return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m]) for m in order]
+
+
+def convex(legs: dict[str, list[tuple[str, float]]], weights: dict[str, float]) -> list[Fused]:
+    """Fuse ranked (id, score) lists (best first) by a weighted sum of each
+    leg's min-max normalised scores, best first. A leg's weight counts as its
+    share of the weights' sum; a leg with one score (or all equal) gives its
+    hits 1."""
+    total = sum(weights.get(leg, 1.0) for leg in legs) or 1.0
+    scores: dict[str, float] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    for leg in sorted(legs):
+        hits = legs[leg]
+        share = weights.get(leg, 1.0) / total
+        if not hits:
+            continue
+        values = [s for _, s in hits]
+        lo, span = min(values), max(values) - min(values)
+        for rank, (memory_id, value) in enumerate(hits, start=1):
+            ranks.setdefault(memory_id, {})[leg] = rank
+            norm = (value - lo) / span if span > 0 else 1.0
+            scores[memory_id] = scores.get(memory_id, 0.0) + share * norm
     order = sorted(scores, key=lambda m: (-scores[m], min(ranks[m].values()), m))
     return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m]) for m in order]
 
@@ -118,7 +147,8 @@ def adapt_weights(state: QueryState, weighting: LegWeighting, query_idf: Callabl
     (``lexical_match``); the weights used replace ``query.weights`` (the audit
     row's RRF terms) and the match is kept in the full-text leg's profile."""
     q = state.query
-    if weighting.how != "lexical_match" or q.options.mode is not Mode.hybrid or q.options.weights is not None:
+    if (weighting.how != "lexical_match" or q.fusion is not Fusion.rrf or q.options.mode is not Mode.hybrid
+            or q.options.weights is not None):
         return
     fts, vector = state.legs.get("fts"), state.legs.get("vector")
     if fts is None or vector is None or not (fts.ran and vector.ran) or query_idf is None:
@@ -149,18 +179,18 @@ def merge_legs(parts: list[Batch]) -> Batch:
 
 def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
                query_idf: Callable[[str], float] | None = None) -> QueryState:
-    """RRF over the legs that ran (weight > 0), then the optional recency boost."""
+    """RRF (or convex fusion, as the query asks) over the legs that ran (weight > 0)."""
     t0 = time.perf_counter()
     for name in LEGS:
         state.legs.setdefault(name, LegRun(leg=name))
     if weighting is not None:
         adapt_weights(state, weighting, query_idf)
-    lists = {
-        name: [h.id for h in leg.hits]
-        for name, leg in state.legs.items()
-        if leg.ran and state.query.weights.get(name, 0) > 0
-    }
-    state.fused = rrf(lists, state.query.weights, k)
+    ran = {name: leg for name, leg in state.legs.items() if leg.ran and state.query.weights.get(name, 0) > 0}
+    if state.query.fusion is Fusion.convex:
+        state.fused = convex({name: [(h.id, h.score) for h in leg.hits] for name, leg in ran.items()},
+                             state.query.weights)
+    else:
+        state.fused = rrf({name: [h.id for h in leg.hits] for name, leg in ran.items()}, state.query.weights, k)
     # consumed: the leg ranks live on in ``fused``; keep the wire small
     state.query.vector = None
     for leg in state.legs.values():

@@ -63,3 +63,39 @@ def test_beir_folder_reads_back(tmp_path):
     assert [r["content"] for r in records] == [r["content"] for r in s.records]
     assert [(q.id, q.text) for q in queries] == [(q["id"], q["text"]) for q in s.queries]
     assert qrels == s.qrels
+
+
+def _one_edit(clean: str, typo: str) -> bool:
+    """``typo`` is ``clean`` with one letter dropped or two neighbours swapped."""
+    if len(typo) == len(clean) - 1:
+        return any(clean[:i] + clean[i + 1:] == typo for i in range(len(clean)))
+    return len(typo) == len(clean) and any(
+        clean[:i] + clean[i + 1] + clean[i] + clean[i + 2:] == typo for i in range(len(clean) - 1))
+
+
+def test_typo_questions_misspell_one_or_two_words_and_keep_the_name():
+    s = probes.typos()
+    content = {r["id"]: r["content"] for r in s.records}
+    for q in s.queries:
+        (mid,) = s.qrels[q["id"]]
+        memory = content[mid]
+        person = " ".join(memory.split()[:2])
+        (clean,) = [question.format(p=person) for fact, question in probes.TYPO_FACTS
+                    if fact.format(p=person) == memory]
+        pairs = list(zip(clean.split(), q["text"].split(), strict=True))
+        changed = [(c, t) for c, t in pairs if c != t]
+        assert 1 <= len(changed) <= 2 and all(_one_edit(c, t) for c, t in changed), (clean, q["text"])
+        assert person in q["text"]
+
+
+def test_howto_memories_are_told_apart_by_team_and_half_the_questions_avoid_the_tool_names():
+    s = probes.howto()
+    content = {r["id"]: r["content"] for r in s.records}
+    plain = 0
+    for q in s.queries:
+        (mid,) = s.qrels[q["id"]]
+        team = q["text"].split()[0].rstrip(":")
+        assert content[mid].startswith(f"[{team}] ")
+        plain += q["text"].startswith(f"{team}: ")
+    assert 0.4 <= plain / len(s.queries) <= 0.8
+    assert set(probes.HELD_OUT) <= set(probes.SETS)

@@ -1,0 +1,57 @@
+"""The fusion option end to end in process: ``fusion=convex`` from the Python
+API, the CLI and the setting, recorded in the audit row and replayed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline import audit as pa
+from tests.conftest import write_jsonl
+from tests.embedded.test_supersession import README
+from workers.cli import ingest_file, main
+
+QUERY = "deploy window Tuesday to Thursday"  # deploy-2 leads both legs
+
+
+@pytest.fixture
+def readme_store(embedded, tmp_path):
+    ingest_file(write_jsonl(tmp_path / "memories.jsonl", README), embedded, progress=False)
+    return embedded
+
+
+def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_store):
+    from workers import audit
+    from workers.api import search
+    from workers.service import replay_row
+
+    res = search(QUERY, fusion="convex", supersession="annotate")
+    top = res.results[0]
+    assert top.id == "deploy-2" and top.ranks == {"vector": 1, "fts": 1}
+    assert top.score == pytest.approx(1.0)  # the best of both legs: 0.4 * 1 + 0.6 * 1
+    assert all(0.0 <= r.score <= 1.0 for r in res.results)
+    assert [r.score for r in res.results] == sorted((r.score for r in res.results), reverse=True)
+    rrf = search(QUERY, supersession="annotate")
+    assert rrf.results[0].score < 0.5  # RRF terms are w / (60 + rank)
+    audit.flush()
+    row = pa.get(readme_store.audit_path, res.query_id)
+    assert row.options["fusion"] == "convex" and pa.get(readme_store.audit_path, rrf.query_id).options["fusion"] == "rrf"
+    assert replay_row(row)["verdict"] == "same list"
+
+
+def test_the_setting_and_the_cli_option(readme_store, monkeypatch, capsys):
+    import workers
+    from workers.api import search
+
+    workers.configure(readme_store.replace(fusion="convex", convex_alpha=1.0))
+    res = search(QUERY, supersession="annotate")
+    vector_only = search(QUERY, mode="semantic", supersession="annotate")
+    assert [r.id for r in res.results] == [r.id for r in vector_only.results]  # alpha 1: the vector leg's order
+    workers.configure(readme_store)
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
+    assert main(["search", QUERY, "--fusion", "convex", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"][0]["score"] == pytest.approx(1.0)
+    assert main(["search", QUERY, "--fusion", "linear"]) == 2
+    assert "fusion" in capsys.readouterr().err
