@@ -43,16 +43,19 @@ def locomo_queries(locomo_store):
 @pytest.fixture(scope="session")
 def locomo_embedded_run(locomo_queries):
     """``dimple eval`` of LoCoMo in ``mode`` (hybrid: the report and its runs,
-    computed once per session), embedded, default settings, max_units 50."""
+    computed once per session), embedded, default settings (but ``fusion``
+    when given), max_units 50."""
     from workers.eval_cli import execute
 
     qset, quiet = locomo_queries
-    done: dict[str, tuple] = {}
+    done: dict[tuple, tuple] = {}
 
-    def run(mode: str = "hybrid") -> tuple:
-        if mode not in done:
-            done[mode] = execute(qset, quiet, name=mode, defaults={"mode": mode, "max_units": 50},
-                                 batch_size=64, progress=False)
-        return done[mode]
+    def run(mode: str = "hybrid", fusion: str | None = None) -> tuple:
+        key = (mode, fusion)
+        if key not in done:
+            asks = {"mode": mode, "max_units": 50, **({"fusion": fusion} if fusion else {})}
+            done[key] = execute(qset, quiet, name=f"{mode}-{fusion or 'default'}", defaults=asks,
+                                batch_size=64, progress=False)
+        return done[key]
 
     return run
