@@ -1,4 +1,4 @@
-"""Supersession on real workers: the option travels in the JSON query state
+"""Supersession (and fusion) on real workers: the option travels in the JSON query state
 through Redis, and each value serves exactly what it serves embedded on the
 demo store (whose supersession chains give promote and hide work to do)."""
 
@@ -36,3 +36,22 @@ def test_each_supersession_value_on_workers_matches_embedded(demo_store, stack):
         else:
             assert promoted > 0, value  # the demo's chains are found and their successors placed
             assert (hidden > 0) == (value == "hide")
+
+
+def test_convex_fusion_on_workers_matches_embedded(demo_store, stack):
+    """``fusion`` travels in the JSON query state too: convex on the workers
+    serves what it serves embedded, and not what RRF serves."""
+    import workers
+    from workers.api import search_many
+
+    lines = demo_store.files["queries"].read_text(encoding="utf-8").splitlines()
+    asks = [dict(query=q["text"], namespace=q.get("namespace"), fusion="convex")
+            for q in (json.loads(l) for l in lines if l.strip())]
+    workers.configure(demo_store.settings)
+    embedded = search_many(asks, batch_size=32)
+    rrf = search_many([{**a, "fusion": "rrf"} for a in asks], batch_size=32)
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    distributed = search_many(asks, batch_size=32)
+    assert [_key(r) for r in distributed] == [_key(r) for r in embedded]
+    assert [_key(r) for r in distributed] != [_key(r) for r in rrf]
+    assert all(0.0 <= r.score <= 1.0 for res in distributed for r in res.results)
