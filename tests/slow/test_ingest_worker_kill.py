@@ -30,6 +30,31 @@ def _drained(within: float = 120.0) -> None:
             time.sleep(0.2)
 
 
+def _compaction_runs(kills: IngestWorkerKills, within: float = 300.0) -> float:
+    """Run a compaction that merges something and return how long it took.
+
+    The writes send compactions of their own once the deltas pass their
+    threshold. Ours then returns at once (one is running) or finds nothing to
+    merge (one ran before it): wait for theirs, write one memory if nothing is
+    left, and send ours again."""
+    from workers.api import remember
+    from workers.tasks import compact_task
+
+    deadline = time.monotonic() + within
+    while True:
+        with segments.compact_lock(kills.data_dir, wait=True):
+            pass  # a compaction the writes sent is done
+        if not segments.read_manifest(kills.data_dir).deltas:
+            mid = f"extra-{len(kills.sent)}"
+            kills.sent.add(mid)
+            remember({"id": mid, "namespace": "k", "content": f"delta memory {mid}"})
+            kills.remembered.add(mid)
+        t0 = time.perf_counter()
+        if compact_task.apply_async().get(timeout=within)["ran"]:
+            return time.perf_counter() - t0
+        assert time.monotonic() < deadline, "no compaction merged the deltas"
+
+
 def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
     rng = random.Random(18)
     with IngestWorkerKills(tmp_path / "run", tmp_path / "data", rng) as kills:
@@ -62,9 +87,7 @@ def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
             forget([gone])
             kills.forgotten.add(gone)
             if span is None:
-                t0 = time.perf_counter()
-                assert compact_task.apply_async().get(timeout=300)["ran"]
-                span = time.perf_counter() - t0
+                span = _compaction_runs(kills)
                 continue
             compact_task.apply_async()
             deadline = time.monotonic() + 60
@@ -85,16 +108,7 @@ def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
         remember({"id": "after", "namespace": "k", "content": "written after the last kill"})
         kills.remembered.add("after")
         kills.sent.add("after")
-        # a compaction after it all succeeds: ours, or one the write sent when
-        # the deltas passed their threshold, running beside ours (ours then
-        # returns at once) or before it (nothing left to merge)
-        deadline = time.monotonic() + 300
-        while not compact_task.apply_async().get(timeout=300)["ran"]:
-            with segments.compact_lock(kills.data_dir, wait=True):
-                pass  # the other compaction is done
-            if not segments.read_manifest(kills.data_dir).deltas:
-                break
-            assert time.monotonic() < deadline, "no compaction merged the last write"
+        _compaction_runs(kills)  # a compaction after it all succeeds
         kills.check()
         print(f"\ningest worker SIGKILLed 40 times: {len(kills.remembered)} acknowledged writes kept, "
               f"{len(kills.forgotten)} forgets held, {len(kills.uncertain)} in flight at a kill, "

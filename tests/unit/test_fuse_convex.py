@@ -106,3 +106,16 @@ def test_the_fusion_is_recorded_and_asked_again():
     # a row from before the option was fused by RRF, and is asked again so
     old = {k: v for k, v in recorded.items() if k != "fusion"}
     assert make_query("deploy window", options_from_recorded(old), CONVEX).fusion is Fusion.rrf
+
+
+def test_a_sweep_weights_axis_under_convex_sets_the_shares_the_queries_use():
+    from pipeline.evaluation.sweep import apply_config
+
+    for base, alpha in ((CONVEX, 0.25), (SETTINGS, 0.4)):
+        swept, _ = apply_config(base, {}, {"weights": (1.0, 3.0)})
+        q = make_query("deploy window", QueryOptions(), swept)
+        assert swept.convex_alpha == pytest.approx(alpha)  # RRF's weights are not shares: alpha stays
+        if base is CONVEX:
+            assert q.weights == {"vector": pytest.approx(0.25), "fts": pytest.approx(0.75)}
+        else:
+            assert q.fusion is Fusion.rrf and q.weights == {"vector": 1.0, "fts": 3.0}
