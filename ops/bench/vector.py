@@ -13,7 +13,9 @@ interleaved.
 
 ``--store`` is a folder holding ``store.duckdb`` (``python -m ops.bench.synth``
 writes one; ``--locomo FILE`` builds one from LoCoMo turns embedded by the real
-model, and its questions as the queries, unscoped). Synthetic queries are
+model, and its questions as the queries, unscoped; ``--docstrings N`` one from N
+sentences of the installed packages' docstrings, ``ops/bench/docstrings.py``,
+with held-out sentences as the queries). Synthetic queries are
 stored memories plus noise (paraphrase-like). Recall@10 is against exact search
 over the whole store. "Vectors scored" counts memories (leaf or list members)
 compared with the query; centroids compared are reported beside it.
@@ -184,7 +186,7 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
         f"index loaded in {load_s:.1f}s, {index.nbytes() / 2**20:.0f} MiB of arrays, RSS +{rss_mb() - rss0:.0f} MiB; "
         f"load average {load_before}")
     real = store_dir / "queries.npy"
-    if real.exists():  # real questions embedded by the model (--locomo)
+    if real.exists():  # real queries embedded by the model (--locomo, --docstrings)
         queries = np.load(real)[:n_queries]
         log(f"  {len(queries)} real queries from {real}")
     else:
@@ -315,28 +317,49 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
     return out
 
 
-def build_locomo_store(path: Path, data: Path, log=print) -> None:
-    """A store of every LoCoMo turn, embedded by the configured (real) model."""
+def build_real_store(path: Path, texts: list[str], namespaces: list[str], questions: list[str], what: str,
+                     log=print) -> None:
+    """A store of ``texts`` embedded by the configured (real) model, with the
+    ``questions`` embedded beside it (``queries.npy``) as the queries."""
     from ops.bench import synth
-    from pipeline.datasets.locomo import load_locomo
     from pipeline.embedders import make_embedder
     from pipeline.settings import Settings
 
-    if (path / "store.duckdb").exists():
-        return
     path.mkdir(parents=True, exist_ok=True)
-    records = load_locomo(data).records
     settings = Settings(data_dir=path, _env_file=None)
     embedder = make_embedder(settings)
-    texts = [r["content"] for r in records]
     t = time.perf_counter()
     emb = embedder.embed(texts)
-    questions = embedder.embed([q["text"] for q in load_locomo(data).queries])
-    np.save(path / "queries.npy", np.asarray(questions, dtype=np.float32))
-    log(f"embedded {len(texts)} LoCoMo turns and {len(questions)} questions in {time.perf_counter() - t:.0f}s")
+    asked = embedder.embed(questions)
+    np.save(path / "queries.npy", np.asarray(asked, dtype=np.float32))
+    log(f"embedded {len(texts)} {what} and {len(questions)} queries in {time.perf_counter() - t:.0f}s")
     synth.build_store(path / "store.duckdb", len(texts), settings, dim=emb.shape[1],
-                      emb=np.asarray(emb, dtype=np.float32), docs=texts,
-                      namespace_of=[r["namespace"] for r in records], log=log)
+                      emb=np.asarray(emb, dtype=np.float32), docs=texts, namespace_of=namespaces, log=log)
+
+
+def build_locomo_store(path: Path, data: Path, log=print) -> None:
+    """A store of every LoCoMo turn; its questions are the queries."""
+    from pipeline.datasets.locomo import load_locomo
+
+    if (path / "store.duckdb").exists():
+        return
+    loaded = load_locomo(data)
+    build_real_store(path, [r["content"] for r in loaded.records], [r["namespace"] for r in loaded.records],
+                     [q["text"] for q in loaded.queries], "LoCoMo turns", log=log)
+
+
+def build_docstring_store(path: Path, n: int, queries: int, log=print) -> None:
+    """A store of ``n`` docstring sentences of the installed packages
+    (``ops.bench.docstrings``); ``queries`` held-out sentences are the queries."""
+    from ops.bench import docstrings
+
+    if (path / "store.duckdb").exists():
+        return
+    t = time.perf_counter()
+    c = docstrings.corpus(n, queries)
+    log(f"{n} docstring sentences in {len(set(c.namespaces))} packages, {queries} held out, "
+        f"read in {time.perf_counter() - t:.0f}s")
+    build_real_store(path, c.texts, c.namespaces, c.queries, "docstring sentences", log=log)
 
 
 def _ints(text: str) -> list[int]:
@@ -347,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", type=Path, required=True, help="folder with store.duckdb")
     parser.add_argument("--locomo", type=Path, help="build --store from this LoCoMo file first (real model)")
+    parser.add_argument("--docstrings", type=int, metavar="N",
+                        help="build --store from N docstring sentences of the installed packages first (real model; "
+                             "ops/bench/docstrings.py), with --queries held-out sentences as the queries")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--beams", default="2,4,8,16,32,64")
     parser.add_argument("--nlists", help="FAISS list counts, comma-separated (default: see above)")
@@ -358,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.locomo:
         build_locomo_store(args.store, args.locomo)
+    if args.docstrings:
+        build_docstring_store(args.store, args.docstrings, args.queries)
     result = run(args.store, args.queries, _ints(args.beams), args.noise,
                  nlists=_ints(args.nlists) if args.nlists else None, rounds=args.rounds, warmup=args.warmup,
                  faiss_cache=args.faiss_cache)
