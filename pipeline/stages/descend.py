@@ -245,7 +245,11 @@ def descend(
     allowed = index.allowed_topics(mask) if mask is not None else _NONE
     frontier = np.asarray([t for t in start if not len(allowed) or allowed[t]], dtype=np.int64)
     scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
-    step = _COMPILED[0][0] if _COMPILED else _beam_numpy
+    if _COMPILED:
+        return _descend_compiled(index, query, frontier, allowed, scores, beam_width, max_depth, top_k,
+                                 _NONE if mask is None else mask, _NONE if exclude is None else exclude,
+                                 deadline, profile, t0)
+    step = _beam_numpy
     kept = np.empty(beam_width, dtype=np.int64)
     for depth in range(max_depth):
         if index.is_leaf[frontier].all():
@@ -274,6 +278,33 @@ def descend(
     return hits, profile
 
 
+def _descend_compiled(index: VectorIndex, query: np.ndarray, frontier: np.ndarray, allowed: np.ndarray,
+                      scores: np.ndarray, beam_width: int, max_depth: int, top_k: int, mask: np.ndarray,
+                      exclude: np.ndarray, deadline: float | None, profile: dict[str, Any],
+                      t0: float) -> tuple[list[tuple[str, float]], dict[str, Any]]:
+    """``descend`` in one compiled call (``descend_kernels.descend``). The
+    deadline is checked before it, where the numpy loop checks it first: the
+    whole call is shorter than the deadline's resolution matters for."""
+    if deadline is not None and not index.is_leaf[frontier].all() and time.time() >= deadline:
+        profile["timed_out"] = True
+        profile["reached"] = []
+        profile["ms"] = ms_since(t0)
+        return [], profile
+    leaves = np.empty(max(len(frontier), beam_width), dtype=np.int64)
+    rows = np.empty(top_k, dtype=np.int64)
+    sims = np.empty(top_k, dtype=np.float32)
+    n_leaves, n, topics, scored, depth = _COMPILED[0][1](
+        frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids, allowed, query,
+        index.key_rank, scores, beam_width, max_depth, index.leaf_start, index.leaf_end, index.emb, mask, exclude,
+        index.id_rank, leaves, rows, sims)
+    profile.update(topics_scored=int(topics), depth=int(depth), leaves_reached=int(n_leaves),
+                   reached=[index.keys[t] for t in leaves[:n_leaves].tolist()],
+                   memories_scored=int(scored))
+    hits = [(index.ids[r], float(v)) for r, v in zip(rows[:n].tolist(), sims[:n].tolist(), strict=True)]
+    profile["ms"] = ms_since(t0)
+    return hits, profile
+
+
 def exact(index: VectorIndex, query: np.ndarray, scope: Scope, top_k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
     """Exact cosine search within a scope: the reference the descent is measured against."""
     rows = np.arange(index.size)
@@ -295,21 +326,23 @@ def _top(index: VectorIndex, starts: np.ndarray, ends: np.ndarray, query: np.nda
     """The best ``top_k`` rows of the ranges [starts, ends) (ties by id) and how many were scored."""
     rows = np.empty(top_k, dtype=np.int64)
     sims = np.empty(top_k, dtype=np.float32)
-    top = _COMPILED[0][1] if _COMPILED else _top_numpy
+    top = _COMPILED[0][0] if _COMPILED else _top_numpy
     n, scored = top(index.emb, np.asarray(starts, np.int64), np.asarray(ends, np.int64), query, mask, exclude,
                     index.id_rank, rows, sims)
     return [(index.ids[r], float(v)) for r, v in zip(rows[:n].tolist(), sims[:n].tolist(), strict=True)], int(scored)
 
 
-# -- the two loops: numpy, or compiled once compile_kernels() ran in this process ------
+# -- the loops: numpy, or compiled once compile_kernels() ran in this process ------
 # Both keep the same candidates in the same order (best first; ties to the
 # smaller topic key or memory id), tested against each other on trees full of
-# exact ties. Compiling costs a process about 1.5 s (numba's import and its
+# exact ties. Compiled, the whole descent is one call (one dispatch, not one
+# per depth). Compiling costs a process about 1.5 s (numba's import and its
 # cache): worth it for a worker or an evaluation answering thousands of
-# queries (the descent at 100k: 0.7 -> 0.25 ms), not for a one-shot
-# ``dimple search``, which keeps numpy.
+# queries (the descent at 100k: 0.7 ms in numpy, 0.23 ms compiled a call per
+# depth, BENCHMARKS.md for one call), not for a one-shot ``dimple search``,
+# which keeps numpy.
 _NONE = np.zeros(0, dtype=bool)  # "no mask"
-_COMPILED: list[tuple[Any, Any]] = []
+_COMPILED: list[tuple[Any, Any]] = []  # (top, descend)
 
 
 def compile_kernels() -> None:
@@ -322,7 +355,7 @@ def compile_kernels() -> None:
     try:
         from pipeline.stages import descend_kernels
 
-        loops = (descend_kernels.beam, descend_kernels.top)
+        loops = (descend_kernels.top, descend_kernels.descend)
         _run_once(loops)
     except Exception as exc:  # noqa: BLE001  (numba absent or broken, no writable cache: numpy answers the same)
         logging.getLogger("dimple.descend").warning("the descent keeps its numpy loops: numba failed (%s)", exc)
@@ -339,10 +372,12 @@ def _run_once(loops: tuple[Any, Any]) -> None:
         parent=np.array([-1, 0]), is_leaf=np.array([False, True]), children=[np.array([1]), np.zeros(0, np.int64)],
         leaf_start=np.array([0, 0]), leaf_end=np.array([0, 1]),
     )
-    loops[0](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
-             np.ones(2, bool), np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), np.zeros(1, np.int64))
-    loops[1](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
+    loops[0](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
              index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.float32))
+    loops[1](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
+             _NONE, np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), 1, 2, index.leaf_start,
+             index.leaf_end, index.emb, _NONE, _NONE, index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.int64),
+             np.zeros(1, np.float32))
 
 
 def _beam_numpy(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out):

@@ -1,11 +1,11 @@
-"""The beam descent's two loops, compiled by numba;
+"""The beam descent's loops, compiled by numba;
 ``pipeline.stages.descend.compile_kernels`` imports this module (search
 workers at start, embedded evaluations), until then the descent runs the
 same loops in numpy.
 
 ``beam`` scores a frontier's children and keeps the best ``beam_width`` of
 them and of the frontier's leaves; ``top`` scores leaf rows and keeps the best
-``top_k``. Both keep a sorted buffer of the best so far (best first, ties to
+``top_k``; ``descend`` runs both, depth by depth, in one call. Both keep a sorted buffer of the best so far (best first, ties to
 the smaller rank: topic key or memory id) instead of sorting every candidate,
 and read centroids and rows where they lie, with no gathered copy. Dot
 products are float32, summed in the order the compiler vectorises (as a BLAS
@@ -87,3 +87,43 @@ def top(emb, starts, ends, q, mask, exclude, id_rank, out_rows, out_sims):
             scored += 1
             n = _keep(i, _dot(emb, i, q), id_rank[i], out_rows, out_sims, ranks, n, cap)
     return n, scored
+
+
+@_jit
+def descend(start, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores,
+            beam_width, max_depth, leaf_start, leaf_end, emb, mask, exclude, id_rank, out_leaves, out_rows, out_sims):
+    """The whole descent in one call (``beam`` at each depth, then ``top``
+    over the leaves reached), so a query pays one call's dispatch instead of
+    one per depth: ``out_leaves[:l]`` the leaves reached in frontier order,
+    ``out_rows[:n]``/``out_sims[:n]`` the best rows; returns (l, n, topics
+    scored, memories scored, depth)."""
+    frontier = start.copy()
+    kept = np.empty(beam_width, np.int64)
+    scored = 0
+    depth = 0
+    for d in range(max_depth):
+        all_leaves = True
+        for t in frontier:
+            if not is_leaf[t]:
+                all_leaves = False
+                break
+        if all_leaves:
+            break
+        n, s = beam(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, kept)
+        scored += s
+        frontier = kept[:n].copy()
+        depth = d + 1
+    n_leaves = 0
+    for t in frontier:
+        if is_leaf[t]:
+            out_leaves[n_leaves] = t
+            n_leaves += 1
+    if n_leaves == 0:
+        return 0, 0, scored, 0, depth
+    starts = np.empty(n_leaves, np.int64)
+    ends = np.empty(n_leaves, np.int64)
+    for i in range(n_leaves):
+        starts[i] = leaf_start[out_leaves[i]]
+        ends[i] = leaf_end[out_leaves[i]]
+    n, rows_scored = top(emb, starts, ends, q, mask, exclude, id_rank, out_rows, out_sims)
+    return n_leaves, n, scored, rows_scored, depth

@@ -140,15 +140,16 @@ def test_max_depth_too_small_reaches_no_leaf():
 
 
 # -- deadline ---------------------------------------------------------------------
-def test_expired_deadline_times_out_with_no_hits():
+def test_expired_deadline_times_out_with_no_hits(both_paths):
     index = hand_index(
         [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
         [("m1", "x", "t", "leaf", E0)],
     )
-    hits, profile = _descend(index, deadline=time.time() - 1)
-    assert hits == [] and profile["timed_out"] is True
-    hits, profile = _descend(index, deadline=time.time() + 60)
-    assert hits == [("m1", 1.0)] and profile["timed_out"] is False
+    args = (index, np.asarray(E0, np.float32), [0])
+    for hits, profile in both_paths(*args, beam_width=1, max_depth=12, top_k=10, deadline=time.time() - 1):
+        assert hits == [] and profile["timed_out"] is True and profile["reached"] == []
+    for hits, profile in both_paths(*args, beam_width=1, max_depth=12, top_k=10, deadline=time.time() + 60):
+        assert hits == [("m1", 1.0)] and profile["timed_out"] is False and profile["depth"] == 2
 
 
 def test_descend_batch_reports_a_timed_out_leg_as_not_run():
