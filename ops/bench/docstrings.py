@@ -68,7 +68,7 @@ def sentences(root: Path | None = None) -> list[tuple[str, str]]:
     return out
 
 
-def corpus(n: int, held_out: int, *, namespaces: int = 8, seed: int = 0, root: Path | None = None) -> Corpus:
+def corpus(n: int, held_out: int, *, namespaces: int = 10, seed: int = 0, root: Path | None = None) -> Corpus:
     """``n`` stored sentences and ``held_out`` query sentences, drawn at random
     from the ``namespaces`` largest packages."""
     pairs = sentences(root)
