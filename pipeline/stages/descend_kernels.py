@@ -5,8 +5,9 @@ same loops in numpy.
 
 ``beam`` scores a frontier's children and keeps the best ``beam_width`` of
 them and of the frontier's leaves; ``top`` scores leaf rows and keeps the best
-``top_k``; ``descend`` runs both, depth by depth, in one call. Both keep a sorted buffer of the best so far (best first, ties to
-the smaller rank: topic key or memory id) instead of sorting every candidate,
+``top_k``; ``descend`` runs both, depth by depth, in one call. ``beam`` and
+``top`` keep a sorted buffer of the best so far (best first, ties to the
+smaller rank: topic key or memory id) instead of sorting every candidate,
 and read centroids and rows where they lie, with no gathered copy. Dot
 products are float32, summed in the order the compiler vectorises (as a BLAS
 kernel would). Compiled code is cached on disk beside this file (or in
