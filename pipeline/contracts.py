@@ -363,6 +363,8 @@ class Fused(_Strict):
     score: float
     recency_factor: float | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
+    tied_ranks: dict[str, float] = Field(
+        default_factory=dict, description="the rank RRF counted for a leg where it is not the position: a tie group's average")
 
 
 class GraphLink(_Strict):
@@ -381,6 +383,8 @@ class Result(_Strict):
     rrf: float
     recency_factor: float | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
+    tied_ranks: dict[str, float] = Field(
+        default_factory=dict, description="the rank RRF counted for a leg where it is not the position: a tie group's average")
     namespace: str
     content_type: str
     created_at: datetime

@@ -132,6 +132,12 @@ class Settings(BaseSettings):
     )
     lexical_match_scale: float = Field(8.0, ge=0, description="lexical_match: the full-text leg's weight at a full match")
     lexical_match_power: float = Field(2.0, gt=0, description="lexical_match: the exponent on the match")
+    fts_tie_tolerance: float = Field(
+        0.1, ge=0, lt=1,
+        description="rrf: full-text hits whose BM25 lies within this share of their group's first count at the "
+                    "group's average rank (0: every hit at its own position); BENCHMARKS.md 'Fusion defaults, "
+                    "third round'",
+    )
     fusion: Literal["rrf", "convex"] = Field(
         "rrf",
         description="how hybrid lists become one: rrf (the seed's, with fusion_weights) or convex "

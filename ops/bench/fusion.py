@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.evaluation.metrics import score
-from pipeline.stages.fuse import LegWeighting, bm25_idf, lexical_match, rrf
+from pipeline.settings import Settings
+from pipeline.stages.fuse import LegWeighting, bm25_idf, lexical_match, rrf, tie_ranks
 from pipeline.stages.fuse import convex as fuse_convex
 
 LEG_NAMES = ("vector", "fts")
@@ -147,24 +148,24 @@ def _ids(q: dict, leg: str) -> list[str]:
     return [d for d, _ in q[leg]]
 
 
-def rrf_fixed(wv: float, wf: float) -> Callable[[dict, dict], list[str]]:
-    def fuse(q: dict, sig: dict) -> list[str]:
-        return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, 60)]
-    return fuse
+def rrf_fixed(wv: float, wf: float, ties: float = 0.0) -> Callable[[dict, dict], list[str]]:
+    return rrf_per_query(lambda s: (wv, wf), ties)
 
 
-def rrf_per_query(weights: Callable[[dict], tuple[float, float]]) -> Callable[[dict, dict], list[str]]:
+def rrf_per_query(weights: Callable[[dict], tuple[float, float]], ties: float = 0.0) -> Callable[[dict, dict], list[str]]:
+    """RRF with per-query weights; ``ties``: the full-text tie tolerance (``pipeline.stages.fuse.tie_ranks``)."""
     def fuse(q: dict, sig: dict) -> list[str]:
         wv, wf = weights(sig)
-        return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, 60)]
+        tied = {"fts": tie_ranks([x for _, x in q["fts"]], ties)} if ties > 0 else None
+        return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, 60, tied)]
     return fuse
 
 
-def scaled(c: float, p: float) -> Callable[[dict, dict], list[str]]:
+def scaled(c: float, p: float, ties: float = 0.0) -> Callable[[dict, dict], list[str]]:
     """RRF with the vector leg at 1 and the full-text leg at ``c * m ** p`` (m = ``fts_top_norm``)."""
     def weights(s: dict) -> tuple[float, float]:
         return 1.0, c * s["fts_top_norm"] ** p
-    return rrf_per_query(weights)
+    return rrf_per_query(weights, ties)
 
 
 def adaptive_convex(p: float) -> Callable[[dict, dict], list[str]]:
@@ -209,7 +210,16 @@ def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]
     for c, p in ((6, 2), (10, 2), (12, 2), (8, 1.5), (8, 2.5)):
         out[f"rrf fts={c:g}*top_norm^{p:g}"] = scaled(c, p)
     default = LegWeighting()
-    out[f"rrf fts={default.scale:g}*top_norm^{default.power:g} (default)"] = scaled(default.scale, default.power)
+    out[f"rrf fts={default.scale:g}*top_norm^{default.power:g}"] = scaled(default.scale, default.power)
+    # the full-text leg's near-equal scores sharing their group's average rank (fts_tie_tolerance)
+    ties = Settings.model_fields["fts_tie_tolerance"].default
+    for t in sorted({0.05, 0.1, 0.15, 0.2, ties}):
+        name = f"rrf fts={default.scale:g}*top_norm^{default.power:g}, ties {t:g}"
+        out[name + (" (default)" if t == ties else "")] = scaled(default.scale, default.power, t)
+    for c, p in ((12, 2), (12, 1.5)):
+        out[f"rrf fts={c:g}*top_norm^{p:g}, ties {ties:g}"] = scaled(c, p, ties)
+    for wv, wf in ((0.4, 1.0), (1.0, 1.0)):
+        out[f"rrf {wv:g}:{wf:g}, ties {ties:g}"] = rrf_fixed(wv, wf, ties)
     out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))
     out["convex a=1-top_norm"] = adaptive_convex(1.0)
     if grid:

@@ -1,9 +1,14 @@
-"""Hybrid query p50 under each fusion weighting, side by side: the demo store
-(built on first use, real model), embedded, audit off, the weightings
-alternated round by round (order rotating), ten warm-up queries before each
-round's timing.
+"""Hybrid query p50 under each fusion configuration, side by side: the demo
+store (built on first use, real model), embedded, audit off, the
+configurations alternated round by round (order rotating), ten warm-up
+queries before each round's timing. The first configuration is the baseline
+of the printed ratios.
 
-    python -m ops.bench.hybrid_latency --data-dir /tmp/demo-lat --rounds 4
+    python -m ops.bench.hybrid_latency --data-dir /tmp/demo-lat --rounds 4 --configs seed,default
+
+Configurations (``CONFIGS``): ``seed`` (the seed's fixed 0.4:1 weights, every
+full-text hit at its own rank), ``lexical_match`` (per-query weights, no tie
+rule), ``default`` (the default settings).
 """
 
 from __future__ import annotations
@@ -17,8 +22,14 @@ from pathlib import Path
 
 from ops.bench import emit
 
+CONFIGS: dict[str, dict] = {
+    "seed": {"fusion_weights": "fixed", "fts_tie_tolerance": 0.0},
+    "lexical_match": {"fusion_weights": "lexical_match", "fts_tie_tolerance": 0.0},
+    "default": {},
+}
 
-def run(data_dir: Path, rounds: int, weightings: tuple[str, ...] = ("fixed", "lexical_match")) -> dict:
+
+def run(data_dir: Path, rounds: int, configs: tuple[str, ...] = ("seed", "default")) -> dict:
     import workers
     from pipeline.datasets.demo import write_demo
     from pipeline.settings import Settings
@@ -31,11 +42,11 @@ def run(data_dir: Path, rounds: int, weightings: tuple[str, ...] = ("fixed", "le
         ingest_file(files["memories"], base, progress=False)
     queries = [json.loads(line)["text"] for line in files["queries"].read_text(encoding="utf-8").splitlines()]
     out: dict = {"queries": len(queries), "rounds": rounds, "load_before": os.getloadavg()}
-    lat: dict[str, list[float]] = {w: [] for w in weightings}
+    lat: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(rounds):
-        turn = r % len(weightings)
-        for w in weightings[turn:] + weightings[:turn]:
-            workers.configure(base.replace(fusion_weights=w, audit_enabled=False))
+        turn = r % len(configs)
+        for w in configs[turn:] + configs[:turn]:
+            workers.configure(base.replace(**CONFIGS[w], audit_enabled=False))
             for q in queries[:10]:
                 search(q)
             for q in queries:
@@ -44,8 +55,8 @@ def run(data_dir: Path, rounds: int, weightings: tuple[str, ...] = ("fixed", "le
                 lat[w].append(time.perf_counter() - t)
     for w, v in lat.items():
         out[w] = {"p50_ms": round(statistics.median(v) * 1000, 2), "n": len(v)}
-    first = weightings[0]
-    for w in weightings[1:]:
+    first = configs[0]
+    for w in configs[1:]:
         out[f"{w}_over_{first}_p50"] = round(out[w]["p50_ms"] / out[first]["p50_ms"], 3)
     out["load_after"] = os.getloadavg()
     return out
@@ -55,9 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=Path("/tmp/dimple-hybrid-latency"))
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--configs", default="seed,default", help=f"comma-separated, of {', '.join(CONFIGS)}")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    emit(run(args.data_dir, args.rounds), args.out)
+    configs = tuple(args.configs.split(","))
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown or len(configs) < 2:
+        p.error(f"--configs: give two or more of {', '.join(CONFIGS)} (unknown: {', '.join(unknown) or 'none'})")
+    emit(run(args.data_dir, args.rounds, configs), args.out)
     return 0
 
 

@@ -14,19 +14,23 @@ from pipeline.contracts import options_from_recorded
 # -- explain --------------------------------------------------------------------------
 def explain(record: AuditRecord) -> list[dict[str, Any]]:
     """Each result's path, from the row alone: leg ranks, RRF contribution per
-    leg (``w / (k + rank)``), recency factor, final score and rank, and for a
+    leg (``w / (k + rank)``, with the rank RRF counted: a full-text tie group's
+    average where the row has one), recency factor, final score and rank, and for a
     successor that supersession placed above a superseded result, that result
     (``promoted_above``)."""
     weights = record.query_profile.get("weights", {})
     out = []
     for src in record.sources:
+        counted = src.get("tied_ranks") or {}
         contributions = {
-            leg: weights.get(leg, 1.0) / (record.rrf_k + rank) for leg, rank in sorted(src["ranks"].items())
+            leg: weights.get(leg, 1.0) / (record.rrf_k + counted.get(leg, rank))
+            for leg, rank in sorted(src["ranks"].items())
         }
         out.append({
             "rank": src["rank"],
             "id": src["id"],
             "leg_ranks": src["ranks"],
+            **({"tied_ranks": counted} if counted else {}),
             "rrf_contributions": contributions,
             "rrf": src["rrf"],
             "recency_factor": src["recency_factor"],

@@ -20,6 +20,13 @@ the demo set and LoCoMo, and never used to choose them):
 * ``howto``: operational notes (commands, settings, where things live); a
   question asks how to do the task in its own words, some naming the tool.
 
+Held out from the RRF tie rule (written before the rule was measured on it):
+
+* ``projects``: status updates on many codenamed projects, short ones of one
+  fact beside long ones of several; every project's updates share the same
+  words, so the codename and the asked-for fact tell them apart. A question
+  names the project and asks for one fact, half in the update's own words.
+
 Each set is drawn from ``random.Random(seed)`` (no clock, no files read): the
 same seed gives the same bytes. Judgments come from what the generator
 planted, not from searching the texts. Sizes are a few hundred memories, to
@@ -164,6 +171,25 @@ HOWTO = (
      "how do database table changes get applied", "alembic upgrade head"),
 )
 TEAMS = ("payments", "search", "growth", "mobile", "data", "platform", "identity", "billing")
+CODENAMES = ("Falcon", "Juniper", "Basalt", "Meridian", "Quokka", "Tundra", "Saffron", "Halcyon", "Cobalt",
+             "Nimbus", "Orchid", "Pylon", "Marlin", "Sequoia", "Vesper", "Zephyr", "Gondola", "Ember")
+# fact -> (update sentence, question in other words, question in the update's words, values)
+PROJECT_FACTS = {
+    "owner": ("{c} is now owned by {v}, who took over the workstream.", "who is in charge of {c}",
+              "who owns {c}", None),
+    "deadline": ("The {c} launch date moved to {v}.", "when does {c} have to ship", "{c} launch date", "month"),
+    "blocker": ("{c} is blocked on {v}.", "what is holding up {c}", "what is {c} blocked on",
+                ("the security review", "a vendor contract", "the data migration", "hiring a designer",
+                 "legal sign-off", "the new load balancer")),
+    "budget": ("{c} got a budget of {v} for the quarter.", "how much money can {c} spend",
+               "{c} budget for the quarter", ("$40k", "$120k", "$75k", "$15k", "$200k", "$60k")),
+    "decision": ("For {c} the team decided to {v}.", "what was agreed about {c}", "what did the team decide for {c}",
+                 ("drop the mobile app", "rewrite the importer in Go", "keep the old API until June",
+                  "merge with the billing project", "pause work until the audit", "ship behind a feature flag")),
+    "risk": ("The main risk on {c} is {v}.", "what could go wrong with {c}", "main risk on {c}",
+             ("losing the only domain expert", "a slipping partner integration", "cost overruns on compute",
+              "unclear requirements from sales", "an untested failover path")),
+}
 
 
 @dataclass
@@ -312,11 +338,36 @@ def howto(seed: int = SEED) -> ProbeSet:
     return s
 
 
+def projects(seed: int = SEED) -> ProbeSet:
+    rng = random.Random(seed)
+    s = ProbeSet("projects")
+    people = _people(rng, 30)
+    planted = []
+    for c in CODENAMES:
+        facts = {}
+        for name, (sentence, _other, _own, values) in PROJECT_FACTS.items():
+            v = (rng.choice(people) if values is None else rng.choice(MONTHS) if values == "month"
+                 else rng.choice(values))
+            facts[name] = sentence.format(c=c, v=v)
+        names = rng.sample(sorted(facts), len(facts))
+        # two facts told in one long weekly update, the rest each in a short one of their own
+        long_facts = names[:2]
+        long_id = s.memory(f"Weekly update on {c}: " + " ".join(facts[n] for n in long_facts)
+                           + f" Nothing else changed on {c} this week.")
+        where = {n: long_id for n in long_facts} | {n: s.memory(facts[n]) for n in names[2:]}
+        for n in names:
+            _, other, own, _ = PROJECT_FACTS[n]
+            planted.append(((own if rng.random() < 0.5 else other).format(c=c), where[n]))
+    for question, mid in rng.sample(planted, len(planted)):
+        s.ask(question, {mid: 1})
+    return s
+
+
 SETS: dict[str, Callable[[int], ProbeSet]] = {
     "entities": entities, "paraphrase": paraphrase, "identifiers": identifiers, "long_short": long_short,
-    "typos": typos, "howto": howto,
+    "typos": typos, "howto": howto, "projects": projects,
 }
-HELD_OUT = ("typos", "howto")  # never used to choose a default
+HELD_OUT = ("typos", "howto", "projects")  # never used to choose a default
 
 
 def write_beir(probe: ProbeSet, folder: Path) -> Path:

@@ -42,17 +42,42 @@ from pipeline.store.postings import Postings
 from pipeline.timing import ms_since
 
 
-def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int) -> list[Fused]:
-    """Fuse ranked id lists (best first) into one list, best first."""
+def tie_ranks(scores: list[float], tolerance: float) -> list[float]:
+    """The ranks RRF counts for one leg's hits (scores best first): hits whose
+    scores lie within ``tolerance`` (relative) of their group's first share
+    the group's average position, so a leg that cannot tell them apart lets
+    the other leg order them. Tolerance 0 keeps the positions 1, 2, 3..."""
+    if tolerance <= 0:
+        return [float(i) for i in range(1, len(scores) + 1)]
+    out: list[float] = []
+    start, lead = 0, None
+    for i, value in enumerate(scores):
+        if lead is None or value < lead * (1 - tolerance) or (lead <= 0 and value != lead):
+            out += [(start + 1 + i) / 2] * (i - start)  # the closed group's average position
+            start, lead = i, value
+    out += [(start + 1 + len(scores)) / 2] * (len(scores) - start)
+    return out
+
+
+def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int,
+        tied: dict[str, list[float]] | None = None) -> list[Fused]:
+    """Fuse ranked id lists (best first) into one list, best first. ``tied``
+    gives a leg's RRF ranks where they are not its positions (``tie_ranks``);
+    ``Fused.ranks`` keeps the positions and ``Fused.tied_ranks`` what was counted instead."""
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
+    counted: dict[str, dict[str, float]] = {}
     for leg in sorted(legs):
         weight = weights.get(leg, 1.0)
+        used = (tied or {}).get(leg)
         for rank, memory_id in enumerate(legs[leg], start=1):
             ranks.setdefault(memory_id, {})[leg] = rank
-            scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + rank)
+            r = used[rank - 1] if used is not None else rank
+            if r != rank:
+                counted.setdefault(memory_id, {})[leg] = r
+            scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + r)
     order = sorted(scores, key=lambda m: (-scores[m], min(ranks[m].values()), m))
-    return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m]) for m in order]
+    return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m], tied_ranks=counted.get(m, {})) for m in order]
 
 
 def convex(legs: dict[str, list[tuple[str, float]]], weights: dict[str, float]) -> list[Fused]:
@@ -178,8 +203,9 @@ def merge_legs(parts: list[Batch]) -> Batch:
 
 
 def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
-               query_idf: Callable[[str], float] | None = None) -> QueryState:
-    """RRF (or convex fusion, as the query asks) over the legs that ran (weight > 0)."""
+               query_idf: Callable[[str], float] | None = None, fts_ties: float = 0.0) -> QueryState:
+    """RRF (or convex fusion, as the query asks) over the legs that ran (weight > 0);
+    under RRF the full-text leg's hits within ``fts_ties`` of each other share a rank (``tie_ranks``)."""
     t0 = time.perf_counter()
     for name in LEGS:
         state.legs.setdefault(name, LegRun(leg=name))
@@ -190,7 +216,8 @@ def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
         state.fused = convex({name: [(h.id, h.score) for h in leg.hits] for name, leg in ran.items()},
                              state.query.weights)
     else:
-        state.fused = rrf({name: [h.id for h in leg.hits] for name, leg in ran.items()}, state.query.weights, k)
+        tied = {"fts": tie_ranks([h.score for h in ran["fts"].hits], fts_ties)} if fts_ties > 0 and "fts" in ran else None
+        state.fused = rrf({name: [h.id for h in leg.hits] for name, leg in ran.items()}, state.query.weights, k, tied)
     # consumed: the leg ranks live on in ``fused``; keep the wire small
     state.query.vector = None
     for leg in state.legs.values():
@@ -200,11 +227,12 @@ def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
 
 
 def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], dict[str, datetime]],
-               weighting: LegWeighting | None = None, query_idf: Callable[[str], float] | None = None) -> Batch:
+               weighting: LegWeighting | None = None, query_idf: Callable[[str], float] | None = None,
+               fts_ties: float = 0.0) -> Batch:
     """The ``search.fuse`` stage: merge the legs, choose hybrid weights, fuse, apply recency where asked."""
     batch = merge_legs(parts)
     for state in batch.states:
-        fuse_state(state, k, weighting, query_idf)
+        fuse_state(state, k, weighting, query_idf, fts_ties)
         boost = state.query.options.recency_boost
         if boost > 0 and state.fused:
             t0 = time.perf_counter()

@@ -58,6 +58,8 @@ def test_row_reconstructs_the_results(embedded, tmp_path):
     assert [s["id"] for s in row.sources] == [r.id for r in res.results]
     assert row.truncated and row.truncation["by"] == "maxUnits"
     assert set(row.query_profile["legs"]) == {"vector", "fts"}
+    # the other notes match "deploy window" alike: their BM25 ties, and RRF counted the group's rank
+    assert any(s.get("tied_ranks") for s in row.sources)
     for path, r in zip(pa.explain(row), res.results):
         # RRF contributions from the row alone add up to the served RRF score
         assert sum(path["rrf_contributions"].values()) == pytest.approx(r.rrf)

@@ -2,9 +2,11 @@
 on the demo set it is at least the better leg (nDCG@10 and R@10; measured
 0.707 / 0.810 against semantic 0.702 / 0.785), and on each generated probe
 set (``pipeline.datasets.probes``, as ``dimple eval --beir`` ingests them) it
-is at least the seed's fixed 0.4:1 weights; on the held-out probe sets
-(``probes.HELD_OUT``, never used to choose a default) it is at least the
-better leg (BENCHMARKS.md, "Fusion defaults (issue 16)" and its second round)."""
+is at least the seed's fixed 0.4:1 weights and at least itself without the
+full-text tie rule (``fts_tie_tolerance`` 0); on the held-out probe sets
+(``probes.HELD_OUT``, never used to choose a default) and on ``entities`` and
+``long_short`` it is at least the better leg (BENCHMARKS.md, "Fusion
+defaults (issue 16)", its second and third rounds)."""
 
 from __future__ import annotations
 
@@ -48,15 +50,17 @@ def test_probe_set_default_is_at_least_the_fixed_weights(tmp_path, name):
     folder = probes.write_beir(probes.SETS[name](probes.SEED), tmp_path / "sets")
     qset, settings = _source(Settings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
     now = _figures(qset, settings, {"mode": "hybrid"})
-    before = _figures(qset, settings.replace(fusion_weights="fixed", vector_weight=0.4, fts_weight=1.0),
-                      {"mode": "hybrid"})
-    print(name, now, before)
+    before = _figures(qset, settings.replace(fusion_weights="fixed", vector_weight=0.4, fts_weight=1.0,
+                                             fts_tie_tolerance=0.0), {"mode": "hybrid"})
+    no_ties = _figures(qset, settings.replace(fts_tie_tolerance=0.0), {"mode": "hybrid"})
+    print(name, now, before, no_ties)
     for m in METRICS:
         assert now[m] >= before[m], m
+        assert now[m] >= no_ties[m], m
 
 
-@pytest.mark.parametrize("name", probes.HELD_OUT)
-def test_held_out_set_default_is_at_least_the_better_leg(tmp_path, name):
+@pytest.mark.parametrize("name", probes.HELD_OUT + ("entities", "long_short"))
+def test_default_is_at_least_the_better_leg(tmp_path, name):
     folder = probes.write_beir(probes.SETS[name](probes.SEED), tmp_path / "sets")
     qset, settings = _source(Settings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
     figures = {mode: _figures(qset, settings, {"mode": mode}) for mode in ("keyword", "semantic", "hybrid")}

@@ -99,3 +99,23 @@ def test_howto_memories_are_told_apart_by_team_and_half_the_questions_avoid_the_
         plain += q["text"].startswith(f"{team}: ")
     assert 0.4 <= plain / len(s.queries) <= 0.8
     assert set(probes.HELD_OUT) <= set(probes.SETS)
+
+
+def test_projects_judge_the_update_that_holds_the_asked_fact():
+    s = probes.projects()
+    content = {r["id"]: r["content"] for r in s.records}
+    assert len(s.queries) == len(probes.CODENAMES) * len(probes.PROJECT_FACTS)
+    own = 0
+    for q in s.queries:
+        (mid,) = s.qrels[q["id"]]
+        (codename,) = [c for c in probes.CODENAMES if c in q["text"]]
+        fact = next(f for f, (_, other, mine, _) in probes.PROJECT_FACTS.items()
+                    if q["text"] in (other.format(c=codename), mine.format(c=codename)))
+        sentence = probes.PROJECT_FACTS[fact][0]
+        # the judged memory is this project's and carries the fact's sentence
+        assert codename in content[mid] and sentence.split("{v}")[0].format(c=codename) in content[mid]
+        own += q["text"] == probes.PROJECT_FACTS[fact][2].format(c=codename)
+    assert 0.3 <= own / len(s.queries) <= 0.7  # about half (71 of 108 at the default seed)
+    # one long weekly update per project, two facts in it; the others alone
+    longs = [c for c in content.values() if c.startswith("Weekly update on ")]
+    assert len(longs) == len(probes.CODENAMES)
