@@ -2,7 +2,10 @@
 
 ``score(d) = sum over legs of w_leg / (k + rank_leg(d))`` with k = 60 by
 default (ranx's ``rrf(runs, k=60)``). Ties keep a stable order: best single
-rank first, then memory id.
+rank first, then memory id. The full-text leg's rank is its position, except
+that hits whose BM25 lies within ``fts_tie_tolerance`` (0.1) of their group's
+first count at the group's average position (``tie_ranks``): they matched the
+same terms and differ by length, so the vector leg orders them.
 
 Hybrid leg weights, by default (``fusion_weights = "lexical_match"``), are
 chosen per query from how well the full-text leg's best hit matches the whole
