@@ -8,9 +8,13 @@ file lets go for them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import duckdb
 
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
 from pipeline.audit.writer import knocking
@@ -23,10 +27,24 @@ MIN_PREFIX = 4
 SHOWN_CANDIDATES = 10
 
 
-def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
+@contextmanager
+def _log(path: Path) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """A connection to read ``retrieval_log`` over, or None when there is
+    nothing to read yet: no file, or a file without the table (its writer
+    created the file and was stopped before the schema's transaction committed;
+    the next write creates it)."""
     if not path.exists():
-        return []
+        yield None
+        return
     with knocking(path) as con:
+        tables = one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'retrieval_log'")[0]
+        yield con if tables else None
+
+
+def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
+    with _log(path) as con:
+        if con is None:
+            return []
         cur = con.execute(sql, params)
         names = [d[0] for d in cur.description]
         out = []
@@ -61,9 +79,9 @@ def find(path: Path, id_or_prefix: str) -> AuditRecord | None:
         return exact
     if len(id_or_prefix) < MIN_PREFIX:
         raise InputError("query_id", f"{id_or_prefix!r} is too short: give at least {MIN_PREFIX} characters of the id")
-    if not path.exists():
-        return None
-    with knocking(path) as con:
+    with _log(path) as con:
+        if con is None:
+            return None
         ids = [r[0] for r in con.execute(
             "SELECT query_id FROM retrieval_log WHERE starts_with(query_id, ?) ORDER BY query_id LIMIT ?",
             [id_or_prefix, SHOWN_CANDIDATES + 1],
@@ -90,8 +108,8 @@ def since(path: Path, start: datetime | None = None, limit: int | None = None) -
 
 def count(path: Path) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""
-    if not path.exists():
-        return 0, 0
-    with knocking(path) as con:
+    with _log(path) as con:
+        if con is None:
+            return 0, 0
         rows, query_ids = one(con, "SELECT count(*), count(DISTINCT query_id) FROM retrieval_log")
         return rows, query_ids

@@ -64,3 +64,21 @@ def test_many_candidates_are_cut(tmp_path):
     with pytest.raises(InputError) as err:
         audit.find(path, "beef")
     assert err.value.reason.endswith("beef0009, ...")
+
+
+def test_a_file_without_the_table_reads_as_empty_until_the_first_write(tmp_path):
+    """A writer killed between creating the file and committing the schema
+    leaves a bare DuckDB file: readers see no rows (not a catalog error), and
+    the next write creates the table and its row."""
+    import duckdb
+
+    path = tmp_path / "audit.duckdb"
+    duckdb.connect(str(path)).close()
+    assert path.exists()
+    assert audit.tail(path, 10) == []
+    assert audit.since(path) == []
+    assert audit.count(path) == (0, 0)
+    assert audit.find(path, "abcd") is None
+    assert audit.write_records(path, [_row("abcd1111")]) == 1
+    assert [r.query_id for r in audit.tail(path, 10)] == ["abcd1111"]
+    assert audit.count(path) == (1, 1)
