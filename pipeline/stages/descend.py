@@ -46,6 +46,8 @@ class VectorIndex:
     child_off: np.ndarray = field(init=False)  # (T+1,) topic t's children: child_flat[child_off[t]:child_off[t+1]]
     child_flat: np.ndarray = field(init=False)  # every topic's children, parent by parent
     child_centroids: np.ndarray = field(init=False)  # (len(child_flat), d) their centroids, in that order
+    child_q8: np.ndarray = field(init=False)  # the same as int8, row i ~ child_scale[i] * child_q8[i]
+    child_scale: np.ndarray = field(init=False)  # (len(child_flat),) float32: max |centroid entry| / 127
 
     def __post_init__(self) -> None:
         self.key_rank = np.empty(len(self.keys), dtype=np.int64)
@@ -57,6 +59,17 @@ class VectorIndex:
         self.child_flat = (np.concatenate(self.children).astype(np.int64) if counts.sum()
                            else np.zeros(0, np.int64))
         self.child_centroids = np.ascontiguousarray(self.centroids[self.child_flat], dtype=np.float32)
+        # The compiled beam's first pass (``descend_kernels.beam``) reads these.
+        # Each entry is within scale / 2 of the centroid's, so a child's int8
+        # score is within scale / 2 * |q|_1 of its exact one; each of the two
+        # float32 sums (d products) adds at most d * 2**-24 * 127 * scale * |q|_1
+        # (the bound on a dot product's rounding in any summation order): the
+        # kernel's margin, scale * |q|_1 * (0.5 + 2 * 127 * d * 2**-23), holds
+        # both with a factor 2 to spare.
+        peak = np.abs(self.child_centroids).max(axis=1) if len(self.child_flat) else np.zeros(0, np.float32)
+        self.child_scale = (peak / 127).astype(np.float32)
+        safe = np.where(self.child_scale > 0, self.child_scale, 1).astype(np.float64)[:, None]
+        self.child_q8 = np.clip(np.rint(self.child_centroids / safe), -127, 127).astype(np.int8)
 
     @property
     def size(self) -> int:
@@ -136,7 +149,7 @@ class VectorIndex:
         """Bytes held by the arrays (Python ids and the id lookup not counted)."""
         arrays = [self.emb, self.id_rank, self.ns_code, self.ct_code, self.row_leaf, self.centroids,
                   self.parent, self.is_leaf, self.leaf_start, self.leaf_end, self.key_rank, self.child_off,
-                  self.child_flat, self.child_centroids]
+                  self.child_flat, self.child_centroids, self.child_q8, self.child_scale]
         return sum(a.nbytes for a in arrays) + sum(c.nbytes for c in self.children)
 
     # -- scope --------------------------------------------------------------
@@ -294,8 +307,8 @@ def _descend_compiled(index: VectorIndex, query: np.ndarray, frontier: np.ndarra
     rows = np.empty(top_k, dtype=np.int64)
     sims = np.empty(top_k, dtype=np.float32)
     n_leaves, n, topics, scored, depth = _COMPILED[0][1](
-        frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids, allowed, query,
-        index.key_rank, scores, beam_width, max_depth, index.leaf_start, index.leaf_end, index.emb, mask, exclude,
+        frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids, index.child_q8,
+        index.child_scale, allowed, query, index.key_rank, scores, beam_width, max_depth, index.leaf_start, index.leaf_end, index.emb, mask, exclude,
         index.id_rank, leaves, rows, sims)
     profile.update(topics_scored=int(topics), depth=int(depth), leaves_reached=int(n_leaves),
                    reached=[index.keys[t] for t in leaves[:n_leaves].tolist()],
@@ -375,7 +388,7 @@ def _run_once(loops: tuple[Any, Any]) -> None:
     loops[0](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
              index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.float32))
     loops[1](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
-             _NONE, np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), 1, 2, index.leaf_start,
+             index.child_q8, index.child_scale, _NONE, np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), 1, 2, index.leaf_start,
              index.leaf_end, index.emb, _NONE, _NONE, index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.int64),
              np.zeros(1, np.float32))
 

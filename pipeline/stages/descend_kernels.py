@@ -20,6 +20,11 @@ import numba
 import numpy as np
 
 _jit = numba.njit(cache=True, nogil=True, fastmath=True)
+# below any score, and finite: fastmath lets the compiler assume no infinities
+_BELOW = -1e300
+# ``beam`` screens children in int8 first when there are this many times more
+# than it keeps: keeping a larger share, most would be scored twice
+_SCREEN_FROM = 4
 
 
 @_jit
@@ -48,15 +53,72 @@ def _keep(item, score, rank, items, scores, ranks, n, cap):
 
 
 @_jit
-def beam(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out):
+def _dot8(mat, i, q):
+    s = np.float32(0.0)
+    for j in range(q.shape[0]):
+        s += np.float32(mat[i, j]) * q[j]
+    return s
+
+
+@_jit
+def _push(lows, low):
+    """Insert ``low`` into the best-first buffer ``lows`` (full, padded with ``_BELOW``) if it makes it."""
+    j = lows.shape[0] - 1
+    if low <= lows[j]:
+        return
+    while j > 0 and lows[j - 1] < low:
+        lows[j] = lows[j - 1]
+        j -= 1
+    lows[j] = low
+
+
+@_jit
+def beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, child_scale, allowed, q, reach,
+         key_rank, topic_scores, out):
     """One depth of the descent: ``out[:n]`` the next frontier, best first;
     returns (n, topics scored). A leaf of the frontier competes with its
-    score from ``topic_scores``; each child scored is written there."""
+    score from ``topic_scores``; each child scored in float32 is written there.
+
+    With ``_SCREEN_FROM`` times more children than ``out`` holds, a first
+    pass scores them against their int8 copies (a quarter of the bytes: the
+    top level of an unscoped query is every namespace's top topics, read
+    from memory on each query) with a bound on the error, and only a child
+    whose upper bound reaches the ``len(out)``-th best lower bound is scored
+    again in float32 and competes: the same children are kept, in the same
+    order, as when every one is scored in float32
+    (``VectorIndex.__post_init__`` has the bound)."""
     cap = out.shape[0]
     best = np.empty(cap, np.float32)
     ranks = np.empty(cap, np.int64)
     n = 0
     scored = 0
+    m = 0
+    for t in frontier:
+        if not is_leaf[t]:
+            m += child_off[t + 1] - child_off[t]
+    screen = m > _SCREEN_FROM * cap
+    floor = _BELOW
+    approx = np.empty(m if screen else 0, np.float64)
+    margin = np.empty(m if screen else 0, np.float64)
+    if screen:
+        lows = np.full(cap, _BELOW)  # the best cap lower bounds, best first
+        i = 0
+        for t in frontier:
+            if is_leaf[t]:
+                _push(lows, np.float64(topic_scores[t]))
+                continue
+            for c in range(child_off[t], child_off[t + 1]):
+                if allowed.shape[0] and not allowed[child_flat[c]]:
+                    i += 1  # never read: the second pass skips it too
+                    continue
+                a = np.float64(_dot8(child_q8, c, q)) * child_scale[c]
+                e = child_scale[c] * reach + 1e-30
+                approx[i] = a
+                margin[i] = e
+                i += 1
+                _push(lows, a - e)
+        floor = lows[cap - 1]
+    i = 0
     for t in frontier:
         if is_leaf[t]:
             n = _keep(t, topic_scores[t], key_rank[t], out, best, ranks, n, cap)
@@ -64,10 +126,16 @@ def beam(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, 
         for c in range(child_off[t], child_off[t + 1]):
             kid = child_flat[c]
             if allowed.shape[0] and not allowed[kid]:
+                i += 1
                 continue
+            scored += 1
+            if screen:
+                near = approx[i] + margin[i] >= floor
+                i += 1
+                if not near:
+                    continue
             s = _dot(child_centroids, c, q)
             topic_scores[kid] = s
-            scored += 1
             n = _keep(kid, s, key_rank[kid], out, best, ranks, n, cap)
     return n, scored
 
@@ -91,8 +159,8 @@ def top(emb, starts, ends, q, mask, exclude, id_rank, out_rows, out_sims):
 
 
 @_jit
-def descend(start, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores,
-            beam_width, max_depth, leaf_start, leaf_end, emb, mask, exclude, id_rank, out_leaves, out_rows, out_sims):
+def descend(start, is_leaf, child_off, child_flat, child_centroids, child_q8, child_scale, allowed, q, key_rank,
+            topic_scores, beam_width, max_depth, leaf_start, leaf_end, emb, mask, exclude, id_rank, out_leaves, out_rows, out_sims):
     """The whole descent in one call (``beam`` at each depth, then ``top``
     over the leaves reached), so a query pays one call's dispatch instead of
     one per depth: ``out_leaves[:l]`` the leaves reached in frontier order,
@@ -100,6 +168,12 @@ def descend(start, is_leaf, child_off, child_flat, child_centroids, allowed, q, 
     scored, memories scored, depth)."""
     frontier = start.copy()
     kept = np.empty(beam_width, np.int64)
+    # a child's int8 score is within child_scale * reach of its float32 one
+    # (``VectorIndex.__post_init__``)
+    q_l1 = 0.0
+    for j in range(q.shape[0]):
+        q_l1 += abs(np.float64(q[j]))
+    reach = q_l1 * (0.5 + 2.0 * 127.0 * q.shape[0] * 2.0 ** -23)
     scored = 0
     depth = 0
     for d in range(max_depth):
@@ -110,7 +184,8 @@ def descend(start, is_leaf, child_off, child_flat, child_centroids, allowed, q, 
                 break
         if all_leaves:
             break
-        n, s = beam(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, kept)
+        n, s = beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, child_scale, allowed, q, reach,
+                    key_rank, topic_scores, kept)
         scored += s
         frontier = kept[:n].copy()
         depth = d + 1

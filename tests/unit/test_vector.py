@@ -483,3 +483,67 @@ def test_without_numba_the_descent_keeps_its_numpy_loops(monkeypatch):
         [("m1", "x", "t", "leaf", E0)],
     )
     assert _descend(index)[0] == [("m1", 1.0)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_int8_screen_keeps_what_float32_keeps_when_children_differ_below_its_step(seed, both_paths):
+    """A top level of 300 topics whose centroids differ from each other by
+    2**-12 here and there, far below an int8 step (1/127 of the largest
+    entry), with 384 dimensions (the model's): the compiled beam screens
+    them in int8 and scores again in float32 only those its error bound
+    cannot rule out, and still reaches the leaves the numpy loops (every
+    child in float32) reach, in the same order, with the same memories.
+    Entries are multiples of 2**-13, so both paths' sums are exact."""
+    d = 384
+    rng = np.random.default_rng(100 + seed)
+    base = rng.choice([0.0, 0.5, 1.0], d)
+
+    def near() -> np.ndarray:
+        v = base.copy()
+        at = rng.choice(d, 8, replace=False)
+        v[at] += rng.integers(-2, 3, 8) * 2.0**-12
+        return np.asarray(v, np.float32)
+
+    topics = [(ROOT, None, False, np.zeros(d, np.float32)), ("ns:x", ROOT, False, near())]
+    rows = []
+    for i in range(300):
+        key = f"x/l{i:03d}"
+        topics.append((key, "ns:x", True, near()))
+        rows += [(f"m{i:03d}-{j}", "x", "a", key, near()) for j in range(int(rng.integers(1, 3)))]
+    index = hand_index(topics, rows)
+    start = [index.key_index["ns:x"]]
+    for _ in range(12):
+        query = np.asarray(rng.choice([0.0, 0.5, 1.0], d), np.float32)
+        beam = int(rng.choice([1, 2, 5, 16, 40]))
+        (want, want_profile), (got, profile) = both_paths(index, query, start, beam_width=beam, max_depth=12, top_k=10)
+        assert profile["reached"] == want_profile["reached"] and len(profile["reached"]) == beam
+        assert got == want
+
+
+def test_the_int8_screen_scores_few_children_again_when_they_are_spread():
+    """300 top-level topics with unrelated centroids: the first pass rules
+    most of them out, and only those near the best five are scored again in
+    float32 (written to the topic scores); the five kept are float32's best."""
+    from pipeline.stages import descend_kernels
+
+    d = 384
+    rng = np.random.default_rng(7)
+    levels = [0.0, 0.5, 1.0]
+    topics = [(ROOT, None, False, np.zeros(d, np.float32)), ("ns:x", ROOT, False, np.ones(d, np.float32))]
+    topics += [(f"x/l{i:03d}", "ns:x", True, np.asarray(rng.choice(levels, d), np.float32)) for i in range(300)]
+    rows = [(f"m{i:03d}", "x", "a", f"x/l{i:03d}", np.ones(d, np.float32)) for i in range(300)]
+    index = hand_index(topics, rows)
+    q = np.asarray(rng.choice(levels, d), np.float32)
+    scores = np.full(len(index.keys), -7.0, np.float32)
+    out = np.empty(5, np.int64)
+    reach = float(np.abs(q).sum()) * (0.5 + 2 * 127 * d * 2.0**-23)
+    n, scored = descend_kernels.beam(np.asarray([index.key_index["ns:x"]], np.int64), index.is_leaf, index.child_off,
+                                     index.child_flat, index.child_centroids, index.child_q8, index.child_scale,
+                                     np.zeros(0, bool), q, reach, index.key_rank, scores, out)
+    assert (n, scored) == (5, 300)
+    rescored = int((scores != -7.0).sum())
+    assert 5 <= rescored <= 60
+    exact_scores = index.centroids @ q
+    leaves = np.flatnonzero(index.is_leaf)
+    want = leaves[np.lexsort((index.key_rank[leaves], -exact_scores[leaves]))[:5]]
+    assert out.tolist() == want.tolist()
