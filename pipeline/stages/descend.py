@@ -257,11 +257,11 @@ def descend(
     query = np.ascontiguousarray(query, dtype=np.float32)
     allowed = index.allowed_topics(mask) if mask is not None else _NONE
     frontier = np.asarray([t for t in start if not len(allowed) or allowed[t]], dtype=np.int64)
-    scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
     if _COMPILED:
-        return _descend_compiled(index, query, frontier, allowed, scores, beam_width, max_depth, top_k,
+        return _descend_compiled(index, query, frontier, allowed, beam_width, max_depth, top_k,
                                  _NONE if mask is None else mask, _NONE if exclude is None else exclude,
                                  deadline, profile, t0)
+    scores = np.full(len(index.keys), np.inf, dtype=np.float32)  # a start topic outranks everything
     step = _beam_numpy
     kept = np.empty(beam_width, dtype=np.int64)
     for depth in range(max_depth):
@@ -292,7 +292,7 @@ def descend(
 
 
 def _descend_compiled(index: VectorIndex, query: np.ndarray, frontier: np.ndarray, allowed: np.ndarray,
-                      scores: np.ndarray, beam_width: int, max_depth: int, top_k: int, mask: np.ndarray,
+                      beam_width: int, max_depth: int, top_k: int, mask: np.ndarray,
                       exclude: np.ndarray, deadline: float | None, profile: dict[str, Any],
                       t0: float) -> tuple[list[tuple[str, float]], dict[str, Any]]:
     """``descend`` in one compiled call (``descend_kernels.descend``). The
@@ -308,7 +308,7 @@ def _descend_compiled(index: VectorIndex, query: np.ndarray, frontier: np.ndarra
     sims = np.empty(top_k, dtype=np.float32)
     n_leaves, n, topics, scored, depth = _COMPILED[0][1](
         frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids, index.child_q8,
-        index.child_scale, allowed, query, index.key_rank, scores, beam_width, max_depth, index.leaf_start, index.leaf_end, index.emb, mask, exclude,
+        index.child_scale, allowed, query, index.key_rank, beam_width, max_depth, index.leaf_start, index.leaf_end, index.emb, mask, exclude,
         index.id_rank, leaves, rows, sims)
     profile.update(topics_scored=int(topics), depth=int(depth), leaves_reached=int(n_leaves),
                    reached=[index.keys[t] for t in leaves[:n_leaves].tolist()],
@@ -388,7 +388,7 @@ def _run_once(loops: tuple[Any, Any]) -> None:
     loops[0](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
              index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.float32))
     loops[1](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
-             index.child_q8, index.child_scale, _NONE, np.ones(2, np.float32), index.key_rank, np.zeros(2, np.float32), 1, 2, index.leaf_start,
+             index.child_q8, index.child_scale, _NONE, np.ones(2, np.float32), index.key_rank, 1, 2, index.leaf_start,
              index.leaf_end, index.emb, _NONE, _NONE, index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.int64),
              np.zeros(1, np.float32))
 

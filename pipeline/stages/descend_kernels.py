@@ -20,8 +20,9 @@ import numba
 import numpy as np
 
 _jit = numba.njit(cache=True, nogil=True, fastmath=True)
-# below any score, and finite: fastmath lets the compiler assume no infinities
+# below any score and above any, and finite: fastmath lets the compiler assume no infinities
 _BELOW = -1e300
+_TOP = np.float32(3.4e38)
 # ``beam`` screens children in int8 first when there are this many times more
 # than it keeps: keeping a larger share, most would be scored twice
 _SCREEN_FROM = 4
@@ -160,7 +161,7 @@ def top(emb, starts, ends, q, mask, exclude, id_rank, out_rows, out_sims):
 
 @_jit
 def descend(start, is_leaf, child_off, child_flat, child_centroids, child_q8, child_scale, allowed, q, key_rank,
-            topic_scores, beam_width, max_depth, leaf_start, leaf_end, emb, mask, exclude, id_rank, out_leaves, out_rows, out_sims):
+            beam_width, max_depth, leaf_start, leaf_end, emb, mask, exclude, id_rank, out_leaves, out_rows, out_sims):
     """The whole descent in one call (``beam`` at each depth, then ``top``
     over the leaves reached), so a query pays one call's dispatch instead of
     one per depth: ``out_leaves[:l]`` the leaves reached in frontier order,
@@ -168,6 +169,10 @@ def descend(start, is_leaf, child_off, child_flat, child_centroids, child_q8, ch
     scored, memories scored, depth)."""
     frontier = start.copy()
     kept = np.empty(beam_width, np.int64)
+    # read only where written: a start topic's (above every score), a child's once scored
+    topic_scores = np.empty(is_leaf.shape[0], np.float32)
+    for t in start:
+        topic_scores[t] = _TOP
     # a child's int8 score is within child_scale * reach of its float32 one
     # (``VectorIndex.__post_init__``)
     q_l1 = 0.0
