@@ -30,9 +30,10 @@ _SCREEN_FROM = 4
 
 @_jit
 def _dot(mat, i, q):
+    """Row ``i`` of ``mat`` (float32, or int8 for the screen) dotted with ``q``, in float32."""
     s = np.float32(0.0)
     for j in range(q.shape[0]):
-        s += mat[i, j] * q[j]
+        s += np.float32(mat[i, j]) * q[j]
     return s
 
 
@@ -51,14 +52,6 @@ def _keep(item, score, rank, items, scores, ranks, n, cap):
     scores[i] = score
     ranks[i] = rank
     return n + 1 if n < cap else n
-
-
-@_jit
-def _dot8(mat, i, q):
-    s = np.float32(0.0)
-    for j in range(q.shape[0]):
-        s += np.float32(mat[i, j]) * q[j]
-    return s
 
 
 @_jit
@@ -112,7 +105,7 @@ def beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, ch
                 if allowed.shape[0] and not allowed[child_flat[c]]:
                     i += 1  # never read: the second pass skips it too
                     continue
-                a = np.float64(_dot8(child_q8, c, q)) * child_scale[c]
+                a = np.float64(_dot(child_q8, c, q)) * child_scale[c]
                 e = child_scale[c] * reach + 1e-30
                 approx[i] = a
                 margin[i] = e
