@@ -67,6 +67,12 @@ def _push(lows, low):
 
 
 @_jit
+def _margin(scale, reach):
+    """How far a child's int8 score may be from its float32 one (``VectorIndex.__post_init__``)."""
+    return scale * reach + 1e-30
+
+
+@_jit
 def beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, child_scale, allowed, q, reach,
          key_rank, topic_scores, out):
     """One depth of the descent: ``out[:n]`` the next frontier, best first;
@@ -93,7 +99,6 @@ def beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, ch
     screen = m > _SCREEN_FROM * cap
     floor = _BELOW
     approx = np.empty(m if screen else 0, np.float64)
-    margin = np.empty(m if screen else 0, np.float64)
     if screen:
         lows = np.full(cap, _BELOW)  # the best cap lower bounds, best first
         i = 0
@@ -105,12 +110,9 @@ def beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, ch
                 if allowed.shape[0] and not allowed[child_flat[c]]:
                     i += 1  # never read: the second pass skips it too
                     continue
-                a = np.float64(_dot(child_q8, c, q)) * child_scale[c]
-                e = child_scale[c] * reach + 1e-30
-                approx[i] = a
-                margin[i] = e
+                approx[i] = np.float64(_dot(child_q8, c, q)) * child_scale[c]
+                _push(lows, approx[i] - _margin(child_scale[c], reach))
                 i += 1
-                _push(lows, a - e)
         floor = lows[cap - 1]
     i = 0
     for t in frontier:
@@ -124,7 +126,7 @@ def beam(frontier, is_leaf, child_off, child_flat, child_centroids, child_q8, ch
                 continue
             scored += 1
             if screen:
-                near = approx[i] + margin[i] >= floor
+                near = approx[i] + _margin(child_scale[c], reach) >= floor
                 i += 1
                 if not near:
                     continue
