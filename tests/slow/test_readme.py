@@ -42,17 +42,17 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
 
-DEFAULT_BOUND_S = 60.0
-# Longer bounds, each for a reason: ingest imports torch and loads the
-# sentence-transformers model to embed (20-60 s on a busy 2-core machine);
-# the demo builds its store that way, then runs its judged queries many times.
+# A bound tells a hung command from a slow one; it is not a speed test (speed
+# is BENCHMARKS.md's). CI's machine has run 2-3x slower than a quiet one, so
+# a bound is about 10x what its command takes on a quiet machine: 0.5-35 s for
+# the one-shot commands, which import what they need and load the model
+# (`dimple eval --queries` took 25 s here and over 60 s in one CI run).
+DEFAULT_BOUND_S = 300.0
+# Longer: the demo builds its store (torch and the sentence-transformers model
+# embed it), then runs its judged queries many times (50-60 s here).
 BOUNDS_S = {
-    "dimple demo": 600.0,  # builds the demo store, then 3 modes x the demo query set
-    "dimple eval --demo": 300.0,  # the demo query set once (the store exists by then)
-    "dimple eval sweep": 600.0,  # 8 configurations x the demo query set
-    "dimple ingest": 180.0,  # the model, as above (--via-broker: the ingest worker loads it)
-    "dimple eval --beir": 180.0,  # ingests the BEIR folder into a store of its own
-    "dimple eval --locomo": 180.0,  # ingests the LoCoMo file into a store of its own
+    "dimple demo": 900.0,  # builds the demo store, then 3 modes x the demo query set
+    "dimple eval sweep": 900.0,  # 8 configurations x the demo query set
 }
 SKIP = {
     "bash ops/test.sh": "the test runner itself",
