@@ -26,7 +26,7 @@ from pipeline.store.reader import Reader, Snapshot, View
 
 _lock = threading.RLock()
 _settings: Settings | None = None
-_embedders: dict[bool, Embedder] = {}  # by bulk: the query embedder, the ingest embedder
+_embedders: dict[bool, Embedder] = {}  # by bulk: the query embedder, the bulk (ingest) embedder
 _reader: Reader | None = None
 _audit_writer: AuditWriter | None = None
 
@@ -64,14 +64,6 @@ def embedder(bulk: bool = False) -> Embedder:
         if bulk not in _embedders:
             _embedders[bulk] = make_embedder(settings(), bulk=bulk)
         return _embedders[bulk]
-
-
-def write_embedder() -> Embedder:
-    """The embedder a write uses: the query embedder once loaded (a few memories
-    embed faster there, without loading torch), else the ingest embedder
-    (``make_embedder``: the vectors agree to 1e-6)."""
-    with _lock:
-        return _embedders.get(False) or embedder(bulk=True)
 
 
 def audit_writer() -> AuditWriter:
@@ -148,18 +140,19 @@ def close_store() -> None:
 
 def warm(queues: Iterable[str]) -> list[tuple[str, float]]:
     """Load now, in this process, what the tasks of ``queues`` use (routes in
-    ``workers.app``): ``embed`` the query embedder, ``ingest`` the ingest
-    embedder, ``search`` the published store, its vector index and full-text postings (if a store
-    is published yet). Each embedder embeds one text, so nothing is left to
-    load on the first task. Returns (what was loaded, seconds) pairs."""
+    ``workers.app``): ``embed`` and ``ingest`` the query embedder (an agent's
+    write embeds a few texts; a batch of more than ``embed_batch_size`` loads
+    the bulk embedder at its first, ``writes._embedder_for``), ``search`` the
+    published store, its vector index and full-text postings (if a store is
+    published yet). The embedder embeds one text, so nothing is left to load
+    on the first task. Returns (what was loaded, seconds) pairs."""
     wanted = set(queues)
     loaded = []
-    for queue, bulk, role in (("embed", False, "query"), ("ingest", True, "ingest")):
-        if queue in wanted:
-            t0 = time.perf_counter()
-            model = embedder(bulk=bulk)
-            model.embed(["warm-up"])
-            loaded.append((f"{role} embedder {model.name} ({model.dim}-d)", time.perf_counter() - t0))
+    if wanted & {"embed", "ingest"}:
+        t0 = time.perf_counter()
+        model = embedder()
+        model.embed(["warm-up"])
+        loaded.append((f"query embedder {model.name} ({model.dim}-d)", time.perf_counter() - t0))
     if "search" in wanted:
         t0 = time.perf_counter()
         compile_kernels()

@@ -130,7 +130,7 @@ def ingest_batch(self, lines: list[str], first_line: int = 1, skip_invalid: bool
     """Remember JSONL lines (``dimple ingest --via-broker``), numbered from ``first_line``."""
     settings = resources.settings()
     parsed = parse_lines(lines, settings.limits, start=first_line)
-    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedder=resources.write_embedder(),
+    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=resources.embedder,
                                   reader=resources.reader(), write_id=self.request.id))
 
 
@@ -139,7 +139,7 @@ def remember_task(self, records: list[dict], skip_invalid: bool = False) -> dict
     """``workers.api.remember`` through the broker."""
     settings = resources.settings()
     parsed = parse_records(records, settings)
-    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedder=resources.write_embedder(),
+    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=resources.embedder,
                                   reader=resources.reader(), write_id=self.request.id))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -298,13 +299,20 @@ class WriteReport(IngestReport):
         return WriteResult.model_validate(self.as_dict())
 
 
-def _embedder_for(settings: Settings, embedder: Embedder | None):
+def _embedder_for(settings: Settings, embedder: Embedder | None, embedders: Callable[[bool], Embedder] | None):
+    """The embedder for ``n`` new texts: ``embedder`` when given, else the
+    query embedder for at most one batch (no torch to import) and the bulk one
+    for more (``make_embedder``), from ``embedders(bulk)`` (a worker's loaded
+    ones) or made here."""
     def pick(n: int) -> Embedder:
         if embedder is not None:
             return embedder
+        bulk = n > settings.embed_batch_size
+        if embedders is not None:
+            return embedders(bulk)
         from pipeline.embedders import make_embedder
 
-        return make_embedder(settings, bulk=n > settings.embed_batch_size)
+        return make_embedder(settings, bulk=bulk)
     return pick
 
 
@@ -316,12 +324,14 @@ def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool =
 
 def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str] | None = None, *,
           reason: str | None = None, skip_invalid: bool = False, embedder: Embedder | None = None,
-          reader: Reader | None = None, progress: bool = False, write_id: str | None = None) -> WriteReport:
+          embedders: Callable[[bool], Embedder] | None = None, reader: Reader | None = None,
+          progress: bool = False, write_id: str | None = None) -> WriteReport:
     """Remember ``parsed``'s records and forget ``forget``'s ids as one write.
 
     Raises ``IngestValidationError`` for bad records (nothing written) unless
     ``skip_invalid``. Returns once the delta and its manifest are on disk.
-    ``write_id`` (a broker message's task id) makes a second delivery of the
+    New content is embedded by ``embedder``, else by ``embedders(bulk)`` or
+    ``make_embedder`` (``_embedder_for``). ``write_id`` (a broker message's task id) makes a second delivery of the
     same message a no-op (``replayed``) while the manifest remembers it
     (``segments.RECENT_WRITES`` writes).
     """
@@ -349,7 +359,7 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
                 raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
             manifest = segments.read_manifest(data_dir) or segments.Manifest()
             direct = manifest.base is None or len(parsed.records) >= settings.compact_delta_memories
-            prepared = prepare(parsed.records, live, _embedder_for(settings, embedder), settings,
+            prepared = prepare(parsed.records, live, _embedder_for(settings, embedder, embedders), settings,
                                for_delta=not direct, progress=progress)
             prepared.forget = [{"id": m, "reason": reason} for m in forget if m in forgotten_live]
             prepared.not_found = [m for m in forget if m not in forgotten_live]

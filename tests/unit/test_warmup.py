@@ -70,3 +70,28 @@ def test_a_forked_child_does_not_inherit_the_store_connection(embedded, tmp_path
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert resources.store() is parent_store  # the parent's is untouched
+
+
+def test_an_ingest_worker_loads_the_query_embedder_and_a_big_batch_the_bulk_one(embedded, monkeypatch):
+    """Agents write a memory at a time: the ingest queue warms the query
+    embedder (no torch to import), and only a write of more than one batch
+    of new texts loads the bulk embedder, once."""
+    from pipeline.embedders import HashEmbedder
+    from workers.api import remember
+
+    made = []
+
+    def make(settings, bulk=False):
+        made.append(bulk)
+        return HashEmbedder(64)
+
+    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(resources, "make_embedder", make)
+    assert [what for what, _ in resources.warm(["ingest"])] == ["query embedder hash-64 (64-d)"]
+    batch = embedded.embed_batch_size
+    remember([{"id": "one", "namespace": "a", "content": "a single memory"}])
+    remember([{"id": f"b{i}", "namespace": "a", "content": f"memory {i}"} for i in range(batch)])
+    assert made == [False]  # up to a batch: the query embedder, loaded at warm-up
+    remember([{"id": f"c{i}", "namespace": "a", "content": f"memory {i}"} for i in range(batch + 1)])
+    remember([{"id": f"d{i}", "namespace": "a", "content": f"memory {i}"} for i in range(batch + 1)])
+    assert made == [False, True]  # more: the bulk embedder, loaded once and kept
