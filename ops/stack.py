@@ -21,6 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def children(pid: int) -> list[int]:
+    """The process ids of ``pid``'s children (Linux ``/proc``; none once it has exited)."""
+    try:
+        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+    except OSError:
+        return []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

