@@ -1,6 +1,6 @@
 """The benchmarks' command lines still run, at a tiny size (figures meaningless):
-``ops.bench.fulltext``, ``ops.bench.vector`` and ``ops.bench.audit`` as their
-module docstrings give them. bm25s, PyStemmer and FAISS are the ``bench``
+``ops.bench.fulltext``, ``ops.bench.vector``, ``ops.bench.audit`` and
+``ops.bench.worker_start`` as their module docstrings give them. bm25s, PyStemmer and FAISS are the ``bench``
 extra, not test dependencies: the sides that need them are skipped without."""
 
 from __future__ import annotations
@@ -81,3 +81,15 @@ def test_audit_bench_runs(tmp_path):
         assert len(report[side]["block_ms_per_query"]) == 2 and report[side]["all_drained"]
     assert report["orders"][0] != report["orders"][1]  # the blocks' order rotates
     assert report["dead_letters_from_broken_side"] == 2 + 2 * 4  # warm-up and both rounds, every row
+
+
+@pytest.mark.slow
+def test_worker_start_bench_runs(tmp_path):
+    from ops.bench import worker_start
+
+    out = tmp_path / "start.json"
+    assert worker_start.main(["--rounds", "1", "--batch", "65", "--out", str(out)]) == 0
+    (one,) = json.loads(out.read_text())["rounds"]
+    assert set(one) == {"ready_s", "pool_rss_mib", "first_write_ms", "second_write_ms", "batch_write_s",
+                        "pool_rss_after_mib"}
+    assert all(v > 0 for v in one.values())

@@ -17,10 +17,12 @@ def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
                                                    for i in range(5)]), embedded, progress=False)
     loaded = dict(resources.warm(["embed", "search", "audit"]))
     assert set(loaded) == {"query embedder hash-64 (64-d)", "the descent's compiled loops",
-                           "store version 1 with its vector index (5 memories) and full-text postings (0.0 MiB)"}
+                           "store version 1 with its vector index (5 memories) and full-text postings (0.0 MiB)",
+                           "DuckDB's parameter binding"}
     assert resources.snapshot().postings() is not None  # loaded, held for the first query
     assert all(seconds >= 0 for seconds in loaded.values())
-    assert resources.warm(["audit"]) == []
+    assert [what for what, _ in resources.warm(["audit"])] == ["DuckDB's parameter binding"]
+    assert resources.warm(["other"]) == []
 
 
 def test_search_before_any_store_says_so(embedded):
@@ -87,7 +89,8 @@ def test_an_ingest_worker_loads_the_query_embedder_and_a_big_batch_the_bulk_one(
 
     monkeypatch.setattr(resources, "_embedders", {})
     monkeypatch.setattr(resources, "make_embedder", make)
-    assert [what for what, _ in resources.warm(["ingest"])] == ["query embedder hash-64 (64-d)"]
+    assert [what for what, _ in resources.warm(["ingest"])] == ["query embedder hash-64 (64-d)",
+                                                                "DuckDB's parameter binding"]
     batch = embedded.embed_batch_size
     remember([{"id": "one", "namespace": "a", "content": "a single memory"}])
     remember([{"id": f"b{i}", "namespace": "a", "content": f"memory {i}"} for i in range(batch)])
@@ -95,3 +98,16 @@ def test_an_ingest_worker_loads_the_query_embedder_and_a_big_batch_the_bulk_one(
     remember([{"id": f"c{i}", "namespace": "a", "content": f"memory {i}"} for i in range(batch + 1)])
     remember([{"id": f"d{i}", "namespace": "a", "content": f"memory {i}"} for i in range(batch + 1)])
     assert made == [False, True]  # more: the bulk embedder, loaded once and kept
+
+
+def test_the_first_bound_duckdb_parameter_is_paid_at_warm_up():
+    """DuckDB imports pandas (when installed) at a process's first bound
+    parameter: a worker that writes pays it before its ready line."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from workers import resources; assert 'pandas' not in sys.modules; "
+            "resources.warm(['audit']); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
