@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -75,6 +76,7 @@ class Step:
     bound: float = DEFAULT_BOUND_S
     outcome: str | None = None  # None: passed; else what went wrong
     seconds: float | None = None
+    cpu_seconds: float | None = None  # user + system of the command and what it waited for
     stdout: Path | None = None
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -187,6 +189,11 @@ def _read_env(path: Path) -> dict[str, str]:
     return {k: v for k, v in pairs if not k.startswith("BASH_FUNC_") and k not in ("_", "__rc", "SHLVL", "PWD", "OLDPWD")}
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _run(step: Step, env: dict[str, str], work: Path, logs: Path, n: int) -> dict[str, str]:
     """Run one command in bash (``set -a``: its assignments carry to the next); the environment after it."""
     out, err, env_file = logs / f"{n:02d}.out", logs / f"{n:02d}.err", logs / f"{n:02d}.env"
@@ -194,7 +201,7 @@ def _run(step: Step, env: dict[str, str], work: Path, logs: Path, n: int) -> dic
     script = f"set -a\n{step.run}\n__rc=$?\nenv -0 > {env_file}\nexit $__rc\n"
     with open(out, "wb") as fo, open(err, "wb") as fe:
         proc = subprocess.Popen(["bash", "-c", script], cwd=work, env=env, stdout=fo, stderr=fe, start_new_session=True)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _children_cpu()
         try:
             rc = proc.wait(step.bound)
         except subprocess.TimeoutExpired:
@@ -204,6 +211,7 @@ def _run(step: Step, env: dict[str, str], work: Path, logs: Path, n: int) -> dic
             return env
     stderr = err.read_text(encoding="utf-8", errors="replace")
     took = step.seconds = time.monotonic() - t0
+    step.cpu_seconds = _children_cpu() - cpu0  # far below the wall time: the command waited on something
     if rc != 0:
         step.outcome = f"exit code {rc} after {took:.1f} s; stderr ends: {stderr[-1500:]!r}"
     elif TRACEBACK in stderr:
@@ -336,7 +344,8 @@ def readme_run(tmp_path_factory) -> dict[str, Step]:
             _stop(step, logs, n)
         stack.stop_all()
     (logs / "summary.txt").write_text("".join(
-        f"{'-' if s.seconds is None else f'{s.seconds:6.1f}s'} {'ok' if s.outcome is None else 'FAIL'} {s.key}\n"
+        f"{'-' if s.seconds is None else f'{s.seconds:6.1f}s'} "
+        f"{'-' if s.cpu_seconds is None else f'{s.cpu_seconds:6.1f}s cpu'} {'ok' if s.outcome is None else 'FAIL'} {s.key}\n"
         for s in steps if not s.skip), encoding="utf-8")
     return {f"{s.section}: {s.key}": s for s in steps} | {DEMO_HINT: hint}
 
