@@ -331,9 +331,10 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     Raises ``IngestValidationError`` for bad records (nothing written) unless
     ``skip_invalid``. Returns once the delta and its manifest are on disk.
     New content is embedded by ``embedder``, else by ``embedders(bulk)`` or
-    ``make_embedder`` (``_embedder_for``). ``write_id`` (a broker message's task id) makes a second delivery of the
-    same message a no-op (``replayed``) while the manifest remembers it
-    (``segments.RECENT_WRITES`` writes).
+    ``make_embedder`` (``_embedder_for``). ``write_id`` (a broker message's
+    task id) makes a second delivery of the same message a no-op
+    (``replayed``) while the manifest remembers it (``segments.RECENT_WRITES``
+    writes).
     """
     t0 = time.perf_counter()
     data_dir = settings.data_dir

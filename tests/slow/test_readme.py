@@ -46,11 +46,13 @@ VENV_BIN = Path(sys.executable).parent
 # A bound tells a hung command from a slow one; it is not a speed test (speed
 # is BENCHMARKS.md's). CI's machine has run 2-3x slower than a quiet one, so
 # a bound is about 10x what its command takes on a quiet machine: 0.5-35 s for
-# the one-shot commands, which import what they need and load the model
-# (`dimple eval --queries` took 25 s here and over 60 s in one CI run).
+# the one-shot commands, which import what they need and load the model. Right
+# after a fresh install they take 2-5x longer: numba compiles ranx's metrics
+# into its on-disk cache at their first use (`dimple eval --queries`: 25 s
+# then, 6 s after; over 60 s in one CI run).
 DEFAULT_BOUND_S = 300.0
 # Longer: the demo builds its store (torch and the sentence-transformers model
-# embed it), then runs its judged queries many times (50-60 s here).
+# embed it), then runs its judged queries many times (18-53 s here).
 BOUNDS_S = {
     "dimple demo": 900.0,  # builds the demo store, then 3 modes x the demo query set
     "dimple eval sweep": 900.0,  # 8 configurations x the demo query set
