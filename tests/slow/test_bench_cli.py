@@ -1,7 +1,8 @@
 """The benchmarks' command lines still run, at a tiny size (figures meaningless):
 ``ops.bench.fulltext``, ``ops.bench.vector``, ``ops.bench.audit`` and
-``ops.bench.worker_start`` as their module docstrings give them. bm25s, PyStemmer and FAISS are the ``bench``
-extra, not test dependencies: the sides that need them are skipped without."""
+``ops.bench.worker_start`` as their module docstrings give them. bm25s,
+PyStemmer and FAISS are the ``bench`` extra, not test dependencies: the sides
+that need them are skipped without."""
 
 from __future__ import annotations
 
