@@ -1,6 +1,10 @@
 """The DuckDB FTS extension's own ``match_bm25``, evaluated over every row:
 the reference the full-text leg is checked and benchmarked against (it was
-dimple's full-text leg before issue 7; a full scan, ~3 s per query at 1M)."""
+dimple's full-text leg before issue 7; a full scan, ~3 s per query at 1M).
+
+It is given the query's words less the index's stopwords: the leg drops them
+before stemming, as the index does from a memory, where ``match_bm25`` would
+stem them and match "at" against "ate" (``pipeline.store.postings.QueryTerms``)."""
 
 from __future__ import annotations
 
@@ -30,11 +34,19 @@ def match_bm25(con, text: str, scope: Scope, limit: int, settings: FulltextSetti
     if not text.strip():
         return []
     params = {
-        "q": text, "k1": settings.k1, "b": settings.b, "ns": scope.namespace,
+        "q": without_stopwords(con, text), "k1": settings.k1, "b": settings.b, "ns": scope.namespace,
         "types": list(scope.content_types), "topics": list(scope.topics),
         "concepts": list(scope.concepts), "limit": limit,
     }
     return [(r[0], float(r[1])) for r in con.execute(REFERENCE_SQL, params).fetchall()]
+
+
+def without_stopwords(con, text: str) -> str:
+    """``text``'s tokens (the index's ``tokenize`` macro) that are not the index's stopwords."""
+    row = con.execute(
+        "SELECT coalesce(string_agg(w, ' '), '') FROM (SELECT unnest(fts_main_memories.tokenize($q)) AS w) "
+        "WHERE w NOT IN (SELECT sw FROM fts_main_memories.stopwords)", {"q": text}).fetchone()
+    return row[0]
 
 
 def close(a: float, b: float, rel: float = 1e-9) -> bool:

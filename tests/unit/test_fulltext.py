@@ -34,7 +34,8 @@ def corpus(tmp_path_factory):
     docs = synth.texts(2000, seed=3)
     rng = random.Random(5)
     extra = ["ERR_CONN_RESET seen on db-17 after deploy", "db-17 is the staging host", "src/app/main.py crashed",
-             "Café naïve résumé", "running the runner runs", "ERR_CONN_RESET ERR_CONN_RESET twice"]
+             "Café naïve résumé", "running the runner runs", "ERR_CONN_RESET ERR_CONN_RESET twice",
+             "we ate pizza by the quay"]
     for text in extra:
         docs[rng.randrange(len(docs))] = text
     path = settings.data_dir / "store.duckdb"
@@ -165,6 +166,21 @@ def test_identifiers_find_their_memory(leg, corpus):
                         ("cafe naive resume", "Café naïve résumé")):
         top = leg(store.con, q, Scope(), 1, fts)[0][0]
         assert store.con.execute("SELECT content FROM memories WHERE id = ?", [top]).fetchone()[0] == expected
+
+
+def test_a_querys_stopwords_match_nothing(leg, corpus):
+    """"at" is a stopword and the stem of "ate": the index dropped a memory's
+    stopwords before stemming, so its "at" stands for "ate", and a query's
+    own "at" (or "àt", through the SQL tokenizer) must not find it."""
+    store, fts = corpus
+    ate = store.con.execute("SELECT id FROM memories WHERE content = 'we ate pizza by the quay'").fetchone()[0]
+    assert store.con.execute("SELECT count(*) FROM fts_main_memories.dict WHERE term = 'at'").fetchone()[0] == 1
+    for q in ("at", "àt", "at the", "AT"):
+        assert leg(store.con, q, Scope(), 5, fts) == [], q
+    assert leg(store.con, "ate", Scope(), 1, fts)[0][0] == ate
+    assert leg(store.con, "what we ate at the quay", Scope(), 1, fts)[0][0] == ate
+    got = leg(store.con, "pizza at noon", Scope(), 50, fts)
+    assert got[0][0] == ate and len(got) == len(leg(store.con, "pizza noon", Scope(), 50, fts))
 
 
 def test_postings_follow_ingest(settings, tmp_path):
