@@ -11,7 +11,8 @@ every fusion candidate evaluated offline on the cached lists.
     # ... --grid adds every full-text weight scale x m^power of GRID (docs/bench/results/fusion16.md)
 
 ``--probe NAME`` is a set of ``pipeline.datasets.probes``, written as a BEIR
-folder under the data dir and ingested like ``dimple eval --beir``. Stores are
+folder under the data dir and ingested like ``dimple eval --beir``; ``--beir
+DIR`` is such a folder as it is (``ops/bench/data/docs_qa``). Stores are
 built when absent (``workers.eval_cli.load_source``, the same stores ``dimple
 eval`` uses with ``DIMPLE_DATA_DIR`` set to the data dir).
 
@@ -55,7 +56,7 @@ def cache(args) -> dict[str, Any]:
     from pipeline.settings import Settings
 
     settings = Settings()
-    beir = None
+    beir = args.beir
     if args.probe:
         from pipeline.datasets.probes import SETS, write_beir
 
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--demo", action="store_true")
     g.add_argument("--locomo", type=Path)
     g.add_argument("--probe", help="a set of pipeline.datasets.probes")
+    g.add_argument("--beir", type=Path, help="a BEIR folder (e.g. ops/bench/data/docs_qa)")
     c.add_argument("--seed", type=int, default=16)
     c.add_argument("--data-dir", type=Path, required=True, help="where the sets' stores live (built when absent)")
     c.add_argument("--depth", type=int, default=100)
