@@ -1,6 +1,6 @@
 """The benchmarks' command lines still run, at a tiny size (figures meaningless):
-``ops.bench.fulltext``, ``ops.bench.vector``, ``ops.bench.audit`` and
-``ops.bench.worker_start`` as their module docstrings give them. bm25s,
+``ops.bench.fulltext``, ``ops.bench.vector``, ``ops.bench.audit``,
+``ops.bench.worker_start`` and ``ops.bench.fusion`` as their module docstrings give them. bm25s,
 PyStemmer and FAISS are the ``bench`` extra, not test dependencies: the sides
 that need them are skipped without."""
 
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +97,23 @@ def test_worker_start_bench_runs(tmp_path):
     assert set(one) == {"ready_s", "pool_rss_mib", "first_write_ms", "second_write_ms", "batch_write_s",
                         "pool_rss_after_mib"}
     assert all(v > 0 for v in one.values())
+
+
+@pytest.mark.slow
+def test_fusion_bench_caches_a_beir_folder_and_a_probe_set(tmp_path):
+    """``cache --beir`` (the shipped ``docs_qa``) and ``cache --probe``, then
+    ``evaluate`` over both: a process of its own, as the cache configures the
+    workers module and ``DIMPLE_DATA_DIR`` for the set's store."""
+    root = Path(__file__).resolve().parents[2]
+    bench = [sys.executable, "-m", "ops.bench.fusion"]
+    for which in (["--beir", str(root / "ops" / "bench" / "data" / "docs_qa")], ["--probe", "identifiers"]):
+        out = tmp_path / f"{which[0][2:]}.json"
+        subprocess.run([*bench, "cache", *which, "--limit", "5", "--data-dir", str(tmp_path / "data"),
+                        "--out", str(out)], cwd=root, check=True, timeout=600)
+        cache = json.loads(out.read_text())
+        assert len(cache["queries"]) == 5 and all(q["vector"] and q["qrels"] for q in cache["queries"])
+    md = tmp_path / "fusion.md"
+    subprocess.run([*bench, "evaluate", str(tmp_path / "beir.json"), str(tmp_path / "probe.json"), "--md", str(md)],
+                   cwd=root, check=True, timeout=600)
+    header = md.read_text().splitlines()[0]
+    assert "docs_qa nDCG@10" in header and "identifiers nDCG@10" in header
