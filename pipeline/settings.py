@@ -138,6 +138,12 @@ class Settings(BaseSettings):
                     "group's average rank (0: every hit at its own position); BENCHMARKS.md 'Fusion defaults, "
                     "third round'",
     )
+    fts_floor: float = Field(
+        0.5, ge=0, lt=1,
+        description="rrf, beside another leg: full-text hits whose BM25 is under this share of the leg's best count "
+                    "nothing in the fusion (they keep their place in the list and their leg rank; 0: every hit "
+                    "counts); BENCHMARKS.md 'Fusion defaults, fourth round'",
+    )
     fusion: Literal["rrf", "convex"] = Field(
         "rrf",
         description="how hybrid lists become one: rrf (the seed's, with fusion_weights) or convex "

@@ -10,15 +10,19 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _leg_rank(ranks: dict[str, int], leg: str) -> str:
-    rank = ranks.get(leg)
-    return "-" if rank is None else str(rank)
+def _leg_rank(result, leg: str) -> str:
+    rank = result.ranks.get(leg)
+    if rank is None:
+        return "-"
+    uncounted = leg in result.tied_ranks and result.tied_ranks[leg] is None
+    return f"({rank})" if uncounted else str(rank)
 
 
 def format_results(results) -> str:
     """A readable table: rank, fused score, each leg's rank (``fts``: full
-    text, ``vec``: vector; ``-``: that leg did not return it), id, namespace,
-    preview, graph marks."""
+    text, ``vec``: vector; ``-``: that leg did not return it; ``(12)``: it
+    did, under the full-text floor, and fusion did not count it), id,
+    namespace, preview, graph marks."""
     lines = []
     if not results.results:
         lines.append(f"no results for {results.query!r} ({results.mode})")
@@ -38,7 +42,7 @@ def format_results(results) -> str:
                 marks.append("conflicts " + ", ".join(l.id for l in r.conflicts))
             if r.supported_by:
                 marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
-            legs = f"{_leg_rank(r.ranks, 'fts'):>4} {_leg_rank(r.ranks, 'vector'):>4}"
+            legs = f"{_leg_rank(r, 'fts'):>4} {_leg_rank(r, 'vector'):>4}"
             lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {legs}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
             for mark in marks:
                 lines.append(f"{'':>3}  {'':>8}  {'':>9}  {'':<{width}}  {'':<12}   ↳ {mark}")

@@ -37,7 +37,7 @@ from typing import Any
 
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
-from pipeline.stages.fuse import LegWeighting, bm25_idf, lexical_match, rrf, tie_ranks
+from pipeline.stages.fuse import LegWeighting, bm25_idf, counted_ranks, lexical_match, rrf
 from pipeline.stages.fuse import convex as fuse_convex
 
 LEG_NAMES = ("vector", "fts")
@@ -132,24 +132,28 @@ def _ids(q: dict, leg: str) -> list[str]:
     return [d for d, _ in q[leg]]
 
 
-def rrf_fixed(wv: float, wf: float, ties: float = 0.0) -> Callable[[dict, dict], list[str]]:
-    return rrf_per_query(lambda s: (wv, wf), ties)
+def rrf_fixed(wv: float, wf: float, ties: float = 0.0, floor: float = 0.0) -> Callable[[dict, dict], list[str]]:
+    return rrf_per_query(lambda s: (wv, wf), ties, floor)
 
 
-def rrf_per_query(weights: Callable[[dict], tuple[float, float]], ties: float = 0.0) -> Callable[[dict, dict], list[str]]:
-    """RRF with per-query weights; ``ties``: the full-text tie tolerance (``pipeline.stages.fuse.tie_ranks``)."""
+def rrf_per_query(weights: Callable[[dict], tuple[float, float]], ties: float = 0.0,
+                  floor: float = 0.0) -> Callable[[dict, dict], list[str]]:
+    """RRF with per-query weights; ``ties`` and ``floor``: the full-text tie tolerance and score floor
+    (``pipeline.stages.fuse.counted_ranks``; every cached query ran both legs)."""
     def fuse(q: dict, sig: dict) -> list[str]:
         wv, wf = weights(sig)
-        tied = {"fts": tie_ranks([x for _, x in q["fts"]], ties)} if ties > 0 else None
+        floor_here = floor if q["vector"] and q["fts"] else 0.0
+        tied = ({"fts": counted_ranks([x for _, x in q["fts"]], ties, floor_here)}
+                if ties > 0 or floor_here > 0 else None)
         return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, 60, tied)]
     return fuse
 
 
-def scaled(c: float, p: float, ties: float = 0.0) -> Callable[[dict, dict], list[str]]:
+def scaled(c: float, p: float, ties: float = 0.0, floor: float = 0.0) -> Callable[[dict, dict], list[str]]:
     """RRF with the vector leg at 1 and the full-text leg at ``c * m ** p`` (m = ``fts_top_norm``)."""
     def weights(s: dict) -> tuple[float, float]:
         return 1.0, c * s["fts_top_norm"] ** p
-    return rrf_per_query(weights, ties)
+    return rrf_per_query(weights, ties, floor)
 
 
 def adaptive_convex(p: float) -> Callable[[dict, dict], list[str]]:
@@ -199,9 +203,16 @@ def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]
     ties = Settings.model_fields["fts_tie_tolerance"].default
     for t in sorted({0.05, 0.1, 0.15, 0.2, ties}):
         name = f"rrf fts={default.scale:g}*top_norm^{default.power:g}, ties {t:g}"
-        out[name + (" (default)" if t == ties else "")] = scaled(default.scale, default.power, t)
+        out[name] = scaled(default.scale, default.power, t)
     for c, p in ((12, 2), (12, 1.5)):
         out[f"rrf fts={c:g}*top_norm^{p:g}, ties {ties:g}"] = scaled(c, p, ties)
+    # beside the vector leg, full-text hits under a share of the leg's best BM25 count nothing (fts_floor)
+    floor = Settings.model_fields["fts_floor"].default
+    for f in sorted({0.3, 0.4, 0.45, 0.5, 0.55, 0.6, floor}):
+        name = f"rrf fts={default.scale:g}*top_norm^{default.power:g}, ties {ties:g}, floor {f:g}"
+        out[name + (" (default)" if f == floor else "")] = scaled(default.scale, default.power, ties, f)
+    for c, p in ((12, 2), (12, 1.5), (16, 1.5)):
+        out[f"rrf fts={c:g}*top_norm^{p:g}, ties {ties:g}, floor {floor:g}"] = scaled(c, p, ties, floor)
     for wv, wf in ((0.4, 1.0), (1.0, 1.0)):
         out[f"rrf {wv:g}:{wf:g}, ties {ties:g}"] = rrf_fixed(wv, wf, ties)
     out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))

@@ -8,7 +8,8 @@ of the printed ratios.
 
 Configurations (``CONFIGS``): ``seed`` (the seed's fixed 0.4:1 weights, every
 full-text hit at its own rank), ``lexical_match`` (per-query weights, no tie
-rule), ``default`` (the default settings).
+rule, no floor), ``ties`` (the default without the full-text floor),
+``default`` (the default settings).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from pathlib import Path
 from ops.bench import emit
 
 CONFIGS: dict[str, dict] = {
-    "seed": {"fusion_weights": "fixed", "fts_tie_tolerance": 0.0},
-    "lexical_match": {"fusion_weights": "lexical_match", "fts_tie_tolerance": 0.0},
+    "seed": {"fusion_weights": "fixed", "fts_tie_tolerance": 0.0, "fts_floor": 0.0},
+    "lexical_match": {"fusion_weights": "lexical_match", "fts_tie_tolerance": 0.0, "fts_floor": 0.0},
+    "ties": {"fts_floor": 0.0},
     "default": {},
 }
 

@@ -15,15 +15,16 @@ from pipeline.contracts import options_from_recorded
 def explain(record: AuditRecord) -> list[dict[str, Any]]:
     """Each result's path, from the row alone: leg ranks, RRF contribution per
     leg (``w / (k + rank)``, with the rank RRF counted: a full-text tie group's
-    average where the row has one), recency factor, final score and rank, and for a
-    successor that supersession placed above a superseded result, that result
+    average where the row has one, nothing for a hit under the full-text
+    floor), recency factor, final score and rank, and for a successor that
+    supersession placed above a superseded result, that result
     (``promoted_above``)."""
     weights = record.query_profile.get("weights", {})
     out = []
     for src in record.sources:
         counted = src.get("tied_ranks") or {}
         contributions = {
-            leg: weights.get(leg, 1.0) / (record.rrf_k + counted.get(leg, rank))
+            leg: _contribution(weights.get(leg, 1.0), record.rrf_k, counted.get(leg, rank))
             for leg, rank in sorted(src["ranks"].items())
         }
         out.append({
@@ -38,6 +39,12 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
             "promoted_above": src.get("promoted_above"),
         })
     return out
+
+
+def _contribution(weight: float, k: int, counted: float | None) -> float:
+    """One leg's RRF term; a rank counted as None (under the full-text floor) adds nothing."""
+    return 0.0 if counted is None else weight / (k + counted)
+
 
 # -- replay -----------------------------------------------------------------------------
 def replay_options(record: AuditRecord) -> dict[str, Any]:

@@ -5,7 +5,10 @@ default (ranx's ``rrf(runs, k=60)``). Ties keep a stable order: best single
 rank first, then memory id. The full-text leg's rank is its position, except
 that hits whose BM25 lies within ``fts_tie_tolerance`` (0.1) of their group's
 first count at the group's average position (``tie_ranks``): they matched the
-same terms and differ by length, so the vector leg orders them.
+same terms and differ by length, so the vector leg orders them. Beside another
+leg, full-text hits scoring under ``fts_floor`` (0.5) of the leg's best do not
+count at all (``counted_ranks``): a partial match, which RRF would otherwise
+weigh by its position alone.
 
 Hybrid leg weights, by default (``fusion_weights = "lexical_match"``), are
 chosen per query from how well the full-text leg's best hit matches the whole
@@ -60,14 +63,27 @@ def tie_ranks(scores: list[float], tolerance: float) -> list[float]:
     return out
 
 
+def counted_ranks(scores: list[float], tolerance: float, floor: float = 0.0) -> list[float | None]:
+    """The full-text leg's RRF ranks (scores best first): ``tie_ranks`` over
+    the whole list, then None (not counted) for each hit scoring under
+    ``floor`` times the best. The groups are formed before the floor, so a
+    group the floor cuts keeps the rank it had."""
+    ranks: list[float | None] = list(tie_ranks(scores, tolerance))
+    if floor > 0 and scores and scores[0] > 0:
+        cut = floor * scores[0]
+        ranks = [None if value < cut else r for r, value in zip(ranks, scores)]
+    return ranks
+
+
 def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int,
-        tied: dict[str, list[float]] | None = None) -> list[Fused]:
+        tied: dict[str, list[float | None]] | None = None) -> list[Fused]:
     """Fuse ranked id lists (best first) into one list, best first. ``tied``
-    gives a leg's RRF ranks where they are not its positions (``tie_ranks``);
+    gives a leg's RRF ranks where they are not its positions (``counted_ranks``;
+    None: the hit counts nothing, but stays in the list with its position);
     ``Fused.ranks`` keeps the positions and ``Fused.tied_ranks`` what was counted instead."""
     scores: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
-    counted: dict[str, dict[str, float]] = {}
+    counted: dict[str, dict[str, float | None]] = {}
     for leg in sorted(legs):
         weight = weights.get(leg, 1.0)
         used = (tied or {}).get(leg)
@@ -76,7 +92,7 @@ def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int,
             r = used[rank - 1] if used is not None else rank
             if r != rank:
                 counted.setdefault(memory_id, {})[leg] = r
-            scores[memory_id] = scores.get(memory_id, 0.0) + weight / (k + r)
+            scores[memory_id] = scores.get(memory_id, 0.0) + (weight / (k + r) if r is not None else 0.0)
     order = sorted(scores, key=lambda m: (-scores[m], min(ranks[m].values()), m))
     return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m], tied_ranks=counted.get(m, {})) for m in order]
 
@@ -183,9 +199,11 @@ def merge_legs(parts: list[Batch]) -> Batch:
 
 
 def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
-               query_idf: Callable[[str], float] | None = None, fts_ties: float = 0.0) -> QueryState:
+               query_idf: Callable[[str], float] | None = None, fts_ties: float = 0.0,
+               fts_floor: float = 0.0) -> QueryState:
     """RRF (or convex fusion, as the query asks) over the legs that ran (weight > 0);
-    under RRF the full-text leg's hits within ``fts_ties`` of each other share a rank (``tie_ranks``)."""
+    under RRF the full-text leg's hits within ``fts_ties`` of each other share a rank
+    and, beside another leg, those under ``fts_floor`` of its best count nothing (``counted_ranks``)."""
     t0 = time.perf_counter()
     for name in LEGS:
         state.legs.setdefault(name, LegRun(leg=name))
@@ -196,7 +214,10 @@ def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
         state.fused = convex({name: [(h.id, h.score) for h in leg.hits] for name, leg in ran.items()},
                              state.query.weights)
     else:
-        tied = {"fts": tie_ranks([h.score for h in ran["fts"].hits], fts_ties)} if fts_ties > 0 and "fts" in ran else None
+        # a leg alone (or beside one that found nothing) keeps its hits' scores
+        floor = fts_floor if sum(1 for leg in ran.values() if leg.hits) > 1 else 0.0
+        tied = ({"fts": counted_ranks([h.score for h in ran["fts"].hits], fts_ties, floor)}
+                if (fts_ties > 0 or floor > 0) and "fts" in ran else None)
         state.fused = rrf({name: [h.id for h in leg.hits] for name, leg in ran.items()}, state.query.weights, k, tied)
     # consumed: the leg ranks live on in ``fused``; keep the wire small
     state.query.vector = None
@@ -208,11 +229,11 @@ def fuse_state(state: QueryState, k: int, weighting: LegWeighting | None = None,
 
 def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], dict[str, datetime]],
                weighting: LegWeighting | None = None, query_idf: Callable[[str], float] | None = None,
-               fts_ties: float = 0.0) -> Batch:
+               fts_ties: float = 0.0, fts_floor: float = 0.0) -> Batch:
     """The ``search.fuse`` stage: merge the legs, choose hybrid weights, fuse, apply recency where asked."""
     batch = merge_legs(parts)
     for state in batch.states:
-        fuse_state(state, k, weighting, query_idf, fts_ties)
+        fuse_state(state, k, weighting, query_idf, fts_ties, fts_floor)
         boost = state.query.options.recency_boost
         if boost > 0 and state.fused:
             t0 = time.perf_counter()

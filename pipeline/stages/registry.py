@@ -93,7 +93,8 @@ def _fuse(parts: list[Batch], res: Resources) -> Batch:
             return query_idf(v.cursor, text, settings.fulltext, v.overlay, v.postings())
 
         return fuse_batch(parts, settings.rrf_k, created, LegWeighting.of(settings),
-                          idf if v is not None and v.cursor is not None else None, settings.fts_tie_tolerance)
+                          idf if v is not None and v.cursor is not None else None, settings.fts_tie_tolerance,
+                          settings.fts_floor)
 
 
 def _augment(batch: Batch, res: Resources) -> Batch:
