@@ -352,11 +352,13 @@ def test_retry_writes_a_backlog_in_batches_and_isolates_a_failing_letter(embedde
     from pipeline.audit import letters as dl
     from pipeline.errors import AuditStoreUnavailable
 
+    # batches of 100 (the default is RETRY_BATCH, 1,000): the failing batch is retried letter by
+    # letter, each over its own connection (~60 ms), so a 1,000-letter batch would take a minute here
     good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
-    rows = [good.model_copy(update={"query_id": f"{i:032x}"}) for i in range(2500)]
+    rows = [good.model_copy(update={"query_id": f"{i:032x}"}) for i in range(250)]
     for row in rows:
         pa.dead_letter(embedded.dead_letter_dir, row, "test")
-    poison = rows[1234].query_id
+    poison = rows[123].query_id
     real_many, real_one, calls = dl.write_records, dl.write_record, []
 
     def many(path, records):
@@ -372,8 +374,8 @@ def test_retry_writes_a_backlog_in_batches_and_isolates_a_failing_letter(embedde
 
     monkeypatch.setattr(dl, "write_records", many)
     monkeypatch.setattr(dl, "write_record", one)
-    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
-    assert calls == [1000, 1000, 500]  # one transaction per batch, not one per letter
-    assert (written, present) == (2499, 0) and len(errors) == 1 and poison in errors[0]
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path, batch=100)
+    assert calls == [100, 100, 50]  # one transaction per batch, not one per letter
+    assert (written, present) == (249, 0) and len(errors) == 1 and poison in errors[0]
     assert [r.query_id for _, _, r in pa.dead_letters(embedded.dead_letter_dir)] == [poison]
-    assert pa.count(embedded.audit_path) == (2500, 2500)  # the logged row and 2,499 letters
+    assert pa.count(embedded.audit_path) == (250, 250)  # the logged row and 249 letters
