@@ -34,6 +34,11 @@ from tests.figures import case, count, refused
 # within the deadline plus the stages that always run (fuse, augment, scope,
 # budget: a few ms); the margin absorbs scheduling noise.
 MAX_MS_MARGIN_S = 1.0
+# A query over max_ms + margin is run again this many times before the test
+# fails: a query that ignores max_ms is over every time, while a loaded CI
+# machine once stalled one run of 13 ms for 1.07 s (CI, 2026-12-01) and the
+# same query ran again in 6 ms.
+MAX_MS_RUNS = 3
 
 NAMESPACES = ["a", "b", "x' OR '1'='1", "%", "\u202eevil", "'; DROP TABLE memories; --"]
 TYPES = ["text", "code", "*", "\" OR \"\"=\""]
@@ -175,7 +180,7 @@ def _check_refusal(exc: InputError, opts: dict) -> None:
     assert exc.reason
 
 
-def _check_results(res: Results, text: str, opts: dict, elapsed: float) -> None:
+def _check_results(res: Results, text: str, opts: dict) -> None:
     """The promises a caller relies on, from the options the caller asked for (when they were valid)."""
     assert isinstance(res, Results) and res.query == text
     assert [r.rank for r in res.results] == list(range(1, len(res.results) + 1))
@@ -198,22 +203,38 @@ def _check_results(res: Results, text: str, opts: dict, elapsed: float) -> None:
         assert len(res.results) <= o.max_units
     if o.max_chars is not None:
         assert sum(len(r.content) for r in res.results) <= o.max_chars
-    if o.max_ms is not None:
-        assert elapsed <= o.max_ms / 1000 + MAX_MS_MARGIN_S, f"{elapsed:.3f} s for max_ms={o.max_ms}"
+
+
+def _over_max_ms(res: Results, opts: dict, elapsed: float) -> str | None:
+    """Why this run broke its max_ms (with the stage timings), or None."""
+    o = QueryOptions.model_validate(opts)
+    if o.max_ms is None or elapsed <= o.max_ms / 1000 + MAX_MS_MARGIN_S:
+        return None
+    return f"{elapsed:.3f} s for max_ms={o.max_ms}, stages (ms): {res.timings}"
+
+
+def _timed_search(text, opts: dict, use_async: bool) -> tuple[Results, float]:
+    from workers.api import search, search_async
+
+    t0 = time.monotonic()
+    res = search_async(text, **opts).get(timeout=30) if use_async else search(text, **opts)
+    return res, time.monotonic() - t0
 
 
 def _one_search(text, opts: dict, use_async: bool) -> None:
-    from workers.api import search, search_async
-
     with case("api.search"):
-        t0 = time.monotonic()
         try:
-            res = search_async(text, **opts).get(timeout=30) if use_async else search(text, **opts)
+            res, elapsed = _timed_search(text, opts, use_async)
         except InputError as exc:
             _check_refusal(exc, opts)
             refused("api.search")
             return
-        _check_results(res, text, opts, time.monotonic() - t0)
+        _check_results(res, text, opts)
+        overruns = []
+        while (why := _over_max_ms(res, opts, elapsed)) is not None:
+            overruns.append(why)
+            assert len(overruns) < MAX_MS_RUNS, "every run over its max_ms:\n" + "\n".join(overruns)
+            res, elapsed = _timed_search(text, opts, use_async)
         count("api.search", "results checked", len(res.results))
 
 
