@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 from pipeline.stages.fuse import LegWeighting, bm25_idf, counted_ranks, lexical_match, rrf
@@ -122,6 +124,8 @@ def signals(q: dict, n_docs: int) -> dict[str, float]:
         "fts_top_matched": min(1.0, fts[0] / idf_hit) if fts and idf_hit else 0.0,
         "fts_gap": (fts[0] - fts[min(9, len(fts) - 1)]) / fts[0] if fts and fts[0] > 0 else 0.0,
         "vec_margin": (vec[0] - vec[min(9, len(vec) - 1)]) if vec else 0.0,
+        # the vector leg's top cosine in standard deviations above its list's mean (no model's units)
+        "vec_z": float((vec[0] - np.mean(vec)) / np.std(vec)) if len(vec) > 2 and np.std(vec) > 0 else 0.0,
         "agreement": len(top_v & top_f) / 10.0,
         "fts_hits": float(len(fts)),
     }
@@ -215,6 +219,12 @@ def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]
         out[f"rrf fts={c:g}*top_norm^{p:g}, ties {ties:g}, floor {floor:g}"] = scaled(c, p, ties, floor)
     for wv, wf in ((0.4, 1.0), (1.0, 1.0)):
         out[f"rrf {wv:g}:{wf:g}, ties {ties:g}"] = rrf_fixed(wv, wf, ties)
+    # the default, with the vector leg's weight from its own confidence: (vec_z / zr) ** p, within [0.25, 4]
+    for zr, p in ((3, 1), (3, 2), (3.5, 1), (3.5, 2), (4, 1), (4, 2), (4, 3)):
+        out[f"rrf vec=(z/{zr:g})^{p:g}, fts={default.scale:g}*top_norm^{default.power:g}, ties {ties:g}, "
+            f"floor {floor:g}"] = rrf_per_query(
+            lambda s, zr=zr, p=p: (min(4.0, max(0.25, (max(s["vec_z"], 0.0) / zr) ** p)),
+                                   default.scale * s["fts_top_norm"] ** default.power), ties, floor)
     out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))
     out["convex a=1-top_norm"] = adaptive_convex(1.0)
     if grid:

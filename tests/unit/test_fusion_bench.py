@@ -5,6 +5,8 @@ the lists say."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from ops.bench import fusion
@@ -47,6 +49,8 @@ def test_signals():
     assert s1["agreement"] == 0.0 and s2["agreement"] == 0.2
     assert s1["vec_margin"] == pytest.approx(0.5)
     assert s2["fts_gap"] == pytest.approx((9 - 1) / 9)
+    v1 = [x for _, x in q1["vector"]]
+    assert s1["vec_z"] == pytest.approx((v1[0] - sum(v1) / len(v1)) / statistics.pstdev(v1))
 
 
 def test_markdown_marks_who_matches_the_best_leg():
