@@ -7,6 +7,11 @@ Both sides write the same rows into a fresh audit store of their own; the
 baseline (``write_record`` per letter, a connection and a transaction each)
 runs on ``--baseline-n`` letters and its time is scaled to ``--n`` (it is
 linear in the letters), so the ratio is per letter.
+
+It also retries one batch (``RETRY_BATCH`` letters) of which one letter
+fails to write: ``retry_dead_letters`` halves a failing batch down to that
+letter. The path before wrote each letter of a failing batch on its own; its
+time is the one-by-one time per letter times the batch.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.audit import AuditRecord, count, dead_letter, dead_letters, retry_dead_letters, write_record
+from pipeline.audit import AuditRecord, count, dead_letter, dead_letters, letters, retry_dead_letters, write_record
+from pipeline.errors import AuditStoreUnavailable
 
 
 def _row(i: int) -> AuditRecord:
@@ -30,6 +36,30 @@ def _row(i: int) -> AuditRecord:
         sources=[{"id": f"m{j}", "rank": j, "ranks": {"fts": j}, "rrf": 0.01, "score": 0.01} for j in range(1, 11)],
         result_count=10, truncated=False, latency_ms={"embed": 10.0}, total_ms=50.0, rrf_k=60,
     )
+
+
+def _poisoned_batch(work: Path) -> float:
+    """Seconds to retry ``RETRY_BATCH`` letters of which the middle one fails."""
+    n = letters.RETRY_BATCH
+    for i in range(n):
+        dead_letter(work / "letters", _row(i), "bench")
+    poison = _row(n // 2).query_id
+    real = letters.write_records
+
+    def failing(path, records):
+        if any(r.query_id == poison for r in records):
+            raise AuditStoreUnavailable("the poisoned letter's transaction fails")
+        return real(path, records)
+
+    letters.write_records = failing
+    try:
+        t0 = time.perf_counter()
+        written, present, errors = retry_dead_letters(work / "letters", work / "audit.duckdb")
+        took = time.perf_counter() - t0
+    finally:
+        letters.write_records = real
+    assert (written, present, len(errors)) == (n - 1, 0, 1), (written, present, errors)
+    return took
 
 
 def main(argv=None) -> int:
@@ -50,13 +80,19 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         for _, _, record in dead_letters(work / "one"):
             write_record(work / "one.duckdb", record)
-        one_by_one = (time.perf_counter() - t0) * args.n / args.baseline_n
+        per_letter = (time.perf_counter() - t0) / args.baseline_n
+        one_by_one = per_letter * args.n
+        poisoned = _poisoned_batch(work / "poisoned")
     print(json.dumps({
         "load_average": os.getloadavg(),
         "letters": args.n,
         "batched_s": round(batched, 2),
         "one_by_one_s_scaled": round(one_by_one, 2),
         "ratio_batched_over_one_by_one": round(batched / one_by_one, 4),
+        "poisoned_batch_letters": letters.RETRY_BATCH,
+        "poisoned_batch_halving_s": round(poisoned, 2),
+        "poisoned_batch_letter_by_letter_s_scaled": round(per_letter * letters.RETRY_BATCH, 2),
+        "ratio_halving_over_letter_by_letter": round(poisoned / (per_letter * letters.RETRY_BATCH), 4),
     }, indent=2))
     return 0
 

@@ -353,30 +353,24 @@ def test_retry_writes_a_backlog_in_batches_and_isolates_a_failing_letter(embedde
     from pipeline.audit import letters as dl
     from pipeline.errors import AuditStoreUnavailable
 
-    # batches of 100 (the default is RETRY_BATCH, 1,000): the failing batch is retried letter by
-    # letter, each over its own connection (~60 ms), so a 1,000-letter batch would take a minute here
     good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
     rows = [good.model_copy(update={"query_id": f"{i:032x}"}) for i in range(250)]
     for row in rows:
         pa.dead_letter(embedded.dead_letter_dir, row, "test")
     poison = rows[123].query_id
-    real_many, real_one, calls = dl.write_records, dl.write_record, []
+    real_many, calls = dl.write_records, []
 
     def many(path, records):
         calls.append(len(records))
         if any(r.query_id == poison for r in records):
-            raise AuditStoreUnavailable("the poison row's batch fails")
+            raise AuditStoreUnavailable("the poison row's batch fails, and the row alone too")
         return real_many(path, records)
 
-    def one(path, record):
-        if record.query_id == poison:
-            raise AuditStoreUnavailable("the poison row fails alone too")
-        return real_one(path, record)
-
     monkeypatch.setattr(dl, "write_records", many)
-    monkeypatch.setattr(dl, "write_record", one)
     written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path, batch=100)
-    assert calls == [100, 100, 50]  # one transaction per batch, not one per letter
+    # one transaction per batch; the failing one (letters 100-199, the poison 24th) is halved down to
+    # the poison letter, each half tried once: 15 transactions instead of 100 single letters
+    assert calls == [100, 100, 50, 25, 12, 13, 6, 7, 3, 4, 2, 2, 1, 1, 25, 50, 50]
     assert (written, present) == (249, 0) and len(errors) == 1 and poison in errors[0]
     assert [r.query_id for _, _, r in pa.dead_letters(embedded.dead_letter_dir)] == [poison]
     assert pa.count(embedded.audit_path) == (250, 250)  # the logged row and 249 letters
