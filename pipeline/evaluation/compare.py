@@ -6,13 +6,12 @@ rank changes against the baseline.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 
 from pipeline.audit.explain import diff_served
 from pipeline.errors import InputError
-from pipeline.evaluation.metrics import METRICS, ranx_qrels, ranx_run
+from pipeline.evaluation.metrics import METRICS, id_codes, ranx_qrels, ranx_run
 from pipeline.evaluation.models import Comparison, DeltaRow, LegTest, ModeComparison, Pair, RunReport
 from pipeline.evaluation.runs import first_relevant
 
@@ -60,9 +59,11 @@ def compare(
         _seed_numba_threads(seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            judged = {q: qrels[q] for q in common}
+            codes = id_codes(runs, judged)
             report = ranx_compare(
-                ranx_qrels({q: qrels[q] for q in common}),
-                [ranx_run({q: run[q] for q in common if run[q]}, name) for run, name in zip(runs, names)],
+                ranx_qrels(judged, codes),
+                [ranx_run({q: run[q] for q in common if run[q]}, codes, name) for run, name in zip(runs, names)],
                 metrics=metrics, stat_test=stat_test, max_p=max_p, random_seed=seed, make_comparable=True,
             )
     finally:
@@ -164,19 +165,9 @@ def against_legs(
 def _seed_numba_threads(seed: int) -> None:
     """Seed numba's RNG in the thread(s) that run ranx's parallel permutations
     (ranx seeds only the calling thread's, so its p-values vary run to run)."""
-    global _numba_seeder
-    if _numba_seeder is None:
-        from numba import njit, prange
+    from pipeline.evaluation.numba_seed import seed_threads
 
-        @njit(parallel=True)
-        def seeder(value):  # pragma: no cover - compiled
-            for _ in prange(1):
-                np.random.seed(value)
-
-        _numba_seeder = seeder
-    _numba_seeder(seed)
-
-_numba_seeder: Callable[[int], None] | None = None  # the compiled seeder, built on first use
+    seed_threads(seed)
 
 
 def _delta_row(q: str, delta: float, base: RunReport, other: RunReport, metric: str) -> DeltaRow:

@@ -12,18 +12,32 @@ import numpy as np
 METRICS = ("ndcg@10", "recall@5", "recall@10", "recall@50", "mrr@10", "precision@5", "precision@10")
 
 # -- metrics (ranx) ------------------------------------------------------------------------
-def ranx_run(run: dict[str, list[str]], name: str = "run"):
+def id_codes(runs: Iterable[dict[str, list[str]]], qrels: dict[str, dict[str, int]]) -> dict[str, str]:
+    """A code of one width (8 hex digits) for each memory id in ``runs`` and ``qrels``.
+
+    ranx keeps a query's memory ids as a numpy string array, typed by its
+    longest id, and numba compiles ranx's functions once per type: each new id
+    width a query set brought compiled them all again (40-100 s on 2 cores,
+    once per width per install; BENCHMARKS.md, "`dimple eval` after a new
+    install"). The metrics only see which ranked ids are relevant, so coded
+    ids give the same figures, and one compiled set serves every query set.
+    """
+    ids = {d for run in runs for docs in run.values() for d in docs} | {d for docs in qrels.values() for d in docs}
+    return {d: f"{i:08x}" for i, d in enumerate(sorted(ids))}
+
+
+def ranx_run(run: dict[str, list[str]], codes: dict[str, str], name: str = "run"):
     from ranx import Run
 
     # Rank-derived scores (n, n-1, ...): ranx sorts by score, so ties in fused
     # scores must not reorder what was served.
-    return Run({q: {d: float(len(docs) - i) for i, d in enumerate(docs)} for q, docs in run.items()}, name=name)
+    return Run({q: {codes[d]: float(len(docs) - i) for i, d in enumerate(docs)} for q, docs in run.items()}, name=name)
 
 
-def ranx_qrels(qrels: dict[str, dict[str, int]]):
+def ranx_qrels(qrels: dict[str, dict[str, int]], codes: dict[str, str]):
     from ranx import Qrels
 
-    return Qrels({q: dict(docs) for q, docs in qrels.items()})
+    return Qrels({q: {codes[d]: g for d, g in docs.items()} for q, docs in qrels.items()})
 
 
 def score(
@@ -41,7 +55,9 @@ def score(
     answered = {q: docs for q, docs in full.items() if docs}
     per_query: dict[str, dict[str, float]] = {q: {m: 0.0 for m in names} for q in judged}
     if answered:
-        scored, truth = ranx_run(answered), ranx_qrels({q: judged[q] for q in answered})
+        truth_of = {q: judged[q] for q in answered}
+        codes = id_codes([answered], truth_of)
+        scored, truth = ranx_run(answered, codes), ranx_qrels(truth_of, codes)
         # The same query ids on both sides, each sorted by id. Handing ranx the
         # qrels as its typed list skips its own check that the ids match, which
         # compiles numba's typed-dict key comparison in every new process (3 s).

@@ -81,3 +81,22 @@ def test_memory_ids_with_spaces_survive_the_written_run_and_qrels(tmp_path):
     back_run, back_qrels = ev.read_trec_run(tmp_path / "run.trec"), ev.read_qrels(tmp_path / "qrels.trec")
     assert len(back_run["q"]) == 3
     assert ev.score(back_run, back_qrels)[0] == ev.score(run, qrels)[0]
+
+
+def test_ids_of_any_width_reach_ranx_as_one_width_with_the_same_figures():
+    """ranx types a query's memory ids by the longest one and numba compiles
+    per type: the ids reach it coded to one width, and the figures do not
+    depend on how the ids are spelt."""
+    run = {"q1": ["a", "memory-with-a-much-longer-id-0001", "b"], "q2": ["é-ü", "x" * 300, "c"]}
+    qrels = {"q1": {"b": 2, "memory-with-a-much-longer-id-0001": 1, "never-retrieved": 1}, "q2": {"x" * 300: 1}}
+    codes = ev.metrics.id_codes([run], qrels)
+    assert len(set(codes.values())) == len(codes) == 7  # one code per id, none shared
+    assert {len(c) for c in codes.values()} == {8}
+    means, per_query = ev.score(run, qrels)
+    # q1: relevant at ranks 2 and 3 of {b, long, never-retrieved}; q2: its one relevant id at rank 2
+    assert per_query["q1"]["recall@5"] == pytest.approx(2 / 3) and per_query["q2"]["recall@5"] == 1.0
+    assert means["mrr@10"] == 0.5
+    short = {d: f"d{i}" for i, d in enumerate(codes)}
+    renamed = ev.score({q: [short[d] for d in ds] for q, ds in run.items()},
+                       {q: {short[d]: g for d, g in ds.items()} for q, ds in qrels.items()})
+    assert renamed == (means, per_query)
