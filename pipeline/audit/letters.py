@@ -19,13 +19,14 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from pipeline.audit.record import AuditRecord
-from pipeline.audit.writer import write_records
+from pipeline.audit.writer import check_writable, write_records
 from pipeline.errors import AuditWriteError, problems
 
 log = logging.getLogger("dimple.audit")
@@ -152,32 +153,50 @@ RETRY_BATCH = 1000  # dead letters written per transaction by ``retry_dead_lette
 def retry_dead_letters(folder: Path, audit_path: Path, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
     """Write every dead letter (idempotently); returns (written, already there, errors).
 
-    ``batch`` letters go in one transaction over one connection; a batch that
-    fails is split in halves and each half tried again, down to single
-    letters, so one bad letter keeps only itself back and costs about
-    2 x log2(batch) more transactions, not one per letter of its batch. A
-    letter is removed once its row is in the log.
+    ``batch`` letters go in one transaction over one connection. When a batch
+    fails, the store is opened alone: if that fails too, the store is down and
+    no letter is tried again (each is reported with the store's error);
+    otherwise a letter is at fault, and the batch is split in halves, each
+    tried again, down to single letters. One bad letter keeps only itself
+    back, for about 2 x log2(batch) more transactions. A letter is removed once
+    its row is in the log.
     """
-    written = present = 0
-    errors: list[str] = []
+    retry = _Retry(audit_path)
     letters = dead_letters(folder)
     for start in range(0, len(letters), batch):
-        w, p, e = _write_letters(audit_path, letters[start : start + batch])
-        written, present = written + w, present + p
-        errors.extend(e)
-    return written, present, errors
+        retry.write(letters[start : start + batch])
+    return retry.written, retry.present, retry.errors
 
 
-def _write_letters(audit_path: Path, chunk: list[tuple[Path, str, AuditRecord]]) -> tuple[int, int, list[str]]:
-    """One transaction for ``chunk``; on failure, each half on its own (bisection)."""
-    try:
-        inserted = write_records(audit_path, [record for _, _, record in chunk])
-    except AuditWriteError as exc:
-        if len(chunk) == 1:
-            return 0, 0, [f"{chunk[0][2].query_id}: {exc}"]
-        half = len(chunk) // 2
-        a, b = _write_letters(audit_path, chunk[:half]), _write_letters(audit_path, chunk[half:])
-        return a[0] + b[0], a[1] + b[1], a[2] + b[2]
-    for path, _, _ in chunk:
-        path.unlink()
-    return inserted, len(chunk) - inserted, []
+@dataclass
+class _Retry:
+    audit_path: Path
+    written: int = 0
+    present: int = 0
+    errors: list[str] = field(default_factory=list)
+    down: AuditWriteError | None = None  # the store's own error, once it would not open
+
+    def write(self, chunk: list[tuple[Path, str, AuditRecord]]) -> None:
+        if self.down is not None:
+            self.errors.extend(f"{record.query_id}: {self.down}" for _, _, record in chunk)
+            return
+        try:
+            inserted = write_records(self.audit_path, [record for _, _, record in chunk])
+        except AuditWriteError as exc:
+            if len(chunk) == 1:
+                self.errors.append(f"{chunk[0][2].query_id}: {exc}")
+                return
+            try:
+                check_writable(self.audit_path)
+            except AuditWriteError as down:
+                self.down = down
+                self.write(chunk)
+                return
+            half = len(chunk) // 2
+            self.write(chunk[:half])
+            self.write(chunk[half:])
+            return
+        self.written += inserted
+        self.present += len(chunk) - inserted
+        for path, _, _ in chunk:
+            path.unlink()

@@ -87,11 +87,24 @@ def write_records(path: Path, records: list[AuditRecord]) -> int:
     """
     if not records:
         return 0
+    with _open_for_writing(path) as con:
+        return _insert(con, records)
+
+
+def check_writable(path: Path) -> None:
+    """Open the audit store for writing, as ``write_records`` does, and let go;
+    ``AuditStoreUnavailable`` when it cannot be (locked, unreadable, no space)."""
+    with _open_for_writing(path):
+        pass
+
+
+@contextmanager
+def _open_for_writing(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with knocking(path, read_only=False) as con:  # the audit worker may be holding the file
             migrate_package(con, "schema.audit")
-            return _insert(con, records)
+            yield con
     except (duckdb.Error, OSError) as exc:
         raise AuditStoreUnavailable(f"cannot write audit store {path}: {exc}") from exc
 

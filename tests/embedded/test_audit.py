@@ -374,3 +374,27 @@ def test_retry_writes_a_backlog_in_batches_and_isolates_a_failing_letter(embedde
     assert (written, present) == (249, 0) and len(errors) == 1 and poison in errors[0]
     assert [r.query_id for _, _, r in pa.dead_letters(embedded.dead_letter_dir)] == [poison]
     assert pa.count(embedded.audit_path) == (250, 250)  # the logged row and 249 letters
+
+
+def test_retry_against_a_store_that_will_not_open_stops_at_the_first_batch(embedded, tmp_path, monkeypatch):
+    """A failed batch whose store will not even open is not split: every
+    letter is kept and reported with the store's error, after one try."""
+    from pipeline.audit import letters as dl
+    from pipeline.errors import AuditStoreUnavailable
+
+    good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
+    for i in range(250):
+        pa.dead_letter(embedded.dead_letter_dir, good.model_copy(update={"query_id": f"{i:032x}"}), "test")
+    calls: list[int] = []
+
+    def down(path, records):
+        calls.append(len(records))
+        raise AuditStoreUnavailable("cannot write audit store: it is locked")
+
+    monkeypatch.setattr(dl, "write_records", down)
+    monkeypatch.setattr(dl, "check_writable", lambda path: down(path, []))
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path, batch=100)
+    assert calls == [100, 0]  # the batch, then the store alone; no halves, no later batches
+    assert (written, present, len(errors)) == (0, 0, 250)
+    assert all(e.endswith(": cannot write audit store: it is locked") for e in errors)
+    assert len(pa.dead_letters(embedded.dead_letter_dir)) == 250
