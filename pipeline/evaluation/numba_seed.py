@@ -2,7 +2,7 @@
 permutation test (``compare._seed_numba_threads``). A module of its own so
 that numba caches the compiled function on disk (``cache=True`` needs a
 module-level function), instead of compiling it in every process that
-compares runs (1.5 s on 2 cores), and so that importing ``compare`` does not
+compares runs (1.06 s before, 0.55 s after, on 2 cores), and so that importing ``compare`` does not
 import numba.
 """
 
