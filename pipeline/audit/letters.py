@@ -106,7 +106,7 @@ def drain_outbox(folder: Path, dead_letter_dir: Path, write: Callable[[list[Audi
         except FileNotFoundError:
             continue
         except (ValueError, KeyError, TypeError) as exc:
-            where = "{}: {}".format(*problems(exc, "record")[0][:2]) if isinstance(exc, ValidationError) else repr(exc)
+            where = _what_was_wrong(exc)
             kept = quarantine(dead_letter_dir, path.read_text(encoding="utf-8", errors="replace"),
                               f"outbox file {path.name}: {where}")
             log.error("audit outbox file %s cannot be read as rows (%s); kept in %s", path.name, where, kept)
@@ -140,10 +140,32 @@ def quarantine(folder: Path, payload: Any, error: str) -> Path:
 def dead_letters(folder: Path) -> list[tuple[Path, str, AuditRecord]]:
     if not folder.exists():
         return []
+    return [_read_letter(path) for path in sorted(folder.glob("*.json"))]
+
+
+def _read_letter(path: Path) -> tuple[Path, str, AuditRecord]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return path, data["error"], AuditRecord.model_validate(data["record"])
+
+
+def _what_was_wrong(exc: Exception) -> str:
+    """The field and problem of a file that does not read as audit rows."""
+    return "{}: {}".format(*problems(exc, "record")[0][:2]) if isinstance(exc, ValidationError) else repr(exc)
+
+
+def _readable_letters(folder: Path, errors: list[str]) -> list[tuple[Path, str, AuditRecord]]:
+    """``dead_letters`` for ``retry_dead_letters``: a letter that no longer
+    reads as a row (edited by hand) is moved to ``invalid/`` with the field
+    that was wrong and reported in ``errors``; the others are still written."""
     out = []
-    for path in sorted(folder.glob("*.json")):
-        data = json.loads(path.read_text(encoding="utf-8"))
-        out.append((path, data["error"], AuditRecord.model_validate(data["record"])))
+    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+        try:
+            out.append(_read_letter(path))
+        except (ValueError, KeyError, TypeError) as exc:
+            where = _what_was_wrong(exc)
+            kept = quarantine(folder, path.read_text(encoding="utf-8", errors="replace"), f"dead letter {path.name}: {where}")
+            path.unlink()
+            errors.append(f"{path.name}: not an audit row ({where}); moved to {kept}")
     return out
 
 
@@ -162,7 +184,7 @@ def retry_dead_letters(folder: Path, audit_path: Path, batch: int = RETRY_BATCH)
     its row is in the log.
     """
     retry = _Retry(audit_path)
-    letters = dead_letters(folder)
+    letters = _readable_letters(folder, retry.errors)
     for start in range(0, len(letters), batch):
         retry.write(letters[start : start + batch])
     return retry.written, retry.present, retry.errors

@@ -398,3 +398,17 @@ def test_retry_against_a_store_that_will_not_open_stops_at_the_first_batch(embed
     assert (written, present, len(errors)) == (0, 0, 250)
     assert all(e.endswith(": cannot write audit store: it is locked") for e in errors)
     assert len(pa.dead_letters(embedded.dead_letter_dir)) == 250
+
+
+def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the_others(embedded, tmp_path):
+    good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
+    for i in range(3):
+        pa.dead_letter(embedded.dead_letter_dir, good.model_copy(update={"query_id": f"{i:032x}"}), "test")
+    bad = embedded.dead_letter_dir / "edited-by-hand.json"
+    bad.write_text(json.dumps({"error": "x", "record": {"query_id": 5}}), encoding="utf-8")
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
+    assert (written, present) == (3, 0)
+    assert len(errors) == 1 and errors[0].startswith("edited-by-hand.json: not an audit row (query_id: ")
+    assert not bad.exists() and pa.dead_letters(embedded.dead_letter_dir) == []
+    kept = list((embedded.dead_letter_dir / "invalid").glob("*.json"))
+    assert len(kept) == 1 and "edited-by-hand.json" in json.loads(kept[0].read_text())["error"]
