@@ -6,7 +6,7 @@ every fusion candidate evaluated offline on the cached lists.
     python -m ops.bench.fusion cache --locomo ../shared/data/locomo/locomo10.json --data-dir /tmp/fusion/data \\
         --out /tmp/fusion/cache/locomo.json
     python -m ops.bench.fusion cache --probe entities --data-dir /tmp/fusion/data --out /tmp/fusion/cache/entities.json
-    # 2. evaluate every candidate on every cache (numpy + ranx, no model, no store)
+    # 2. evaluate every candidate on every cache (numpy, no model, no store)
     python -m ops.bench.fusion evaluate /tmp/fusion/cache/*.json --out /tmp/fusion/fusion.json --md /tmp/fusion/fusion.md
     # ... --grid adds every full-text weight scale x m^power of GRID (docs/bench/results/fusion16.md)
 

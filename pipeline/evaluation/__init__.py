@@ -1,10 +1,10 @@
-"""Batch evaluation: query sets and judgments (``queries``), runs (``runs``), ranx metrics
-(``metrics``), TREC files (``trec``), paired comparisons (``compare``), audit-log replay
+"""Batch evaluation: query sets and judgments (``queries``), runs (``runs``), metrics
+and paired tests (``metrics``), TREC files (``trec``), paired comparisons (``compare``), audit-log replay
 (``replay``), sweeps (``sweep``) and written reports (``report``).
 """
 
 from pipeline.evaluation.compare import against_legs, compare
-from pipeline.evaluation.metrics import METRICS, ranx_qrels, ranx_run, score
+from pipeline.evaluation.metrics import METRICS, paired_p_value, score
 from pipeline.evaluation.queries import (
     OPTION_FIELDS,
     QuerySet,
@@ -54,8 +54,7 @@ __all__ = [
     "evaluate_run",
     "first_relevant",
     "METRICS",
-    "ranx_run",
-    "ranx_qrels",
+    "paired_p_value",
     "score",
     "trec_id",
     "trec_lines",

@@ -1,17 +1,15 @@
-"""Paired comparison of runs over the same judged queries: ranx's significance
-tests with a reproducible seed, the queries that gained and lost most, and
-rank changes against the baseline.
+"""Paired comparison of runs over the same judged queries: significance tests
+with a reproducible seed (``metrics.paired_p_value``), the queries that gained
+and lost most, and rank changes against the baseline.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 
 from pipeline.audit.explain import diff_served
 from pipeline.errors import InputError
-from pipeline.evaluation.metrics import METRICS, id_codes, ranx_qrels, ranx_run
+from pipeline.evaluation.metrics import METRICS, paired_p_value, score
 from pipeline.evaluation.models import Comparison, DeltaRow, LegTest, ModeComparison, Pair, RunReport
 from pipeline.evaluation.runs import first_relevant
 
@@ -31,14 +29,13 @@ def compare(
 ) -> Comparison:
     """Compare runs of the same judged queries, the first being the baseline.
 
-    Paired significance with ranx's ``compare`` (``fisher``: randomised
-    permutation test with a fixed seed; or ``student``), over the queries every
-    run answered; per other run, the queries that gained and lost most on
-    ``metric`` and rank-change statistics of the top ``k`` against the baseline
-    (``diff_served``: overlap@k, identical lists, moves).
+    Paired significance of each run against the baseline on every metric
+    (``fisher``: randomised permutation test with a fixed seed; or
+    ``student``: paired t-test), over the queries every run answered; per other
+    run, the queries that gained and lost most on ``metric`` and rank-change
+    statistics of the top ``k`` against the baseline (``diff_served``:
+    overlap@k, identical lists, moves).
     """
-    from ranx import compare as ranx_compare
-
     names = [r["name"] for r in reports]
     if len(set(names)) != len(names):
         raise InputError("RUN", f"run names must differ: {names}")
@@ -49,29 +46,13 @@ def compare(
     if not common:
         raise InputError("RUN", "the runs share no judged query")
     metrics = list(METRICS)
-    import numba
-
-    threads = numba.get_num_threads()
-    # ranx's permutation test seeds numba's RNG, which is per thread: one
-    # thread makes the p-values reproducible for a given seed.
-    numba.set_num_threads(1)
-    try:
-        _seed_numba_threads(seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            judged = {q: qrels[q] for q in common}
-            codes = id_codes(runs, judged)
-            report = ranx_compare(
-                ranx_qrels(judged, codes),
-                [ranx_run({q: run[q] for q in common if run[q]}, codes, name) for run, name in zip(runs, names)],
-                metrics=metrics, stat_test=stat_test, max_p=max_p, random_seed=seed, make_comparable=True,
-            )
-    finally:
-        numba.set_num_threads(threads)
-    table = report.to_dict()
+    judged = {q: qrels[q] for q in common}
+    scored = [score(run, judged, metrics) for run in runs]
+    per_metric = [{m: [per_query[q][m] for q in common] for m in metrics} for _, per_query in scored]
     base_scores = reports[0]["per_query"]
     pairs: list[Pair] = []
-    for other, run in zip(reports[1:], runs[1:]):
+    for other, run, figures in zip(reports[1:], runs[1:], per_metric[1:]):
+        p_values = {m: paired_p_value(per_metric[0][m], figures[m], stat_test=stat_test, seed=seed) for m in metrics}
         deltas = sorted(
             ((q, other["per_query"][q][metric] - base_scores[q][metric]) for q in common),
             key=lambda x: (x[1], x[0]),
@@ -85,8 +66,8 @@ def compare(
             "run": other["name"],
             "metric": metric,
             "mean_delta": round(float(np.mean([d for _, d in deltas])), 6),
-            "p_values": {m: table[other["name"]]["comparisons"][names[0]][m] for m in metrics},
-            "significant": {m: table[other["name"]]["comparisons"][names[0]][m] < max_p for m in metrics},
+            "p_values": p_values,
+            "significant": {m: p < max_p for m, p in p_values.items()},
             "gained": [_delta_row(q, d, reports[0], other, metric)
                        for q, d in sorted(deltas, key=lambda x: (-x[1], x[0]))[:top] if d > 0],
             "lost": [_delta_row(q, d, reports[0], other, metric) for q, d in deltas[:top] if d < 0],
@@ -110,7 +91,7 @@ def compare(
         "stat_test": stat_test,
         "seed": seed,
         "max_p": max_p,
-        "metrics": {n: {m: round(float(table[n]["scores"][m]), 6) for m in metrics} for n in names},
+        "metrics": {n: {m: round(means[m], 6) for m in metrics} for n, (means, _) in zip(names, scored)},
         "configs": {r["name"]: r.get("config", {}) for r in reports},
         "latency_ms": {r["name"]: r.get("latency_ms", {}) for r in reports},
         "queries_per_s": {r["name"]: r.get("queries_per_s") for r in reports},
@@ -160,14 +141,6 @@ def against_legs(
         "queries_per_s": {m: r.get("queries_per_s") for m, r in reports.items()},
         "tests": tests,
     }, full
-
-
-def _seed_numba_threads(seed: int) -> None:
-    """Seed numba's RNG in the thread(s) that run ranx's parallel permutations
-    (ranx seeds only the calling thread's, so its p-values vary run to run)."""
-    from pipeline.evaluation.numba_seed import seed_threads
-
-    seed_threads(seed)
 
 
 def _delta_row(q: str, delta: float, base: RunReport, other: RunReport, metric: str) -> DeltaRow:

@@ -1,72 +1,130 @@
-"""Retrieval metrics: ranx's (Bassani 2022), one definition for ``dimple demo``,
-``dimple eval`` and the benchmarks.
+"""Retrieval metrics and paired significance tests: one definition for
+``dimple demo``, ``dimple eval`` and the benchmarks.
+
+The definitions are ranx's (Bassani 2022), computed here in plain Python and
+numpy; ``tests/unit/test_metrics.py`` checks them against hand-worked values
+and against ranx itself. ranx is not used at run time: it compiles its
+functions with numba, which cost a new install's first ``dimple demo`` over a
+minute and every ``dimple eval`` process several seconds (BENCHMARKS.md,
+"Metrics without ranx at run time"), for sums over at most a few thousand
+queries of ten results.
+
+- A memory is relevant when its grade is at least 1 (ranx's ``rel_lvl``).
+- ``ndcg@k``: Järvelin & Kekäläinen 2002, gain = grade, discount log2(rank + 1),
+  over the ideal ordering of the query's grades.
+- ``recall@k``: relevant memories in the top k over all relevant memories.
+- ``precision@k``: relevant memories in the top k over k (not over the list's
+  length, as ranx).
+- ``mrr@k``: 1 / rank of the first relevant memory in the top k, else 0.
 """
 
 from __future__ import annotations
 
-import warnings
+import math
 from collections.abc import Iterable
 
 import numpy as np
 
+from pipeline.errors import InputError
+
 METRICS = ("ndcg@10", "recall@5", "recall@10", "recall@50", "mrr@10", "precision@5", "precision@10")
+FAMILIES = ("ndcg", "recall", "precision", "mrr")
+STAT_TESTS = ("fisher", "student")
+PERMUTATIONS = 1000  # ranx's default for its randomisation test
 
-# -- metrics (ranx) ------------------------------------------------------------------------
-def id_codes(runs: Iterable[dict[str, list[str]]], qrels: dict[str, dict[str, int]]) -> dict[str, str]:
-    """A code of one width (8 hex digits) for each memory id in ``runs`` and ``qrels``.
 
-    ranx keeps a query's memory ids as a numpy string array, typed by its
-    longest id, and numba compiles ranx's functions once per type: each new id
-    width a query set brought compiled them all again (40-100 s on 2 cores,
-    once per width per install; BENCHMARKS.md, "`dimple eval` after a new
-    install"). The metrics only see which ranked ids are relevant, so coded
-    ids give the same figures, and one compiled set serves every query set.
+def parse_metric(metric: str) -> tuple[str, int]:
+    """``"ndcg@10"`` -> ``("ndcg", 10)``; a typed error naming the metric otherwise."""
+    family, _, k = metric.partition("@")
+    if family not in FAMILIES or not k.isdigit() or int(k) < 1:
+        raise InputError("metrics", f"unknown metric {metric!r}: one of {', '.join(FAMILIES)} with @k, k >= 1 "
+                                    "(e.g. ndcg@10)")
+    return family, int(k)
+
+
+def query_scores(ranked: list[str], grades: dict[str, int], metrics: Iterable[str]) -> dict[str, float]:
+    """Each metric of one query's ranked memory ids against its graded judgments.
+
+    A memory listed twice counts at its first rank only.
     """
-    ids = {d for run in runs for docs in run.values() for d in docs} | {d for docs in qrels.values() for d in docs}
-    return {d: f"{i:08x}" for i, d in enumerate(sorted(ids))}
+    relevant = {d: g for d, g in grades.items() if g >= 1}
+    gains, seen = [], set()
+    for d in ranked:
+        if d not in seen:
+            seen.add(d)
+            gains.append(relevant.get(d, 0))
+    out = {}
+    for metric in metrics:
+        family, k = parse_metric(metric)
+        top = gains[:k]
+        if not relevant:
+            value = 0.0
+        elif family == "ndcg":
+            ideal = sorted(relevant.values(), reverse=True)[:k]
+            value = _dcg(top) / _dcg(ideal)
+        elif family == "recall":
+            value = sum(1 for g in top if g) / len(relevant)
+        elif family == "precision":
+            value = sum(1 for g in top if g) / k
+        else:
+            value = next((1 / (i + 1) for i, g in enumerate(top) if g), 0.0)
+        out[metric] = value
+    return out
 
 
-def ranx_run(run: dict[str, list[str]], codes: dict[str, str], name: str = "run"):
-    from ranx import Run
-
-    # Rank-derived scores (n, n-1, ...): ranx sorts by score, so ties in fused
-    # scores must not reorder what was served.
-    return Run({q: {codes[d]: float(len(docs) - i) for i, d in enumerate(docs)} for q, docs in run.items()}, name=name)
-
-
-def ranx_qrels(qrels: dict[str, dict[str, int]], codes: dict[str, str]):
-    from ranx import Qrels
-
-    return Qrels({q: {codes[d]: g for d, g in docs.items()} for q, docs in qrels.items()})
+def _dcg(gains: list[int]) -> float:
+    return sum(g / math.log2(i + 2) for i, g in enumerate(gains) if g)
 
 
 def score(
     run: dict[str, list[str]], qrels: dict[str, dict[str, int]], metrics: Iterable[str] = METRICS
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """ranx's figures: (mean per metric, per query per metric) over the judged
-    queries of ``qrels``; a judged query missing from the run scores 0."""
-    from ranx import evaluate
-
+    """(mean per metric, per query per metric) over the judged queries of
+    ``qrels`` (those with a grade of at least 1); a judged query missing from
+    the run scores 0."""
     names = list(metrics)
-    judged = {q: d for q, d in qrels.items() if any(g > 0 for g in d.values())}
+    for m in names:
+        parse_metric(m)
+    judged = {q: d for q, d in qrels.items() if any(g >= 1 for g in d.values())}
     if not judged:
         return {m: 0.0 for m in names}, {}
-    full = {q: run.get(q, []) for q in judged}
-    answered = {q: docs for q, docs in full.items() if docs}
-    per_query: dict[str, dict[str, float]] = {q: {m: 0.0 for m in names} for q in judged}
-    if answered:
-        truth_of = {q: judged[q] for q in answered}
-        codes = id_codes([answered], truth_of)
-        scored, truth = ranx_run(answered, codes), ranx_qrels(truth_of, codes)
-        # The same query ids on both sides, each sorted by id. Handing ranx the
-        # qrels as its typed list skips its own check that the ids match, which
-        # compiles numba's typed-dict key comparison in every new process (3 s).
-        assert scored.get_query_ids() == truth.get_query_ids()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            evaluate(truth.to_typed_list(), scored, names, save_results_in_run=True)
-        for m in names:
-            for q, v in scored.scores[m].items():
-                per_query[q][m] = float(v)
+    per_query = {q: query_scores(run.get(q, []), grades, names) for q, grades in judged.items()}
     means = {m: float(np.mean([per_query[q][m] for q in judged])) for m in names}
     return means, per_query
+
+
+def paired_p_value(
+    control: Iterable[float], treatment: Iterable[float], *, stat_test: str = "fisher",
+    seed: int = 42, permutations: int = PERMUTATIONS,
+) -> float:
+    """Two-sided p-value that two systems' per-query scores (same queries, same
+    order) have the same mean.
+
+    ``fisher``: the randomisation test (Smucker et al., CIKM 2007, as ranx runs
+    it): each permutation swaps each query's pair of scores with probability
+    1/2; p is the share of ``permutations`` whose absolute difference of means
+    is at least the observed one. Reproducible for a given ``seed``.
+    ``student``: the paired t-test (scipy's ``ttest_rel``). Where the scores do
+    not differ at all, p is 1.
+    """
+    if stat_test not in STAT_TESTS:
+        raise InputError("stat_test", f"unknown test {stat_test!r}: one of {', '.join(STAT_TESTS)}")
+    diff = np.asarray(list(treatment), dtype=np.float64) - np.asarray(list(control), dtype=np.float64)
+    if not diff.size or not diff.any():
+        return 1.0
+    if stat_test == "student":
+        from scipy.stats import ttest_rel
+
+        p = float(ttest_rel(diff, np.zeros_like(diff)).pvalue)
+        return 1.0 if math.isnan(p) else p
+    observed = abs(diff.sum())
+    # Sums, not means: the same order, one division less. The tolerance keeps
+    # a permutation that equals the observed sum (rounded otherwise) counted.
+    tolerance = 1e-9 * max(1.0, observed)
+    rng = np.random.default_rng(seed)
+    hits, chunk = 0, max(1, 4_000_000 // diff.size)
+    for start in range(0, permutations, chunk):
+        n = min(chunk, permutations - start)
+        signs = rng.integers(0, 2, size=(n, diff.size), dtype=np.int8).astype(np.float64) * 2.0 - 1.0
+        hits += int(np.count_nonzero(np.abs(signs @ diff) >= observed - tolerance))
+    return hits / permutations

@@ -96,7 +96,7 @@ def run_summary(report: RunReport, paths: dict[str, Path]) -> str:
              f"Query set **{report['query_set']}**: {report['queries']} judged queries, {report['answered']} answered "
              f"in {report['seconds']:.1f} s ({report['queries_per_s']} queries/s).", "",
              "Configuration: `" + json.dumps(report["config"], sort_keys=True, default=str) + "`", "",
-             "## Metrics (ranx)", ""]
+             "## Metrics", ""]
     lines += _metric_table({report["name"]: report["metrics"]})
     lines += ["", "## Latency per stage (ms)", "",
               "`embed` and `augment` are batch-wide (each query carries its batch's figure); "

@@ -47,9 +47,8 @@ VENV_BIN = Path(sys.executable).parent
 # is BENCHMARKS.md's). CI's machine has run 2-3x slower than a quiet one, so
 # a bound is about 10x what its command takes on a quiet machine: 0.5-35 s for
 # the one-shot commands, which import what they need and load the model. Right
-# after a fresh install they take 2-5x longer: numba compiles ranx's metrics
-# into its on-disk cache at their first use (`dimple eval --queries`: 25 s
-# then, 6 s after; over 60 s in one CI run).
+# after a fresh install the first vector search also compiles the descent's
+# kernels into numba's on-disk cache (about 7 s).
 DEFAULT_BOUND_S = 300.0
 # Longer: the demo builds its store (torch and the sentence-transformers model
 # embed it), then runs its judged queries many times (18-53 s here).
