@@ -449,10 +449,13 @@ def cmd_audit_failed(args) -> int:
     from pipeline import audit
 
     settings = cli_settings()
-    letters = audit.dead_letters(settings.dead_letter_dir)
+    letters, unreadable = audit.scan_dead_letters(settings.dead_letter_dir)
     for _, error, row in letters:
         print(f"{row.query_id} {row.logged_at:%Y-%m-%d %H:%M:%S} {error}")
-    print(f"{len(letters)} audit row(s) waiting in {settings.dead_letter_dir}")
+    for path, where in unreadable:
+        print(f"{path.name}: not an audit row ({where}); 'dimple audit retry' moves it to invalid/")
+    print(f"{len(letters)} audit row(s) waiting in {settings.dead_letter_dir}"
+          + (f", {len(unreadable)} file(s) that are not audit rows" if unreadable else ""))
     return 0
 
 

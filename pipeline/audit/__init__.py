@@ -4,7 +4,7 @@ explained or replayed (``explain``).
 """
 
 from pipeline.audit.explain import diff_served, explain, replay_options
-from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters
+from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters, scan_dead_letters
 from pipeline.audit.reader import count, find, get, since, tail
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_record, log_line
 from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
@@ -28,6 +28,7 @@ __all__ = [
     "dead_letter",
     "dead_letters",
     "retry_dead_letters",
+    "scan_dead_letters",
     "explain",
     "replay_options",
     "diff_served",

@@ -138,9 +138,24 @@ def quarantine(folder: Path, payload: Any, error: str) -> Path:
 
 
 def dead_letters(folder: Path) -> list[tuple[Path, str, AuditRecord]]:
-    if not folder.exists():
-        return []
-    return [_read_letter(path) for path in sorted(folder.glob("*.json"))]
+    """The dead letters that read as audit rows: (path, error, row), by name."""
+    return scan_dead_letters(folder)[0]
+
+
+def scan_dead_letters(folder: Path) -> tuple[list[tuple[Path, str, AuditRecord]], list[tuple[Path, str]]]:
+    """Every dead letter in ``folder``, by name: those that read as audit rows,
+    and those that do not (edited by hand) with the field that was wrong. A
+    letter removed while the folder is read (written by another retry) is
+    left out."""
+    rows, unreadable = [], []
+    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+        try:
+            rows.append(_read_letter(path))
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            unreadable.append((path, _what_was_wrong(exc)))
+    return rows, unreadable
 
 
 def _read_letter(path: Path) -> tuple[Path, str, AuditRecord]:
@@ -155,18 +170,18 @@ def _what_was_wrong(exc: Exception) -> str:
 
 def _readable_letters(folder: Path, errors: list[str]) -> list[tuple[Path, str, AuditRecord]]:
     """``dead_letters`` for ``retry_dead_letters``: a letter that no longer
-    reads as a row (edited by hand) is moved to ``invalid/`` with the field
-    that was wrong and reported in ``errors``; the others are still written."""
-    out = []
-    for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+    reads as a row is moved to ``invalid/`` with the field that was wrong and
+    reported in ``errors``; the others are still written."""
+    rows, unreadable = scan_dead_letters(folder)
+    for path, where in unreadable:
         try:
-            out.append(_read_letter(path))
-        except (ValueError, KeyError, TypeError) as exc:
-            where = _what_was_wrong(exc)
-            kept = quarantine(folder, path.read_text(encoding="utf-8", errors="replace"), f"dead letter {path.name}: {where}")
-            path.unlink()
-            errors.append(f"{path.name}: not an audit row ({where}); moved to {kept}")
-    return out
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:  # removed meanwhile
+            continue
+        kept = quarantine(folder, text, f"dead letter {path.name}: {where}")
+        path.unlink(missing_ok=True)
+        errors.append(f"{path.name}: not an audit row ({where}); moved to {kept}")
+    return rows
 
 
 RETRY_BATCH = 1000  # dead letters written per transaction by ``retry_dead_letters``

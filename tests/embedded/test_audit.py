@@ -400,15 +400,48 @@ def test_retry_against_a_store_that_will_not_open_stops_at_the_first_batch(embed
     assert len(pa.dead_letters(embedded.dead_letter_dir)) == 250
 
 
-def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the_others(embedded, tmp_path):
+def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the_others(
+        embedded, tmp_path, monkeypatch, capsys):
     good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
     for i in range(3):
         pa.dead_letter(embedded.dead_letter_dir, good.model_copy(update={"query_id": f"{i:032x}"}), "test")
     bad = embedded.dead_letter_dir / "edited-by-hand.json"
     bad.write_text(json.dumps({"error": "x", "record": {"query_id": 5}}), encoding="utf-8")
+    # listing them names the file that is not a row, lists the others and moves nothing
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["audit", "failed"]) == 0
+    finally:
+        get_settings.cache_clear()
+    out = capsys.readouterr().out
+    assert "edited-by-hand.json: not an audit row (query_id: " in out
+    assert "3 audit row(s) waiting" in out and "1 file(s) that are not audit rows" in out
+    assert all(f"{i:032x}" in out for i in range(3)) and bad.exists()
     written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
     assert (written, present) == (3, 0)
     assert len(errors) == 1 and errors[0].startswith("edited-by-hand.json: not an audit row (query_id: ")
     assert not bad.exists() and pa.dead_letters(embedded.dead_letter_dir) == []
     kept = list((embedded.dead_letter_dir / "invalid").glob("*.json"))
     assert len(kept) == 1 and "edited-by-hand.json" in json.loads(kept[0].read_text())["error"]
+
+
+def test_a_letter_written_by_another_retry_while_the_folder_is_read_is_left_out(embedded, tmp_path, monkeypatch):
+    from pipeline.audit import letters
+
+    good = pa.AuditRecord.model_validate(_logged_row(embedded, tmp_path))
+    for i in range(3):
+        pa.dead_letter(embedded.dead_letter_dir, good.model_copy(update={"query_id": f"{i:032x}"}), "test")
+    read = letters._read_letter
+
+    def another_retry_got_there_first(path):
+        if path.name.startswith(f"{1:032x}"):
+            path.unlink()  # written and removed by a concurrent `dimple audit retry`
+        return read(path)
+
+    monkeypatch.setattr(letters, "_read_letter", another_retry_got_there_first)
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
+    assert (written, present, errors) == (2, 0, [])
