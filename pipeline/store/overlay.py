@@ -109,6 +109,7 @@ class Prepared:
     updated: int = 0
     unchanged: int = 0
     embedded: int = 0
+    embed_s: float = 0.0  # seconds spent embedding ``embedded`` texts
     not_found: list[str] = field(default_factory=list)
 
     @property

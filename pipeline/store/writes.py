@@ -139,11 +139,13 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
         created.append(r.created_at or (old[2] if old is not None else now))
     todo = [i for i, v in enumerate(vectors) if v is None]
     if todo:
+        t0 = time.perf_counter()
         embedder = embedder_for(len(todo))
         fresh = _embed_batched(embedder, [embedding_text(keep[i]) for i in todo], settings.embed_batch_size, progress)
         for i, vec in zip(todo, fresh):
             vectors[i] = np.asarray(vec, dtype=np.float32)
         out.embedded = len(todo)
+        out.embed_s = time.perf_counter() - t0
     matrix = np.stack([v for v in vectors if v is not None]).astype(np.float32)
     dim = matrix.shape[1]
     terms = tokenize([fts_text(r) for r in keep], settings.fulltext) if for_delta else [(0, {}) for _ in keep]
@@ -391,7 +393,7 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     finally:
         if own:
             reader.close()
-    report.seconds = {"total": time.perf_counter() - t0}
+    report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
     return report
 
 

@@ -64,3 +64,14 @@ def test_context_is_searchable_by_keyword_but_not_content(settings, tmp_path, em
     assert (report.updated, report.embedded) == (1, 0)
     assert [r.id for r in search("Colosseum", mode="keyword").results] == ["m1"]
     assert search("Louvre", mode="keyword").results == []
+
+
+def test_a_write_reports_the_seconds_it_spent_embedding(settings, tmp_path, embedded):
+    """``dimple demo`` prints them ("embedding 0.0s" whatever it took, before)."""
+    path = write_jsonl(tmp_path / "e.jsonl", [_mem(i) for i in range(40)])
+    first = ingest_file(path, settings, progress=False)  # the store's first write: a base
+    assert first.embedded == 40 and 0 < first.seconds["embed"] <= first.seconds["total"]
+    delta = ingest_file(write_jsonl(tmp_path / "d.jsonl", [_mem(41)]), settings, progress=False)
+    assert delta.embedded == 1 and 0 < delta.seconds["embed"] <= delta.seconds["total"]
+    again = ingest_file(path, settings, progress=False)
+    assert (again.unchanged, again.embedded, again.seconds["embed"]) == (40, 0, 0.0)
