@@ -225,6 +225,12 @@ def candidates(grid: bool = False) -> dict[str, Callable[[dict, dict], list[str]
             f"floor {floor:g}"] = rrf_per_query(
             lambda s, zr=zr, p=p: (min(4.0, max(0.25, (max(s["vec_z"], 0.0) / zr) ** p)),
                                    default.scale * s["fts_top_norm"] ** default.power), ties, floor)
+    # the same, one-sided: a confident vector leg weighs more, an unsure one never less than 1
+    for zr, p in ((4, 1), (4, 2), (4.5, 1), (4.5, 2), (4.5, 3), (5, 2), (5, 3)):
+        out[f"rrf vec=max(1,(z/{zr:g})^{p:g}), fts={default.scale:g}*top_norm^{default.power:g}, ties {ties:g}, "
+            f"floor {floor:g}"] = rrf_per_query(
+            lambda s, zr=zr, p=p: (min(4.0, max(1.0, (max(s["vec_z"], 0.0) / zr) ** p)),
+                                   default.scale * s["fts_top_norm"] ** default.power), ties, floor)
     out["rrf fts=2*top_matched^2"] = rrf_per_query(lambda s: (1.0, 2 * s["fts_top_matched"] ** 2))
     out["convex a=1-top_norm"] = adaptive_convex(1.0)
     if grid:
