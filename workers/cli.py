@@ -23,6 +23,7 @@ from workers.service import (
     ingest_via_broker,
     log_level,
     need_broker,
+    no_store,
     prepare_search,
     replay_row,
     require_store,
@@ -288,17 +289,23 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from pipeline.store import segments
-    from pipeline.store.database import Store
+    from pipeline.store.reader import Reader
     from pipeline.store.stats import store_stats
 
     settings = cli_settings()
-    with Store.open(require_store(settings), read_only=True) as store:
-        stats = store_stats(store)
-    manifest = segments.read_manifest(settings.data_dir) or segments.Manifest()
-    stats["segments"] = {"version": manifest.version, "deltas": len(manifest.deltas),
-                         "delta_memories": manifest.delta_memories,
-                         "delta_forgotten": sum(d.forgotten for d in manifest.deltas)}
+    require_store(settings)
+    reader = Reader(settings.data_dir)  # the base and its deltas as one consistent snapshot
+    try:
+        snap = reader.snapshot()
+        if snap is None or snap.store is None:
+            raise no_store(settings)
+        stats = store_stats(snap.store, snap.overlay)
+        deltas = list(snap.deltas.values())
+        stats["segments"] = {"version": snap.version, "deltas": len(deltas),
+                             "delta_memories": sum(len(d.memories) for d in deltas),
+                             "delta_forgotten": sum(len(d.forget) for d in deltas)}
+    finally:
+        reader.close()
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
         return 0

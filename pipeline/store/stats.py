@@ -2,26 +2,44 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from pipeline.store.database import Store, one
 from pipeline.store.fulltext_index import index_exists
+from pipeline.store.overlay import Overlay
 
 
-def store_stats(store: Store) -> dict[str, Any]:
+def store_stats(store: Store, overlay: Overlay | None = None) -> dict[str, Any]:
+    """What the store holds as a query reads it: the base with the pending
+    deltas (``overlay``) merged in, as the next compaction would write it.
+    The topic tree is the base's (deltas are routed to its leaves)."""
     con = store.con
-    by_ns = con.execute("SELECT namespace, count(*) FROM memories GROUP BY 1 ORDER BY 1").fetchall()
-    by_type = con.execute("SELECT content_type, count(*) FROM memories GROUP BY 1 ORDER BY 1").fetchall()
+    by_ns = Counter(dict(con.execute("SELECT namespace, count(*) FROM memories GROUP BY 1").fetchall()))
+    by_type = Counter(dict(con.execute("SELECT content_type, count(*) FROM memories GROUP BY 1").fetchall()))
+    edges = set(con.execute("SELECT DISTINCT src, dst, kind, origin FROM edges").fetchall())
+    if overlay is not None and not overlay.empty:
+        dead = sorted(overlay.dead_ids)
+        for counts, column in ((by_ns, "namespace"), (by_type, "content_type")):
+            counts.subtract(dict(con.execute(
+                f"SELECT {column}, count(*) FROM memories WHERE id IN (SELECT unnest(?)) GROUP BY 1", [dead]
+            ).fetchall()))
+            counts.update(getattr(m, column) for m in overlay.members.values())
+        # a delta voids the edges its memories declared in the base (as augment reads them)
+        edges = {e for e in edges if e[3] not in overlay.touched}
+        edges |= {(s, d, k, m.id) for m in overlay.members.values() for s, d, k in m.edges()}
+    by_ns, by_type = +by_ns, +by_type  # drops namespaces and types left with no memory
+    by_kind = Counter(kind for _, _, kind in {(s, d, k) for s, d, k, _ in edges})
     tree = one(
         con,
         "SELECT coalesce(max(depth), 0), count(*) FILTER (WHERE is_leaf), coalesce(max(size) FILTER (WHERE is_leaf), 0), "
         "count(*) FROM topics",
     )
     placed = one(con, "SELECT count(DISTINCT memory_id) FROM memory_topics WHERE kind = 'leaf'")[0]
-    edges = con.execute("SELECT kind, count(*) FROM edges GROUP BY 1 ORDER BY 1").fetchall()
     generation = store.generation
     fts_generation = int(store.meta("fts_generation", "0") or 0)
-    total = store.count()
+    base_total = store.count()
+    total = sum(by_ns.values())
     return {
         "path": str(store.path),
         "schema_version": store.info.schema_version,
@@ -30,9 +48,9 @@ def store_stats(store: Store) -> dict[str, Any]:
         "generation": generation,
         "memories": total,
         "namespaces": len(by_ns),
-        "by_namespace": dict(by_ns),
-        "by_content_type": dict(by_type),
-        "edges": dict(edges),
+        "by_namespace": dict(sorted(by_ns.items())),
+        "by_content_type": dict(sorted(by_type.items())),
+        "edges": dict(sorted(by_kind.items())),
         "tree": {
             "topics": tree[3],
             "depth": tree[0],
@@ -42,7 +60,7 @@ def store_stats(store: Store) -> dict[str, Any]:
         },
         "fts": {
             "exists": index_exists(con),
-            "fresh": total == 0 or (index_exists(con) and fts_generation == generation),
+            "fresh": base_total == 0 or (index_exists(con) and fts_generation == generation),
             "built_at_generation": fts_generation,
         },
     }

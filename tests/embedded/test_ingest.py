@@ -75,3 +75,42 @@ def test_a_write_reports_the_seconds_it_spent_embedding(settings, tmp_path, embe
     assert delta.embedded == 1 and 0 < delta.seconds["embed"] <= delta.seconds["total"]
     again = ingest_file(path, settings, progress=False)
     assert (again.unchanged, again.embedded, again.seconds["embed"]) == (40, 0, 0.0)
+
+
+def test_stats_count_the_pending_writes_and_forgets_as_a_compaction_would(settings, embedded, tmp_path, monkeypatch,
+                                                                          capsys):
+    """``dimple stats`` reads the store as a query does: the base with its
+    deltas merged; before, it counted the base alone until a compaction."""
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    from pipeline.settings import get_settings
+
+    def stats() -> dict:
+        capsys.readouterr()
+        assert main(["stats", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    get_settings.cache_clear()
+    try:
+        base = [_mem(i, ns="alpha") for i in range(6)] + [_mem(6, ns="beta", supersedes=["m5"])]
+        assert main(["ingest", str(write_jsonl(tmp_path / "base.jsonl", base))]) == 0
+        before = stats()
+        assert (before["memories"], before["by_namespace"], before["edges"]) == (7, {"alpha": 6, "beta": 1},
+                                                                                 {"supersedes": 1})
+        later = [_mem(10, ns="ops", content_type="runbook", supported_by=["m1"]),  # a new namespace, type, link
+                 _mem(6, ns="alpha", content="m6 rewritten, moved to alpha, no longer superseding m5")]
+        assert main(["ingest", str(write_jsonl(tmp_path / "later.jsonl", later))]) == 0
+        assert main(["forget", "m2", "m3"]) == 0
+        pending = stats()
+        assert pending["segments"]["deltas"] == 2 and pending["segments"]["delta_forgotten"] == 2, pending["segments"]
+        assert pending["memories"] == 6
+        assert pending["by_namespace"] == {"alpha": 5, "ops": 1}  # beta is empty: m6 moved
+        assert pending["by_content_type"] == {"runbook": 1, "text": 5}
+        assert pending["edges"] == {"supports": 1}  # m6's supersedes was voided by its rewrite
+        assert main(["compact"]) == 0
+        after = stats()
+        assert after["segments"]["deltas"] == 0
+        for key in ("memories", "namespaces", "by_namespace", "by_content_type", "edges"):
+            assert pending[key] == after[key], key
+    finally:
+        get_settings.cache_clear()
