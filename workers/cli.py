@@ -435,12 +435,17 @@ def cmd_audit_explain(args) -> int:
     for name, leg in legs.items():
         print(f"  leg {name}: ran={leg['ran']} weight={leg['weight']} hits={leg['hits']} top={leg['top_scores'][:3]}")
     for p in paths:
-        contrib = " + ".join(f"{leg} {w:.5f} (rank {p['leg_ranks'][leg]})" for leg, w in p["rrf_contributions"].items())
+        if "rrf_contributions" in p:
+            fused = "rrf {:.5f} = {}".format(p["rrf"], " + ".join(
+                f"{leg} {w:.5f} (rank {p['leg_ranks'][leg]})" for leg, w in p["rrf_contributions"].items())
+                or "no leg found it")
+        else:  # no per-leg terms: the row keeps ranks, not the scores the normalisation read
+            fused = f"{p['fusion']} {p['rrf']:.5f} (" + (", ".join(
+                f"{leg} rank {r}" for leg, r in sorted(p["leg_ranks"].items())) or "no leg found it") + ")"
         boost = row.options.get("recency_boost") or 0
         recency = f" x (1 + {boost} x recency {p['recency_factor']:.3f})" if p["recency_factor"] is not None else ""
         above = f"; promoted above {p['promoted_above']}, which it supersedes" if p.get("promoted_above") else ""
-        print(f"  #{p['rank']:<3} {p['id']}: rrf {p['rrf']:.5f} = {contrib or 'no leg found it'}{recency} -> "
-              f"{p['score']:.5f}{above}")
+        print(f"  #{p['rank']:<3} {p['id']}: {fused}{recency} -> {p['score']:.5f}{above}")
     if row.truncated and row.truncation:
         t = row.truncation
         print(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))

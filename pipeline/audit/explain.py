@@ -18,21 +18,28 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
     average where the row has one, nothing for a hit under the full-text
     floor), recency factor, final score and rank, and for a successor that
     supersession placed above a superseded result, that result
-    (``promoted_above``)."""
+    (``promoted_above``).
+
+    A query fused by ``convex`` has no per-leg terms: the row keeps each
+    leg's ranks, not the scores the min-max normalisation read, so its path
+    gives the fused score (``fusion``: ``"convex"``) without
+    ``rrf_contributions``."""
     weights = record.query_profile.get("weights", {})
+    fusion = options_from_recorded(record.options).get("fusion") or "rrf"
     out = []
     for src in record.sources:
         counted = src.get("tied_ranks") or {}
-        contributions = {
+        terms = {} if fusion != "rrf" else {"rrf_contributions": {
             leg: _contribution(weights.get(leg, 1.0), record.rrf_k, counted.get(leg, rank))
             for leg, rank in sorted(src["ranks"].items())
-        }
+        }}
         out.append({
             "rank": src["rank"],
             "id": src["id"],
+            "fusion": fusion,
             "leg_ranks": src["ranks"],
             **({"tied_ranks": counted} if counted else {}),
-            "rrf_contributions": contributions,
+            **terms,
             "rrf": src["rrf"],
             "recency_factor": src["recency_factor"],
             "score": src["score"],

@@ -38,6 +38,33 @@ def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_sto
     row = pa.get(readme_store.audit_path, res.query_id)
     assert row.options["fusion"] == "convex" and pa.get(readme_store.audit_path, rrf.query_id).options["fusion"] == "rrf"
     assert replay_row(row)["verdict"] == "same list"
+    # explain gives a convex row's fused score, not RRF terms it was never the sum of
+    paths = pa.explain(row)
+    assert paths[0]["fusion"] == "convex" and paths[0]["rrf"] == pytest.approx(1.0)
+    assert all("rrf_contributions" not in p for p in paths)
+    rrf_paths = pa.explain(pa.get(readme_store.audit_path, rrf.query_id))
+    assert all(p["fusion"] == "rrf" and sum(p["rrf_contributions"].values()) == pytest.approx(p["rrf"])
+               for p in rrf_paths)
+
+
+def test_audit_explain_prints_a_convex_query_without_rrf_terms(readme_store, monkeypatch, capsys):
+    from workers import audit
+    from workers.api import search
+
+    res = search(QUERY, fusion="convex", supersession="annotate")
+    audit.flush()
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", readme_store.embedding_model)
+    from pipeline.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        assert main(["audit", "explain", res.query_id, "--no-replay"]) == 0
+    finally:
+        get_settings.cache_clear()
+    out = capsys.readouterr().out
+    assert "#1   deploy-2: convex 1.00000 (fts rank 1, vector rank 1) -> 1.00000" in out
+    assert "rrf " not in out
 
 
 def test_the_setting_and_the_cli_option(readme_store, monkeypatch, capsys):
