@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from pipeline.errors import InputError
 from pipeline.settings import PACKAGED_MODEL, Settings
 
 
@@ -58,7 +59,19 @@ class SentenceTransformerEmbedder:
             path = model
         self.name = model
         self.batch_size = batch_size
-        self._model = SentenceTransformer(path, device=device)
+        import torch
+
+        try:
+            torch.device(device)
+        except RuntimeError as exc:
+            raise InputError("setting embedding_device", f"{device!r}: {_first_line(exc)}") from None
+        try:
+            self._model = SentenceTransformer(path, device=device)
+        except Exception as exc:  # noqa: BLE001 - whatever the loader raises, the setting is what to fix
+            field = "setting embedding_model" if device == "cpu" else "setting embedding_model or embedding_device"
+            raise InputError(field, f"cannot load {model!r} on {device!r} (a local "
+                             f"sentence-transformers model folder, or {PACKAGED_MODEL!r}; nothing is downloaded): "
+                             f"{_first_line(exc)}") from None
         dim = self._model.get_embedding_dimension() if hasattr(
             self._model, "get_embedding_dimension"
         ) else self._model.get_sentence_embedding_dimension()
@@ -100,6 +113,11 @@ class HashEmbedder:
                 h = int.from_bytes(digest, "little")
                 out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         return normalize(out)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def make_embedder(settings: Settings, bulk: bool = False) -> Embedder:

@@ -108,10 +108,14 @@ def _run_args(p, with_mode: bool = True) -> None:
 
 
 def _positive(args) -> None:
-    for name in ("batch_size", "in_flight", "max_units"):
+    """The numeric options every eval command may take, checked before any work."""
+    for name in ("batch_size", "in_flight", "max_units", "k"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            raise InputError("--" + name.replace("_", "-"), "must be at least 1")
+            raise InputError("-k" if name == "k" else "--" + name.replace("_", "-"), "must be at least 1")
+    max_p = getattr(args, "max_p", None)
+    if max_p is not None and not 0 < max_p <= 1:
+        raise InputError("--max-p", f"must be a p-value above 0 and at most 1, not {max_p:g}")
 
 
 def _stamp() -> str:
@@ -345,6 +349,7 @@ def load_run_folder(folder: Path) -> tuple[RunReport, dict[str, list[str]], dict
 def cmd_compare(args) -> int:
     from pipeline.evaluation.report import safe_name, write_comparison
 
+    _positive(args)
     if len(args.runs) < 2:
         raise InputError("RUN", "compare needs at least two run folders")
     loaded = [load_run_folder(f) for f in args.runs]
@@ -402,8 +407,6 @@ def cmd_replay(args) -> int:
     start = parse_since(args.since)
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
-    if args.k < 1:
-        raise InputError("-k", "must be at least 1")
     records = audit.since(settings.audit_path, start, args.limit)
     if not records:
         raise InputError("--from-audit", f"no audit rows{' since ' + start.isoformat() if start else ''} in {settings.audit_path}")

@@ -122,8 +122,11 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
             qid, _, doc, grade = parts
         else:
             raise EvalInputError(where, f"{len(parts)} columns; expected 4 (TREC: qid iter doc grade) or 3 (BEIR: qid doc grade)")
-        try:
-            value = int(grade) if grade.lstrip("-").isdigit() else int(float(grade))
+        try:  # "1.0" is a whole grade as some tools write it; "2.7", "nan" and "inf" are not grades
+            number_read = float(grade)
+            if not number_read.is_integer():
+                raise ValueError
+            value = int(number_read)
         except ValueError:
             raise EvalInputError(f"{where}: relevance", f"{grade!r} is not an integer grade") from None
         qrels.setdefault(qid, {})[doc] = value
@@ -151,7 +154,11 @@ def reconcile(name: str, queries: list[QuerySpec], qrels: dict[str, dict[str, in
     if not queries:
         raise EvalInputError("queries", "the query set is empty")
     if not kept:
-        raise EvalInputError("qrels", "no query of the set has a relevant judgment: nothing to evaluate")
+        why = ""
+        if unknown:  # most often the two files spell the ids differently
+            why = (f" ({len(unknown)} judged query id(s) are not in the query set, e.g. {unknown[0]!r}; "
+                   f"the set's ids are e.g. {sorted(ids)[0]!r})")
+        raise EvalInputError("qrels", f"no query of the set has a relevant judgment: nothing to evaluate{why}")
     skipped = {
         "qrels_for_unknown_queries": unknown,
         "queries_without_judgments": unjudged,

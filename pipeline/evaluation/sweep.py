@@ -21,6 +21,11 @@ def sweep_grid(axes: dict[str, list[Any]], limit: int = 64) -> list[dict[str, An
     unknown = sorted(set(axes) - set(SWEEP_AXES))
     if unknown:
         raise InputError("sweep", f"unknown axis {unknown[0]!r}; valid: {', '.join(SWEEP_AXES)}")
+    for axis, values in axes.items():
+        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if repeated is not None:  # two configurations of one name: the second run would overwrite the first
+            flag = "--modes" if axis == "mode" else "--" + axis.replace("_", "-")
+            raise InputError(flag, f"{repeated!r} is given twice")
     names = [a for a in SWEEP_AXES if axes.get(a)]
     grid = [dict(zip(names, values)) for values in itertools.product(*(axes[a] for a in names))]
     if len(grid) > limit:
@@ -69,7 +74,7 @@ def parse_number_list(text: str, kind: type, name: str) -> list[Any]:
         try:
             out.append(kind(part.strip()))
         except ValueError:
-            raise InputError(name, f"{part.strip()!r} is not a {kind.__name__}") from None
+            raise InputError(name, f"{part.strip()!r} is not {'an integer' if kind is int else 'a number'}") from None
     return out
 
 

@@ -338,3 +338,29 @@ def test_a_search_process_imports_nothing_heavy(cli_store, tmp_path):
     assert {"workers", "duckdb", "celery", "numpy"} <= imported
     heavy = {"ranx", "numba", "matplotlib", "tqdm", "pandas", "torch", "transformers", "sentence_transformers"}
     assert heavy & imported == set()
+
+
+# -- 5: an embedding model or device that cannot be loaded --------------------------------------------
+@pytest.mark.parametrize("env,expected", [
+    ({"DIMPLE_EMBEDDING_DEVICE": "foo"}, "dimple: error: setting embedding_device: 'foo': Expected one of cpu"),
+    ({"DIMPLE_EMBEDDING_MODEL": "{tmp}/no-model-here"}, "dimple: error: setting embedding_model: cannot load "),
+])
+def test_a_model_that_cannot_be_loaded_is_one_line_naming_the_setting(tmp_path, env, expected):
+    """A user's setting, not a crash: no traceback, exit 2, nothing written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    memories = tmp_path / "m.jsonl"
+    memories.write_text('{"id": "a", "namespace": "n", "content": "hello"}\n', encoding="utf-8")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DIMPLE_")}
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "ingest", str(memories)], cwd=root, capture_output=True,
+                          text=True, timeout=300, env={**base, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1",
+                                                       "DIMPLE_DATA_DIR": str(tmp_path / "data"),
+                                                       **{k: v.format(tmp=tmp_path) for k, v in env.items()}})
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(expected)
+    assert not (tmp_path / "data" / "MANIFEST").exists()

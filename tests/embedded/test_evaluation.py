@@ -231,7 +231,10 @@ def test_bad_query_files_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, e
     (["q0 0 m0-0 high"], "qrels.trec line 1: relevance: 'high' is not an integer grade"),
     (["q0 0 m0-0 1 extra"], "qrels.trec line 1: 5 columns; expected 4 (TREC"),
     (["q0 m0-0"], "qrels.trec line 1: 2 columns"),
-    (["nobody 0 m0-0 1"], "no query of the set has a relevant judgment"),
+    (["nobody 0 m0-0 1"], "no query of the set has a relevant judgment: nothing to evaluate (1 judged query id(s) "
+                          "are not in the query set, e.g. 'nobody'; the set's ids are e.g. 'q0')"),
+    (["q0 0 m0-0 2.7"], "qrels.trec line 1: relevance: '2.7' is not an integer grade"),
+    (["q0 0 m0-0 inf"], "qrels.trec line 1: relevance: 'inf' is not an integer grade"),
 ])
 def test_bad_qrels_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, expected):
     queries, _ = _queries_and_qrels(tmp_path)
@@ -333,3 +336,40 @@ def test_demo_set_runs_in_a_store_of_its_own_with_the_demo_figures(cli_env, tmp_
     assert report["answered"] == report["queries"] == len([q for q in queries if q["id"] in qrels])
     assert 0 < report["metrics"]["ndcg@10"] <= 1
     assert (cli_env.data_dir / "demo").is_dir()
+
+
+def test_whole_grades_written_as_decimals_read_as_integers(tmp_path):
+    from pipeline.evaluation import read_qrels
+
+    path = _write(tmp_path / "qrels.trec", ["q0 0 m0-0 1.0", "q0 0 m0-1 2", "q1 0 m1-0 0.0"])
+    assert read_qrels(path) == {"q0": {"m0-0": 1, "m0-1": 2}, "q1": {"m1-0": 0}}
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["sweep", "--modes", "keyword,keyword"], "--modes: 'keyword' is given twice"),
+    (["sweep", "--rrf-k", "60,10,60"], "--rrf-k: 60 is given twice"),
+    (["sweep", "--rrf-k", "60,x"], "--rrf-k: 'x' is not an integer"),
+    (["--mode", "all", "--max-p", "5"], "--max-p: must be a p-value above 0 and at most 1, not 5"),
+    (["--mode", "all", "--max-p", "0"], "--max-p: must be a p-value above 0 and at most 1, not 0"),
+])
+def test_bad_eval_options_are_refused_before_any_run(cli_env, tmp_path, capsys, argv, expected):
+    queries, qrels = _queries_and_qrels(tmp_path)
+    out = tmp_path / "out"
+    head, rest = (argv[:1], argv[1:]) if argv[0] == "sweep" else ([], argv)
+    assert main(["eval", *head, "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), *rest]) == 2
+    assert expected in _err_line(capsys)
+    assert not out.exists()  # nothing run, nothing half-written
+
+
+@pytest.mark.parametrize("option,expected", [(["-k", "0"], "-k: must be at least 1"),
+                                             (["--max-p", "-1"], "--max-p: must be a p-value above 0")])
+def test_bad_compare_options_are_refused(cli_env, tmp_path, capsys, option, expected):
+    queries, qrels = _queries_and_qrels(tmp_path)
+    out = tmp_path / "out"
+    for name in ("a", "b"):
+        assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--name", name,
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "compare", str(out / "a"), str(out / "b"), "--out", str(tmp_path / "cmp"), *option]) == 2
+    assert expected in _err_line(capsys)
+    assert not (tmp_path / "cmp").exists()
