@@ -154,7 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--concept", action="append", default=[], help="concept filter (repeatable)")
     s.add_argument("--mode", default="hybrid", help="keyword | semantic | hybrid (default hybrid)")
     s.add_argument("--weights", metavar="VECTOR:FTS",
-                   help="leg weights, e.g. 0.5:1; override the mode's (default: DIMPLE_VECTOR_WEIGHT:DIMPLE_FTS_WEIGHT in hybrid)")
+                   help="fixed leg weights, e.g. 0.5:1 (default in hybrid: per query, vector 1 and full text "
+                        "DIMPLE_LEXICAL_MATCH_SCALE x m^DIMPLE_LEXICAL_MATCH_POWER, m = how well the best full-text "
+                        "hit matches the query; DIMPLE_FUSION_WEIGHTS=fixed uses DIMPLE_VECTOR_WEIGHT:DIMPLE_FTS_WEIGHT)")
     s.add_argument("--top-k", type=int, metavar="N", help="candidates each leg hands to fusion (default DIMPLE_LEG_TOP_K)")
     s.add_argument("--max-units", type=int, metavar="N", help="at most N results (default DIMPLE_BUDGET__MAX_UNITS)")
     s.add_argument("--max-chars", type=int, metavar="N", help="at most N characters of content in all (default: no limit)")
@@ -243,7 +245,9 @@ def cmd_ingest(args) -> int:
         print(
             f"ingested {args.file}: {report.inserted} new, {report.updated} updated, {report.unchanged} unchanged, "
             f"{report.embedded} embedded in {report.seconds['total']:.1f}s; "
-            + (f"store version {report.version}" if written else f"nothing to write, store version {report.version} kept")
+            + (f"store version {report.version}" if written
+               else f"nothing to write, store version {report.version} kept" if report.version
+               else "nothing to write: no store was created")
         )
         for line in report.skipped:
             print(f"skipped {line}")

@@ -37,6 +37,8 @@ def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypa
         assert len(err) == 1 and "no such file" in err[0]
         assert main(["search", "x", "--mode", "bogus"]) == 2
         assert "valid modes: keyword, semantic, hybrid" in capsys.readouterr().err
+        assert main(["ingest", str(write_jsonl(tmp_path / "empty.jsonl", []))]) == 0
+        assert capsys.readouterr().out.rstrip().endswith("nothing to write: no store was created")  # not "version 0 kept"
         good = write_jsonl(tmp_path / "ok.jsonl", [_mem(1), _mem(2)])
         assert main(["ingest", str(good), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["inserted"] == 2
