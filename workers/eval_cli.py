@@ -157,8 +157,12 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
             raise InputError("--locomo", f"no such file: {args.locomo}")
         try:
             loco = load_locomo(args.locomo)
-        except (ValueError, KeyError, TypeError) as exc:
+        except KeyError as exc:
+            raise InputError("--locomo", f"not a LoCoMo file: a conversation has no {exc} field") from None
+        except (ValueError, TypeError) as exc:
             raise InputError("--locomo", f"not a LoCoMo file: {exc}") from None
+        if not loco.records:
+            raise InputError("--locomo", "not a LoCoMo file: it holds no conversation turn")
         run_settings = settings.replace(data_dir=args.store or settings.data_dir / "locomo")
         _ensure_store(run_settings, loco.records, "locomo")
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
@@ -172,16 +176,28 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
 
 
 def _ensure_store(settings, records: list[dict], what: str) -> None:
-    """Ingest ``records`` into ``settings.data_dir`` unless a store is there already."""
+    """Ingest ``records`` into ``settings.data_dir`` unless a store built from
+    them is there already. A store built from other records of the set (the
+    dataset's files changed since) is brought up to date: new and changed
+    records written, records no longer in the set forgotten."""
     from pipeline.store import segments
 
     from .service import ingest_file
 
+    path = settings.data_dir / f"{what}-records.jsonl"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if segments.exists(settings.data_dir):
+        if not path.is_file() or path.read_text(encoding="utf-8") == text:
+            return  # the same records (or a store this command did not build: used as it is)
+        before = {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+        gone = sorted(before - {r["id"] for r in records})
+        print(f"the {what} set changed since its store in {settings.data_dir} was built: updating it "
+              f"({len(records)} records, {len(gone)} no longer in the set) ...", file=sys.stderr, flush=True)
+        path.write_text(text, encoding="utf-8")
+        ingest_file(path, settings, progress=True, forget=gone)
         return
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    path = settings.data_dir / f"{what}-records.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     print(f"building the {what} store in {settings.data_dir} ({len(records)} records) ...", file=sys.stderr, flush=True)
     ingest_file(path, settings, progress=True)
 

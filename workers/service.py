@@ -123,14 +123,15 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
         resources.embedder()
 
 
-def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True):
-    """Validate ``path`` in full, then write it as one write (the CLI's ingest);
-    compacts when the deltas passed a threshold."""
+def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True,
+                forget: list[str] | None = None):
+    """Validate ``path`` in full, then write it, and forget ``forget``'s ids,
+    as one write (the CLI's ingest); compacts when the deltas passed a threshold."""
     from pipeline.store import ingest, writes
     from pipeline.store.compact import compact
 
     parsed = ingest.read_file(path, settings.limits)
-    report = writes.write_parsed(parsed, settings, skip_invalid=skip_invalid, progress=progress)
+    report = writes.write(settings, parsed, forget=forget, skip_invalid=skip_invalid, progress=progress)
     if report.compact_due:  # no ingest worker compacts for a local write: this process does, now
         report.version = report.generation = compact(settings, wait=True).version
         report.compacted = True

@@ -29,6 +29,9 @@ def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], 
         row = json_line(corpus, number, line)
         if not isinstance(row, dict) or not str(row.get("_id", "")).strip():
             raise EvalInputError(f"corpus.jsonl line {number}: _id", "required")
+        for name in ("title", "text"):
+            if row.get(name) is not None and not isinstance(row[name], str):
+                raise EvalInputError(f"corpus.jsonl line {number}: {name}", f"must be a string, not {row[name]!r}")
         content = " ".join(p for p in (str(row.get("title") or "").strip(), str(row.get("text") or "").strip()) if p)
         if not content:
             raise EvalInputError(f"corpus.jsonl line {number}: text", "title and text are both empty")

@@ -318,12 +318,6 @@ def _embedder_for(settings: Settings, embedder: Embedder | None, embedders: Call
     return pick
 
 
-def write_parsed(parsed: ParsedFile, settings: Settings, *, skip_invalid: bool = False, progress: bool = False,
-                 embedder: Embedder | None = None, reader: Reader | None = None) -> WriteReport:
-    """Remember a validated file's records (``dimple ingest``, ``ingest.batch``): ``write``."""
-    return write(settings, parsed, skip_invalid=skip_invalid, progress=progress, embedder=embedder, reader=reader)
-
-
 def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str] | None = None, *,
           reason: str | None = None, skip_invalid: bool = False, embedder: Embedder | None = None,
           embedders: Callable[[bool], Embedder] | None = None, reader: Reader | None = None,

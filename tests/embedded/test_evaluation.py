@@ -301,10 +301,36 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
 
     with Store.open(segments.base_path(store), read_only=True) as st:
         assert st.count() == len(TOPICS)
-    (folder / "qrels" / "test.tsv").unlink()
+    # the corpus changes: the next run updates the store (a new document, one gone) instead of using it as it was
     capsys.readouterr()
+    write_jsonl(folder / "corpus.jsonl", docs[1:] + [{"_id": "d-new", "text": "zygote quasar paper"}])
+    write_jsonl(folder / "queries.jsonl", [{"_id": "b1", "text": f"{TOPICS[1]} paper"},
+                                           {"_id": "bn", "text": "zygote quasar"}])
+    _write(folder / "qrels" / "test.tsv", ["b1\td1\t1", "bn\td-new\t1"])
+    assert main(["eval", "--beir", str(folder), "--store", str(store), "--out", str(out), "--name", "b2",
+                 "--mode", "keyword", "--no-progress"]) == 0
+    assert "set changed since its store" in capsys.readouterr().err
+    assert json.loads((out / "b2" / "report.json").read_text())["metrics"]["mrr@10"] == 1.0
+    from workers import resources
+
+    resources.close_store()
+    from pipeline.store.reader import Reader
+    from pipeline.store.stats import store_stats
+
+    reader = Reader(store)
+    try:
+        snap = reader.snapshot()
+        assert store_stats(snap.store, snap.overlay)["memories"] == len(TOPICS)  # one in, one out
+        assert "d0" in snap.overlay.forgotten and "d-new" in snap.overlay.members
+    finally:
+        reader.close()
+    (folder / "qrels" / "test.tsv").unlink()
     assert main(["eval", "--beir", str(folder), "--out", str(out)]) == 2
     assert "missing qrels/test.tsv" in _err_line(capsys)
+    _write(folder / "qrels" / "test.tsv", ["b1\td1\t1"])
+    write_jsonl(folder / "corpus.jsonl", [{"_id": "d1", "text": 5}])
+    assert main(["eval", "--beir", str(folder), "--out", str(out)]) == 2
+    assert "corpus.jsonl line 1: text: must be a string, not 5" in _err_line(capsys)
 
 
 def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
@@ -373,3 +399,16 @@ def test_bad_compare_options_are_refused(cli_env, tmp_path, capsys, option, expe
     assert main(["eval", "compare", str(out / "a"), str(out / "b"), "--out", str(tmp_path / "cmp"), *option]) == 2
     assert expected in _err_line(capsys)
     assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize("body,expected", [
+    ("{}", "--locomo: not a LoCoMo file: it holds no conversation turn"),
+    ("[{}]", "--locomo: not a LoCoMo file: a conversation has no 'sample_id' field"),
+])
+def test_a_file_that_is_not_locomo_is_refused_before_any_store_is_built(cli_env, tmp_path, capsys, body, expected):
+    path = tmp_path / "not-locomo.json"
+    path.write_text(body, encoding="utf-8")
+    store = tmp_path / "locomo-store"
+    assert main(["eval", "--locomo", str(path), "--store", str(store), "--out", str(tmp_path / "o")]) == 2
+    assert expected in _err_line(capsys)
+    assert not store.exists()

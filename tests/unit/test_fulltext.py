@@ -186,11 +186,11 @@ def test_a_querys_stopwords_match_nothing(leg, corpus):
 def test_postings_follow_ingest(settings, tmp_path):
     """What ingest writes is searchable at once; an update replaces its postings."""
     from pipeline.store.ingest import parse_lines
-    from pipeline.store.writes import write_parsed
+    from pipeline.store.writes import write
     from tests.stores import compacted
 
     def ingest(lines):
-        write_parsed(parse_lines(lines, settings.limits), settings)
+        write(settings, parse_lines(lines, settings.limits))
 
     ingest(['{"id": "a", "namespace": "n", "content": "alpha ERR_CONN_RESET"}',
             '{"id": "b", "namespace": "n", "content": "beta gamma"}'])
