@@ -113,6 +113,11 @@ def _positive(args) -> None:
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise InputError("-k" if name == "k" else "--" + name.replace("_", "-"), "must be at least 1")
+    max_units = getattr(args, "max_units", None)
+    cut = [m for m in ev.METRICS if max_units is not None and ev.metrics.parse_metric(m)[1] > max_units]
+    if cut:  # a user's choice, but one that quietly caps those figures
+        print(f"dimple: note: --max-units {max_units} serves fewer results than {', '.join(cut)} read; "
+              f"those figures count the first {max_units} only", file=sys.stderr)
     max_p = getattr(args, "max_p", None)
     if max_p is not None and not 0 < max_p <= 1:
         raise InputError("--max-p", f"must be a p-value above 0 and at most 1, not {max_p:g}")
@@ -141,6 +146,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
             raise InputError("--qrels", "required with --queries")
         queries = ev.read_queries(args.queries, settings)
         qrels = ev.read_qrels(args.qrels)
+        _check_namespaces(args.queries, queries, settings)
         return ev.reconcile(args.queries.stem, queries, qrels, strict=args.strict), settings
     if source == "demo":
         from .demo import build_demo_store, demo_settings, load_queries
@@ -173,6 +179,29 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
     run_settings = settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir"))
     _ensure_store(run_settings, records, "beir")
     return ev.reconcile(args.beir.resolve().name, queries, qrels, strict=args.strict), run_settings
+
+
+def _check_namespaces(path: Path, queries: list[ev.QuerySpec], settings) -> None:
+    """A query naming a namespace the store does not hold is refused, as by
+    ``dimple search`` (embedded: through a broker the workers' store answers)."""
+    from pipeline.store.reader import Reader
+
+    from .service import check_namespace
+
+    asked = {q.options.get("namespace") for q in queries} - {None}
+    if not settings.embedded or not asked:
+        return
+    reader = Reader(settings.data_dir)
+    try:
+        snap = reader.snapshot()
+        held = snap.namespaces() if snap is not None else []
+    finally:
+        reader.close()
+    for q in queries:
+        try:
+            check_namespace(held, q.options.get("namespace"))
+        except InputError as exc:
+            raise InputError(f"{path.name} query {q.id!r}: namespace", exc.reason) from None
 
 
 def _ensure_store(settings, records: list[dict], what: str) -> None:

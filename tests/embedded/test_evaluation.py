@@ -218,6 +218,8 @@ def _err_line(capsys) -> str:
     (['{"id": "q 1", "query": "x"}'], "queries.jsonl line 1: id: 'q 1' contains whitespace"),
     (['{"id": "q1", "query": "x", "options": [1]}'], "queries.jsonl line 1: options: must be a JSON object"),
     ([], "queries: the query set is empty"),
+    (['{"id": "q1", "query": "x"}', '{"id": "q2", "query": "y", "namespace": "nope"}'],
+     "queries.jsonl query 'q2': namespace: no namespace 'nope' in the store; it holds "),
 ])
 def test_bad_query_files_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, expected):
     queries = _write(tmp_path / "queries.jsonl", lines)
@@ -412,3 +414,12 @@ def test_a_file_that_is_not_locomo_is_refused_before_any_store_is_built(cli_env,
     assert main(["eval", "--locomo", str(path), "--store", str(store), "--out", str(tmp_path / "o")]) == 2
     assert expected in _err_line(capsys)
     assert not store.exists()
+
+
+def test_a_max_units_under_the_metrics_cut_offs_is_said(cli_env, tmp_path, capsys):
+    queries, qrels = _queries_and_qrels(tmp_path)
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path / "o"),
+                 "--max-units", "5", "--no-progress"]) == 0
+    assert ("--max-units 5 serves fewer results than ndcg@10, recall@10, recall@50, mrr@10, precision@10 read; "
+            "those figures count "
+            "the first 5 only") in capsys.readouterr().err
