@@ -282,8 +282,11 @@ class Settings(BaseSettings):
 
 
 def mask_url(url: str) -> str:
-    """Hide the password of a URL such as ``redis://:pw@host:6379/0``."""
-    return re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
+    """Hide the password of a URL such as ``redis://:pw@host:6379/0``, and one
+    given as a query parameter (``redis://host:6379/0?password=pw``, which
+    redis-py and kombu read too)."""
+    url = re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
+    return re.sub(r"([?&](?:password|sentinel_password)=)[^&#]*", r"\1****", url, flags=re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)

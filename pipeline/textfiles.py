@@ -29,6 +29,8 @@ def read_lines(path: Path, what: str = "FILE") -> list[str]:
     is an ``InputError`` naming ``what``."""
     path = Path(path)
     try:
+        if path.is_dir():
+            raise InputError(what, f"{path} is a folder, not a file")
         if not path.is_file():
             raise InputError(what, f"no such file: {path}")
         return lines_of(path.read_text(encoding="utf-8"))

@@ -404,8 +404,10 @@ def _audit_row(settings, query_id: str):
 def cmd_audit_tail(args) -> int:
     from pipeline import audit
 
+    if args.n < 1:
+        raise InputError("-n", "must be at least 1")
     settings = cli_settings()
-    rows = audit.tail(settings.audit_path, max(args.n, 0))
+    rows = audit.tail(settings.audit_path, args.n)
     for row in rows:
         if args.json:
             print(row.model_dump_json())

@@ -160,6 +160,10 @@ def test_config_masks_secrets(settings, monkeypatch, capsys):
     assert "hunter2" not in out and "s3cret" not in out
     assert data["broker_url"] == "redis://:****@10.0.0.5:6379/0"
     assert data["result_backend"] == "rediss://user:****@cache.internal:6380/1"
+    from pipeline.settings import mask_url
+
+    assert mask_url("redis://10.0.0.5:6379/0?password=hunter2&db=1") == "redis://10.0.0.5:6379/0?password=****&db=1"
+    assert mask_url("redis://h/0?socket_timeout=5&Password=x#f") == "redis://h/0?socket_timeout=5&Password=****#f"
 
 
 def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_path, monkeypatch, capsys):

@@ -50,6 +50,8 @@ def test_every_jsonl_reader_keeps_such_a_record_whole(tmp_path, settings: Settin
 def test_a_missing_or_binary_file_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         read_lines(tmp_path / "absent.jsonl")
+    with pytest.raises(InputError, match="is a folder, not a file"):
+        read_lines(tmp_path)
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(InputError, match="not UTF-8"):
