@@ -112,8 +112,8 @@ class Fusion(str, Enum):
 
 
 class LegWeights(_Strict):
-    vector: float = Field(1.0, ge=0, le=1000)
-    fts: float = Field(1.0, ge=0, le=1000)
+    vector: float = Field(1.0, ge=0, le=1000, allow_inf_nan=False)
+    fts: float = Field(1.0, ge=0, le=1000, allow_inf_nan=False)
 
 
 def parse_leg_weights(text: str, field: str = "weights") -> tuple[float, float]:
@@ -138,7 +138,7 @@ class QueryOptions(_Strict):
     concepts: list[str] = Field(default_factory=list, description="profile.conceptFilter")
     mode: Mode = Mode.hybrid
     weights: LegWeights | None = Field(None, description="override the mode's leg weights")
-    recency_boost: float = Field(0.0, ge=0, le=1000)
+    recency_boost: float = Field(0.0, ge=0, le=1000, allow_inf_nan=False)
     now: datetime | None = Field(None, description="'now' for recency, so replays are deterministic")
     # Upper bounds of the budgets and top_k are settings (``limits``), checked in ``make_query``.
     max_units: int | None = Field(None, ge=1)

@@ -44,6 +44,8 @@ def test_unknown_namespace_gives_an_empty_result(embedded, tmp_path):
         ("ok", {"max_chars": 0}, "max_chars"),
         ("ok", {"max_ms": -5}, "max_ms"),
         ("ok", {"recency_boost": -1}, "recency_boost"),
+        ("ok", {"recency_boost": float("nan")}, "recency_boost"),
+        ("ok", {"weights": {"vector": float("inf"), "fts": 1}}, "weights.vector"),
         ("ok", {"colour": "red"}, "colour"),
         ("ok", {"weights": {"vector": 0, "fts": 0}}, "weights"),
         (42, {}, "query"),
