@@ -222,8 +222,10 @@ def _ensure_store(settings, records: list[dict], what: str) -> None:
         gone = sorted(before - {r["id"] for r in records})
         print(f"the {what} set changed since its store in {settings.data_dir} was built: updating it "
               f"({len(records)} records, {len(gone)} no longer in the set) ...", file=sys.stderr, flush=True)
-        path.write_text(text, encoding="utf-8")
-        ingest_file(path, settings, progress=True, forget=gone)
+        fresh = path.with_name(path.name + ".new")  # the record of what the store holds moves only once it does
+        fresh.write_text(text, encoding="utf-8")
+        ingest_file(fresh, settings, progress=True, forget=gone)
+        fresh.replace(path)
         return
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
