@@ -107,8 +107,9 @@ def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
 
 
-def _positive(args) -> None:
-    """The numeric options every eval command may take, checked before any work."""
+def _check_numbers(args) -> None:
+    """The numeric options every eval command may take, checked before any work; a
+    --max-units that caps some metrics is said."""
     for name in ("batch_size", "in_flight", "max_units", "k"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
@@ -331,7 +332,7 @@ def cmd_eval(args) -> int:
     if not run_settings.embedded:
         print(f"through the broker: the workers must serve the store in {run_settings.data_dir}", file=sys.stderr)
     name = args.name or f"{qset.name}-{args.mode or 'asked'}-{_stamp()}"
-    _positive(args)
+    _check_numbers(args)
     if args.mode == ALL_MODES:
         return _eval_all_modes(args, qset, run_settings, out, name)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
@@ -402,7 +403,7 @@ def load_run_folder(folder: Path) -> tuple[RunReport, dict[str, list[str]], dict
 def cmd_compare(args) -> int:
     from pipeline.evaluation.report import safe_name, write_comparison
 
-    _positive(args)
+    _check_numbers(args)
     if len(args.runs) < 2:
         raise InputError("RUN", "compare needs at least two run folders")
     loaded = [load_run_folder(f) for f in args.runs]
@@ -456,7 +457,7 @@ def cmd_replay(args) -> int:
 
     settings = cli_settings()
     _quiet()
-    _positive(args)
+    _check_numbers(args)
     start = parse_since(args.since)
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
@@ -527,7 +528,7 @@ def cmd_sweep(args) -> int:
     out = _need_out(args)
     settings = cli_settings()
     _quiet()
-    _positive(args)
+    _check_numbers(args)
     grid = ev.sweep_grid(_axes(args))
     qset, base = load_source(args, settings)
     _say_skipped(qset)

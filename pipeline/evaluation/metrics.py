@@ -42,10 +42,10 @@ def parse_metric(metric: str) -> tuple[str, int]:
     return family, int(k)
 
 
-def query_scores(ranked: list[str], grades: dict[str, int], metrics: Iterable[str]) -> dict[str, float]:
-    """Each metric of one query's ranked memory ids against its graded judgments.
-
-    A memory listed twice counts at its first rank only.
+def _query_scores(ranked: list[str], grades: dict[str, int],
+                  metrics: list[tuple[str, str, int]]) -> dict[str, float]:
+    """Each metric (name, family, k) of one query's ranked memory ids against
+    its graded judgments. A memory listed twice counts at its first rank only.
     """
     relevant = {d: g for d, g in grades.items() if g >= 1}
     gains, seen = [], set()
@@ -54,8 +54,7 @@ def query_scores(ranked: list[str], grades: dict[str, int], metrics: Iterable[st
             seen.add(d)
             gains.append(relevant.get(d, 0))
     out = {}
-    for metric in metrics:
-        family, k = parse_metric(metric)
+    for metric, family, k in metrics:
         top = gains[:k]
         if not relevant:
             value = 0.0
@@ -83,12 +82,11 @@ def score(
     ``qrels`` (those with a grade of at least 1); a judged query missing from
     the run scores 0."""
     names = list(metrics)
-    for m in names:
-        parse_metric(m)
+    parsed = [(m, *parse_metric(m)) for m in names]  # every name checked once, before any query
     judged = {q: d for q, d in qrels.items() if any(g >= 1 for g in d.values())}
     if not judged:
         return {m: 0.0 for m in names}, {}
-    per_query = {q: query_scores(run.get(q, []), grades, names) for q, grades in judged.items()}
+    per_query = {q: _query_scores(run.get(q, []), grades, parsed) for q, grades in judged.items()}
     means = {m: float(np.mean([per_query[q][m] for q in judged])) for m in names}
     return means, per_query
 

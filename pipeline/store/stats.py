@@ -19,12 +19,12 @@ def store_stats(store: Store, overlay: Overlay | None = None) -> dict[str, Any]:
     by_type = Counter(dict(con.execute("SELECT content_type, count(*) FROM memories GROUP BY 1").fetchall()))
     edges = set(con.execute("SELECT DISTINCT src, dst, kind, origin FROM edges").fetchall())
     if overlay is not None and not overlay.empty:
-        dead = sorted(overlay.dead_ids)
-        for counts, column in ((by_ns, "namespace"), (by_type, "content_type")):
-            counts.subtract(dict(con.execute(
-                f"SELECT {column}, count(*) FROM memories WHERE id IN (SELECT unnest(?)) GROUP BY 1", [dead]
-            ).fetchall()))
-            counts.update(getattr(m, column) for m in overlay.members.values())
+        dead = con.execute("SELECT namespace, content_type FROM memories WHERE id IN (SELECT unnest(?))",
+                           [sorted(overlay.dead_ids)]).fetchall()
+        by_ns.subtract(ns for ns, _ in dead)
+        by_type.subtract(kind for _, kind in dead)
+        by_ns.update(m.namespace for m in overlay.members.values())
+        by_type.update(m.content_type for m in overlay.members.values())
         # a delta voids the edges its memories declared in the base (as augment reads them)
         edges = {e for e in edges if e[3] not in overlay.touched}
         edges |= {(s, d, k, m.id) for m in overlay.members.values() for s, d, k in m.edges()}
