@@ -171,7 +171,44 @@ class Stack:
         (self.run_dir / f"{name}.pid").write_text(str(self.procs[name].pid))
 
 
+QUEUES = ("embed", "search", "audit", "ingest")  # workers.app's queues: every one by default
+DEFAULT_PORT = 16379  # stable across runs, and clear of a system redis-server on 6379
+ENV_FILE = "env"  # in the run dir: `source RUN_DIR/env` sets DIMPLE_BROKER_URL
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _running(run_dir: Path) -> list[str]:
+    """The names of this run dir's processes that are still alive (by their pid files)."""
+    out = []
+    for pidfile in sorted(run_dir.glob("*.pid")):
+        try:
+            if _alive(int(pidfile.read_text())):
+                out.append(pidfile.stem)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _stop_from_pidfiles(run_dir: Path) -> None:
+    stopped = False
     for pidfile in sorted(run_dir.glob("*.pid"), key=lambda p: p.stem == "redis"):
         pid = int(pidfile.read_text())
         try:
@@ -179,27 +216,82 @@ def _stop_from_pidfiles(run_dir: Path) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         pidfile.unlink(missing_ok=True)
+        stopped = True
         print(f"stopped {pidfile.stem} ({pid})")
+    (run_dir / ENV_FILE).unlink(missing_ok=True)
+    if not stopped:
+        print(f"nothing to stop in {run_dir}")
+
+
+def _queues(text: str) -> list[str]:
+    names = [q.strip() for q in text.split(",") if q.strip()]
+    unknown = [q for q in names if q not in QUEUES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'none given'} not a queue (choose from {', '.join(QUEUES)})")
+    return list(dict.fromkeys(names))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ops.stack")
-    p.add_argument("action", choices=["start", "stop"])
-    p.add_argument("--run-dir", type=Path, default=Path("/tmp/dimple-stack"))
-    p.add_argument("--port", type=int, default=0)
-    p.add_argument("--queues", default="embed,search,audit", help="comma list; one worker per queue")
+    p = argparse.ArgumentParser(
+        prog="python -m ops.stack",
+        description="Start or stop redis-server and one `dimple worker` per queue on loopback, without Docker "
+                    "(pid files, logs and an env file in the run dir). Workers use the DIMPLE_* settings of "
+                    "this shell (DIMPLE_DATA_DIR: the store they serve).")
+    p.add_argument("action", choices=["start", "stop"], help="start the stack, or stop the one in --run-dir")
+    p.add_argument("--run-dir", type=Path, default=Path("/tmp/dimple-stack"),
+                   help="where pid files, logs and the env file go (default: %(default)s)")
+    p.add_argument("--port", type=int, default=None,
+                   help=f"redis-server's loopback port (default: {DEFAULT_PORT}, or a free one if that is taken)")
+    p.add_argument("--queues", type=_queues, default=list(QUEUES),
+                   help=f"comma list of queues, one worker each (default: all of {','.join(QUEUES)})")
+    p.add_argument("--no-wait", action="store_true",
+                   help="return once the processes are started, without waiting for the workers' ready lines")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds to wait for every worker's ready line (default: %(default)s)")
     args = p.parse_args(argv)
     if args.action == "stop":
         _stop_from_pidfiles(args.run_dir)
         return 0
-    stack = Stack(args.run_dir, args.port)
-    stack.start_redis()
-    for queue in args.queues.split(","):
-        # ingest: writes and a background compaction side by side (ops/RUNBOOK.md);
-        # started as `dimple worker`, which starts its worker again when it dies
-        stack.start_cli_worker(f"w-{queue}", queue, concurrency=2 if queue == "ingest" else 1)
-    print(f"broker {stack.broker_url}; logs and pid files in {args.run_dir}")
-    print(f"export DIMPLE_BROKER_URL={stack.broker_url}")
+    if args.port is not None and not 0 < args.port < 65536:
+        p.error(f"--port: {args.port} is not a port (1-65535)")
+    running = _running(args.run_dir) if args.run_dir.is_dir() else []
+    if running:
+        print(f"a stack is already running in {args.run_dir} ({', '.join(running)}): "
+              f"python -m ops.stack stop --run-dir {args.run_dir}", file=sys.stderr)
+        return 2
+    port = args.port
+    if port is None:
+        port = DEFAULT_PORT if _port_free(DEFAULT_PORT) else free_port()
+        if port != DEFAULT_PORT:
+            print(f"port {DEFAULT_PORT} is taken: redis-server listens on {port}")
+    elif not _port_free(port):
+        print(f"--port: {port} is in use on 127.0.0.1", file=sys.stderr)
+        return 2
+    stack = Stack(args.run_dir, port)
+    try:
+        stack.start_redis()
+        names = []
+        for queue in args.queues:
+            # ingest: writes and a background compaction side by side (ops/RUNBOOK.md);
+            # started as `dimple worker`, which starts its worker again when it dies
+            name = f"w-{queue}"
+            stack.start_cli_worker(name, queue, concurrency=2 if queue == "ingest" else 1)
+            names.append(name)
+        env_file = args.run_dir / ENV_FILE
+        env_file.write_text(f"export DIMPLE_BROKER_URL={stack.broker_url}\n")
+        if not args.no_wait:
+            print(f"waiting for {len(names)} worker(s) to load what their queues need ...", flush=True)
+            for name in names:
+                line = stack.wait_for_ready(name, timeout=args.timeout)
+                print(f"{name} ready: {line.split(' ready: ', 1)[-1]}", flush=True)
+    except (RuntimeError, OSError) as exc:
+        stack.stop_all()
+        print(f"ops.stack: {exc}", file=sys.stderr)
+        return 1
+    print(f"broker {stack.broker_url}; logs and pid files in {args.run_dir}"
+          + ("" if not args.no_wait else " (workers still starting: their ready lines go to the logs)"))
+    print(f"export DIMPLE_BROKER_URL={stack.broker_url}   # or: source {env_file}")
     return 0
 
 
