@@ -444,6 +444,12 @@ class QueryState(_Strict):
 class Batch(_Strict):
     states: list[QueryState]
 
+    def needs_embedding(self) -> bool:
+        """Whether any query of the batch wants the vector leg and has no vector
+        yet: a batch of keyword queries (or of given vectors) never waits on
+        the embedder (``workers.canvas`` leaves ``search.embed`` out)."""
+        return any(s.query.wants("vector") and s.query.vector is None for s in self.states)
+
 
 def vectors_consumed(batch: Batch) -> Batch:
     """Drop the query vectors once the vector leg has run: nothing after it

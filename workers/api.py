@@ -196,23 +196,25 @@ class EagerSearchResult(_DecodesResults, EagerResult):
     """The embedded counterpart: already done when returned."""
 
 
-def _batch(items: Iterable[tuple[str, Any]]) -> dict:
+def _batch(items: Iterable[tuple[str, Any]]) -> Batch:
     settings = resources.settings()
     states = []
     for text, options in items:
         states.append({"query": make_query(text, options, settings).model_dump(mode="json")})
     if len(states) > settings.limits.max_batch_queries:
         raise InputError("queries", f"{len(states)} queries, over the limit of {settings.limits.max_batch_queries}")
-    return Batch.model_validate({"states": states}).model_dump(mode="json")
+    return Batch.model_validate({"states": states})
 
 
-def _dispatch(batch: dict, single: bool):
+def _dispatch(model: Batch, single: bool):
     """Send one canvas. On workers its stages carry the query's deadline
     (``DIMPLE_TASK_TIMEOUT_S`` from now) as their expiry: a stage still queued
     then (its caller gave up, or its worker was lost and it came back late) is
-    discarded unrun, audit row included."""
+    discarded unrun, audit row included. A batch that needs no embedding
+    (keyword) does not wait on the ``embed`` queue."""
+    batch, embed = model.model_dump(mode="json"), model.needs_embedding()
     if app.conf.task_always_eager:
-        res = query_canvas(batch).apply()
+        res = query_canvas(batch, embed=embed).apply()
         out = EagerSearchResult(res.id, res.get(), res.state)
     else:
         budget = resources.settings().task_timeout_s
@@ -221,7 +223,7 @@ def _dispatch(batch: dict, single: bool):
         try:
             epoch = broker_epoch.current(broker)
             sent_at = time.monotonic()
-            res = query_canvas(batch, expires=expires).apply_async()
+            res = query_canvas(batch, expires=expires, embed=embed).apply_async()
         except (*_BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None

@@ -2,7 +2,10 @@
 
     chain(chord(group(chain(embed, descend), fulltext), fuse), augment, scope, budget)
 
-The full-text leg does not wait for the embedding. The order is the one
+The full-text leg does not wait for the embedding, and a batch that needs no
+embedding (keyword queries, or queries given with their vectors) leaves
+``search.embed`` out, so it never waits on the ``embed`` queue: its vector leg
+is ``descend`` alone, which records the leg as not run. The order is the one
 ``pipeline.stages.registry`` declares (and ``run_local`` runs in-process).
 
 With ``expires`` (an ISO-8601 time, the query's deadline) every stage's
@@ -22,11 +25,13 @@ from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, VECTOR_
 from .tasks import STAGE_TASKS, stage_task_id
 
 
-def query_canvas(batch: dict, expires: str | None = None, canvas_id: str | None = None):
+def query_canvas(batch: dict, expires: str | None = None, canvas_id: str | None = None, *, embed: bool = True):
     """The canvas for ``batch``; its last stage's task id is ``canvas_id`` (new
     by default) and every other stage's derives from it (``tasks.stage_task_id``),
-    so a stage delivered again after its query was answered is not run again."""
+    so a stage delivered again after its query was answered is not run again.
+    ``embed=False`` (``Batch.needs_embedding`` false) leaves ``search.embed`` out."""
     cid = canvas_id or str(uuid4())
+    vector_leg = VECTOR_LEG if embed else VECTOR_LEG[1:]  # (search.embed, search.descend): descend alone
 
     def sig(name: str, *args):
         options = {"task_id": stage_task_id(cid, name)} | ({"expires": expires} if expires else {})
@@ -38,6 +43,6 @@ def query_canvas(batch: dict, expires: str | None = None, canvas_id: str | None 
         return chain(*sigs) if rest else sigs[0]
 
     return chain(
-        chord(group(leg(VECTOR_LEG), leg(FULLTEXT_LEG)), sig(FUSION)),
+        chord(group(leg(vector_leg), leg(FULLTEXT_LEG)), sig(FUSION)),
         *(sig(name) for name in AFTER_FUSION),
     )
