@@ -8,6 +8,7 @@ Embedded (no broker configured) the canvas runs in-process; with
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -31,7 +32,7 @@ from pipeline.errors import (
     StageError,
     StageLostError,
 )
-from pipeline.store.writes import WriteResult
+from pipeline.store.writes import WriteResult, parse_records, record_lines
 
 from . import broker_epoch, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
@@ -430,14 +431,16 @@ def remember_async(records: Any, *, skip_invalid: bool = False) -> WriteAsyncRes
     disk and visible to the next query.
 
     Records are validated here first: a bad one raises ``IngestValidationError``
-    naming the record (from 1) and the field, and nothing is sent.
+    naming the record (from 1) and the field, and nothing is sent. With
+    ``skip_invalid`` every record goes to the writer, which skips the bad ones
+    and reports each in ``skipped`` under the caller's own number.
     """
-    from pipeline.store.writes import parse_records
-
     settings = resources.settings()
     parsed = parse_records(records, settings)
     if parsed.errors and not skip_invalid:  # checks against the store (edge targets) run on the worker
         raise IngestValidationError(sorted(parsed.errors, key=lambda e: (e.line, e.field)))
+    if parsed.errors:  # the writer numbers and reports them: send the caller's records as given
+        return _send(remember_task, [json.loads(line) for line in record_lines(records)], skip_invalid)
     return _send(remember_task, [r.model_dump(mode="json", exclude_none=True) for r in parsed.records], skip_invalid)
 
 

@@ -471,10 +471,10 @@ def _base_records(store: Store, ids: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def parse_records(items: list[Any], settings: Settings) -> ParsedFile:
-    """Records given to ``remember`` (dicts, as a JSONL line holds them), validated
-    exactly as ingest validates lines; errors are numbered by record from 1."""
-    if isinstance(items, dict):
+def record_lines(items: Any) -> list[str]:
+    """Records given to ``remember`` (a dict, a ``MemoryRecord``, or a list of
+    them) as the JSON lines an ingest file would hold, in the caller's order."""
+    if isinstance(items, dict | MemoryRecord):
         items = [items]
     if not isinstance(items, list):
         raise InputError("records", "a memory (a dict) or a list of them")
@@ -486,7 +486,13 @@ def parse_records(items: list[Any], settings: Settings) -> ParsedFile:
             lines.append(json.dumps(item, ensure_ascii=False, default=_not_json))
         except (TypeError, ValueError) as exc:
             raise InputError(f"records[{i}]", f"not JSON: {exc}") from None
-    parsed = parse_lines(lines, settings.limits)
+    return lines
+
+
+def parse_records(items: Any, settings: Settings) -> ParsedFile:
+    """Records given to ``remember`` (``record_lines``), validated exactly as
+    ingest validates lines; errors are numbered by record from 1."""
+    parsed = parse_lines(record_lines(items), settings.limits)
     parsed.unit = "record"
     for err in parsed.errors:
         err.unit = "record"

@@ -140,3 +140,21 @@ def test_unreachable_broker_is_a_clear_error(embedded, caplog):
     finally:
         workers.configure(embedded)
     assert "Tr0ub4dor-and-3" not in str(info.value) and "Tr0ub4dor-and-3" not in caplog.text
+
+
+def test_remember_skip_invalid_reports_every_skipped_record_by_the_callers_number(embedded):
+    from workers.api import get, remember
+
+    records = [
+        {"id": "ok-1", "namespace": "code", "content": "first good record"},
+        {"id": "bad-ns", "namespace": 3, "content": "a namespace that is not a string"},
+        {"id": "ok-2", "namespace": "code", "content": "second good record"},
+        {"id": "bad-edge", "namespace": "code", "content": "supersedes nothing known", "supersedes": ["nobody"]},
+        {"id": "bad-content", "namespace": "code", "content": ""},
+    ]
+    done = remember(records, skip_invalid=True)
+    assert sorted(done.ids) == ["ok-1", "ok-2"]
+    numbers = [s.split(":", 1)[0] for s in done.skipped]
+    assert numbers == ["record 2", "record 4", "record 5"], done.skipped
+    assert "namespace" in done.skipped[0] and "supersedes" in done.skipped[1] and "content" in done.skipped[2]
+    assert [m["id"] for m in get(["ok-1", "bad-ns", "ok-2", "bad-edge"])] == ["ok-1", "ok-2"]
