@@ -82,8 +82,9 @@ class NoWorkerError(DimpleError):
         super().__init__(f"no worker is consuming the {queue!r} queue ({detail}); start one: {start}")
 
 
-class IngestTimeoutError(DimpleError):
-    """An ingest batch sent through the broker was not acknowledged in time."""
+class IngestTimeoutError(QueryTimeoutError):
+    """A write sent through the broker (an ingest batch, ``remember``, ``forget``)
+    was not acknowledged in time: it stays queued and may still be applied."""
 
 
 class StageError(DimpleError):

@@ -25,16 +25,18 @@ from pipeline.contracts import Batch, QueryOptions, Results, make_query
 from pipeline.errors import (
     BrokerUnavailableError,
     DimpleError,
+    IngestTimeoutError,
     IngestValidationError,
     InputError,
     LineError,
+    NoWorkerError,
     QueryTimeoutError,
     StageError,
     StageLostError,
 )
 from pipeline.store.writes import WriteResult, parse_records, record_lines
 
-from . import broker_epoch, resources
+from . import broker_epoch, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
@@ -357,7 +359,7 @@ def search_many(
 class _DecodesWrite:
     """``get()`` returns a ``WriteResult``; records the worker found invalid
     raise ``IngestValidationError`` (nothing written), a timeout
-    ``QueryTimeoutError``, a lost broker ``BrokerUnavailableError``, a broker
+    ``IngestTimeoutError`` (a ``QueryTimeoutError``: the write may still be applied), a lost broker ``BrokerUnavailableError``, a broker
     that lost the write's message (restarted without its data) ``StageLostError``
     within about a second."""
 
@@ -378,9 +380,10 @@ class _DecodesWrite:
             reset_connections(app)
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:
-            raise QueryTimeoutError(
-                f"write {self.id} not acknowledged within {timeout} s; it stays queued and is applied when "
-                f"an ingest worker runs it (start one: {START_WORKER['ingest']})") from None
+            raise IngestTimeoutError(
+                f"write {self.id} not acknowledged within {timeout} s: it was sent and may still be applied "
+                f"(it stays queued until an ingest worker runs it; a write is idempotent by id: "
+                f"check with get() before sending it again)") from None
         except DimpleError:
             raise
         except Exception as exc:
@@ -414,6 +417,8 @@ def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
         return EagerWriteResult(res.id, res.result, res.state)
     broker = app.conf.broker_url
     try:
+        if not _ingest_consumed(broker):
+            raise NoWorkerError("ingest", START_WORKER["ingest"])
         epoch = broker_epoch.current(broker)
         handle = task.apply_async(args=list(args))
     except (*_BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
@@ -422,6 +427,14 @@ def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
     out = WriteAsyncResult(handle.id, app=app)
     out.broker, out.epoch = broker, epoch
     return out
+
+
+def _ingest_consumed(broker: str) -> bool:
+    """Whether a live worker consumes ``ingest``: one Redis read of the
+    workers' presence (``workers.presence``); when that says none (or cannot
+    tell), the workers are asked, as ``dimple ingest --via-broker`` asks them
+    (a worker that has just started may not have announced itself yet)."""
+    return bool(presence.consumes(broker, "ingest")) or "ingest" in _ask_consumers()
 
 
 def remember_async(records: Any, *, skip_invalid: bool = False) -> WriteAsyncResult | EagerWriteResult:

@@ -15,6 +15,7 @@ from pipeline.settings import Settings, get_settings
 
 from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit, tell_senders_of_refused
 from .leases import install as install_leases
+from .presence import install as install_presence
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
@@ -115,6 +116,7 @@ def reconfigure(settings: Settings) -> None:
 
 app = make_app(get_settings())
 install_warmup(app)
+install_presence(app)  # writes check for an ingest worker in one Redis read (workers/presence.py)
 install_leases(app)  # a lost worker's messages come back within the visibility timeout
 guard_queue_items()  # a worker survives any item on its queues
 
