@@ -69,7 +69,21 @@ def test_one_worker_per_queue_sharing_one_data_volume():
 
 def test_every_service_has_a_health_check():
     for name, svc in _doc()["services"].items():
+        if name == "cli":  # run once per command (`docker compose run --rm cli ...`), never up
+            assert svc["healthcheck"] == {"disable": True} and svc["profiles"] == ["cli"]
+            continue
         assert "healthcheck" in svc and svc["healthcheck"]["test"], name
+
+
+def test_the_cli_service_reaches_the_stack_and_reads_input_files():
+    """The README's way in: `docker compose run --rm cli dimple ingest FILE --via-broker`."""
+    doc = _doc()
+    cli, worker = doc["services"]["cli"], doc["services"]["worker-ingest"]
+    assert cli["environment"]["DIMPLE_BROKER_URL"] == worker["environment"]["DIMPLE_BROKER_URL"]
+    assert cli["environment"]["DIMPLE_DATA_DIR"] == "/data" and "dimple-data:/data" in cli["volumes"]
+    inputs = [v for v in cli["volumes"] if v.endswith(":/input:ro")]
+    assert inputs and cli["working_dir"] == "/input"
+    assert cli["command"][0] == "dimple"
 
 
 def test_redis_is_a_broker_without_persistence_or_eviction_and_with_a_password():
