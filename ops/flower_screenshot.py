@@ -5,10 +5,13 @@ loopback port, one worker per queue, Flower with basic auth), builds the demo
 store, answers the demo query set through the broker, then renders Flower's
 task list and writes a PNG:
 
-    python -m ops.flower_screenshot --out docs/flower-tasks.png
+    python -m ops.flower_screenshot --out flower-tasks.png
+    python -m ops.flower_screenshot --out docs/flower-tasks.png --force   # the README's picture
 
 Needs Chromium (Debian: apt-get install -y chromium). Everything stays on
-loopback; the stack is stopped afterwards.
+loopback; the stack is stopped afterwards and its temporary folder removed
+(``--run-dir`` keeps logs and the demo store where you say). An existing
+``--out`` is kept unless ``--force``.
 """
 
 from __future__ import annotations
@@ -61,20 +64,39 @@ def screenshot(url: str, out: Path, size: str = "1600,1000") -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ops.flower_screenshot")
-    p.add_argument("--out", type=Path, default=Path("docs/flower-tasks.png"))
-    p.add_argument("--run-dir", type=Path, default=None, help="stack logs and pid files (default: a temp dir)")
-    p.add_argument("--queries", type=int, default=25, help="demo queries to send through the broker")
+    p = argparse.ArgumentParser(
+        prog="python -m ops.flower_screenshot",
+        description="Start redis-server, one worker per queue and Flower on loopback, answer demo queries "
+                    "through the broker, and save Flower's task list as a PNG (headless Chromium).")
+    p.add_argument("--out", type=Path, default=Path("flower-tasks.png"),
+                   help="the PNG to write (default: %(default)s; the README's is docs/flower-tasks.png)")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.add_argument("--run-dir", type=Path, default=None,
+                   help="keep the stack's logs, pid files and demo store here (default: a temporary folder, "
+                        "removed afterwards)")
+    p.add_argument("--queries", type=int, default=25, help="demo queries to send through the broker (default: 25)")
     args = p.parse_args(argv)
+    if args.out.exists() and not args.force:
+        p.error(f"--out: {args.out} exists (give --force to overwrite it)")
+    if args.queries < 1:
+        p.error("--queries: at least 1")
     chromium_binary()
+    temporary = args.run_dir is None
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="dimple-flower-"))
+    try:
+        return _run(args, run_dir)
+    finally:
+        if temporary:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
+
+def _run(args: argparse.Namespace, run_dir: Path) -> int:
     import workers
     from pipeline.settings import Settings
     from workers.api import search, search_many
     from workers.app import app, reconfigure
     from workers.demo import build_demo_store, demo_settings, load_queries
 
-    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="dimple-flower-"))
     settings = demo_settings(Settings(data_dir=run_dir / "data"))
     files = build_demo_store(settings)
     queries, _ = load_queries(files)
@@ -107,7 +129,8 @@ def main(argv=None) -> int:
         time.sleep(2)  # the last task events reach Flower
 
         screenshot(f"http://{USER}:{PASSWORD}@127.0.0.1:{port}/tasks", args.out)
-        print(f"wrote {args.out} ({args.out.stat().st_size} bytes); stack logs in {stack.run_dir}")
+        kept = f"; stack logs in {stack.run_dir}" if args.run_dir is not None else ""
+        print(f"wrote {args.out} ({args.out.stat().st_size} bytes){kept}")
     finally:
         if flower is not None:
             flower.terminate()
