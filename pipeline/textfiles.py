@@ -15,7 +15,9 @@ from pipeline.errors import InputError
 
 
 def lines_of(text: str) -> list[str]:
-    """``text`` split at ``\\n`` only; a final line end adds no empty line."""
+    """``text`` split at ``\\n`` only; a final line end adds no empty line, and
+    a leading byte-order mark (editors on Windows write one) is no part of the first line."""
+    text = text.removeprefix("\ufeff")
     if not text:
         return []
     lines = text.split("\n")

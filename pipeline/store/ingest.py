@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -69,6 +70,16 @@ class MemoryRecord(BaseModel):
     @classmethod
     def _clean_list(cls, values: list[str]) -> list[str]:
         return clean_labels(values)
+
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _not_a_number(cls, value: Any) -> Any:
+        # pydantic would read 12345 as seconds (or, past 2e10, milliseconds) since 1970, without a word
+        numeric = isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d+(\.\d*)?\s*", value)
+        if numeric or (isinstance(value, int | float) and not isinstance(value, bool)):
+            raise ValueError("a number is ambiguous (seconds or milliseconds since 1970?): give an ISO 8601 "
+                             "time such as 2025-06-02T09:00:00Z")
+        return value
 
     @field_validator("created_at")
     @classmethod

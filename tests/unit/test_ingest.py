@@ -44,6 +44,9 @@ BAD_LINES = [
     (json.dumps({"namespace": "a", "content": "x", "supersedes": ["nope-404"]}), "supersedes", "unknown memory id"),
     (json.dumps({"namespace": "a", "content": "x", "colour": "red"}), "colour", "Extra inputs"),
     (json.dumps([1, 2]), "<json>", "JSON object"),
+    (json.dumps({"namespace": "a", "content": "x", "created_at": 12345}), "created_at", "ISO 8601"),
+    (json.dumps({"namespace": "a", "content": "x", "created_at": 1.7e12}), "created_at", "ambiguous"),
+    (json.dumps({"namespace": "a", "content": "x", "created_at": "1733000000"}), "created_at", "ambiguous"),
 ]
 
 
@@ -59,6 +62,13 @@ def test_each_bad_line_is_reported_and_nothing_is_written(store_with_base, tmp_p
     assert [(e.line, e.field) for e in errors] == [(2, field)]
     assert reason in errors[0].reason
     assert published(settings) == before
+
+
+def test_a_file_with_a_byte_order_mark_ingests(settings, tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes("\ufeff".encode() + "\n".join(json.dumps(_mem(i)) for i in range(3)).encode() + b"\n")
+    report = ingest_file(path, settings, progress=False)
+    assert report.inserted == 3
 
 
 def test_duplicate_id_in_one_file_names_both_lines(settings, tmp_path):
