@@ -56,3 +56,21 @@ def test_a_missing_or_binary_file_is_an_input_error(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(InputError, match="not UTF-8"):
         read_lines(bad)
+
+
+def test_a_beir_corpus_with_empty_documents_loads_without_them(tmp_path, caplog):
+    beir = tmp_path / "cran"
+    (beir / "qrels").mkdir(parents=True)
+    docs = [{"_id": "1", "title": "flow", "text": "boundary layer"}, {"_id": "471", "title": "", "text": ""},
+            {"_id": "2", "text": "shock waves"}, {"_id": "995", "title": None, "text": "  "}]
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "boundary"}) + "\n", encoding="utf-8")
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\t1\t2\nq1\t471\t1\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="dimple.eval"):
+        records, specs, qrels = load_beir(beir)
+    assert [r["id"] for r in records] == ["1", "2"]
+    assert "skipped 2 document(s) with neither title nor text: 471, 995" in caplog.text
+    assert qrels == {"q1": {"1": 2, "471": 1}}  # a judged document that holds nothing is still wanted
+    (beir / "corpus.jsonl").write_text(json.dumps(docs[1]) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="no document with a title or text"):
+        load_beir(beir)
