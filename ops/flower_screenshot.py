@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     from pipeline.settings import Settings
     from workers.api import search, search_many
     from workers.app import app, reconfigure
-    from workers.demo import build_demo_store, demo_settings, load_queries
+    from workers.cli.demo import build_demo_store, demo_settings, load_queries
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="dimple-flower-"))
     settings = demo_settings(Settings(data_dir=run_dir / "data"))
