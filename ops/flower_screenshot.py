@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace, run_dir: Path) -> int:
     from pipeline.settings import Settings
     from workers.api import search, search_many
     from workers.app import app, reconfigure
-    from workers.demo import build_demo_store, demo_settings, load_queries
+    from workers.cli.demo import build_demo_store, demo_settings, load_queries
 
     settings = demo_settings(Settings(data_dir=run_dir / "data"))
     files = build_demo_store(settings)

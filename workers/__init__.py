@@ -1,4 +1,5 @@
-"""Celery side of dimple: the app, thin tasks, the canvas, the API and the CLI."""
+"""Celery side of dimple: the app, thin tasks, the canvas, the resources of a worker process;
+the Python API (``workers.api``) and the command line (``workers.cli``) on top."""
 
 
 def configure(settings) -> None:

@@ -43,7 +43,7 @@ from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 from .tasks import forget_task, get_task, remember_task
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
-_BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
+BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
 
 
 def _decode(value: Any) -> list[Results]:
@@ -106,7 +106,7 @@ class _DecodesResults:
             raise StageLostError(
                 f"task {self.id} was lost {self._since()}: the broker restarted without its data "
                 "(or was flushed), so its queued stages and results are gone; send the query again") from None
-        except _BROKER_DOWN as exc:
+        except BROKER_DOWN as exc:
             reset_connections(app)  # abandons the backend, its waiters with it
             raise BrokerUnavailableError(
                 f"lost the broker or result backend while waiting for task {self.id}: {exc}") from None
@@ -152,7 +152,7 @@ def _ask_consumers() -> set[str]:
     t0 = time.monotonic()
     try:
         return consumed_queues()
-    except _BROKER_DOWN:
+    except BROKER_DOWN:
         if time.monotonic() - t0 >= 2 * CONSUMER_CHECK_S:
             raise
     return consumed_queues()
@@ -167,7 +167,7 @@ def _why_no_answer() -> str:
     if broker != app.conf.broker_url or time.monotonic() - checked_at > 5 * CONSUMER_CHECK_S:
         try:
             consumed = _ask_consumers()
-        except _BROKER_DOWN as exc:
+        except BROKER_DOWN as exc:
             return (f"are workers running for the embed and search queues? (asking them failed: "
                     f"{type(exc).__name__}: {exc})")
         _last_check = (app.conf.broker_url, time.monotonic(), consumed)
@@ -227,7 +227,7 @@ def _dispatch(model: Batch, single: bool):
             epoch = broker_epoch.current(broker)
             sent_at = time.monotonic()
             res = query_canvas(batch, expires=expires, embed=embed).apply_async()
-        except (*_BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
+        except (*BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
         out = SearchAsyncResult(res.id, app=app, parent=res.parent)
@@ -376,7 +376,7 @@ class _DecodesWrite:
             raise StageLostError(
                 f"write {self.id} was lost: the broker restarted without its data; it may have been applied "
                 "before (a write is idempotent: send it again)") from None
-        except _BROKER_DOWN as exc:
+        except BROKER_DOWN as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:
@@ -421,7 +421,7 @@ def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
             raise NoWorkerError("ingest", START_WORKER["ingest"])
         epoch = broker_epoch.current(broker)
         handle = task.apply_async(args=list(args))
-    except (*_BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
+    except (*BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
         reset_connections(app)
         raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
     out = WriteAsyncResult(handle.id, app=app)
@@ -492,7 +492,7 @@ def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
         return read(resources.settings(), wanted, reader=resources.reader())
     try:
         return get_task.apply_async(args=[wanted]).get(timeout=resources.settings().task_timeout_s)
-    except _BROKER_DOWN as exc:
+    except BROKER_DOWN as exc:
         reset_connections(app)
         raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
 

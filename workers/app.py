@@ -84,7 +84,7 @@ def conf_for(settings: Settings) -> dict:
         worker_send_task_events=True,
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
-        # dimple logs through its own stderr handler (workers/service.py setup_logging); Celery's
+        # dimple logs through its own stderr handler (workers/cli/common.py setup_logging); Celery's
         # stdout/stderr proxies would feed that handler back into logging (a worker hung at start)
         worker_redirect_stdouts=False,
     )

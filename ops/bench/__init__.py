@@ -11,7 +11,7 @@ def embedded_demo(work: Path):
     pointed at it embedded. Returns ``(settings, queries)``."""
     import workers
     from pipeline.settings import Settings
-    from workers.demo import build_demo_store, demo_settings, load_queries
+    from workers.cli.demo import build_demo_store, demo_settings, load_queries
 
     logging.getLogger("dimple").setLevel(logging.WARNING)
     logging.getLogger("celery").setLevel(logging.WARNING)

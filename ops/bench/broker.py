@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-broker-bench"))
     args = p.parse_args(argv)
     embedded, queries = embedded_demo(args.work)
-    from workers.demo import build_demo_store, load_queries
+    from workers.cli.demo import build_demo_store, load_queries
 
     _, qrels = load_queries(build_demo_store(embedded))
     _latency(search, queries, 20)  # warm-up

@@ -13,7 +13,7 @@ every fusion candidate evaluated offline on the cached lists.
 ``--probe NAME`` is a set of ``pipeline.datasets.probes``, written as a BEIR
 folder under the data dir and ingested like ``dimple eval --beir``; ``--beir
 DIR`` is such a folder as it is (``ops/bench/data/docs_qa``). Stores are
-built when absent (``workers.eval_cli.load_source``, the same stores ``dimple
+built when absent (``workers.cli.eval.load_source``, the same stores ``dimple
 eval`` uses with ``DIMPLE_DATA_DIR`` set to the data dir).
 
 The legs run through the pipeline's own stages (``search.embed``,
@@ -52,7 +52,8 @@ def cache(args) -> dict[str, Any]:
     from pipeline.contracts import Batch, QueryState, make_query
     from pipeline.stages import fulltext as ft
     from pipeline.stages.registry import FULLTEXT_LEG, STAGES, VECTOR_LEG
-    from workers import eval_cli, resources
+    from workers import resources
+    from workers.cli.eval import load_source
 
     os.environ["DIMPLE_DATA_DIR"] = str(args.data_dir)
     from pipeline.settings import Settings
@@ -65,7 +66,7 @@ def cache(args) -> dict[str, Any]:
         beir = write_beir(SETS[args.probe](args.seed), Path(args.data_dir) / "probe-sets")
     source = argparse.Namespace(queries=None, qrels=None, beir=beir, locomo=args.locomo, demo=args.demo,
                                 store=None, strict=False)
-    qset, run_settings = eval_cli.load_source(source, settings)
+    qset, run_settings = load_source(source, settings)
     workers.configure(run_settings)
     out: dict[str, Any] = {"set": args.probe or qset.name, "depth": args.depth, "queries": []}
     specs = qset.queries[: args.limit] if args.limit else qset.queries

@@ -36,7 +36,7 @@ def run(data_dir: Path, rounds: int, configs: tuple[str, ...] = ("seed", "defaul
     from pipeline.datasets.demo import write_demo
     from pipeline.settings import Settings
     from workers.api import search
-    from workers.service import ingest_file
+    from workers.cli.common import ingest_file
 
     base = Settings(data_dir=data_dir, _env_file=None)
     files = write_demo(data_dir / "files")

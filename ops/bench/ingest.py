@@ -47,7 +47,7 @@ def measure(settings: Settings, records: list[dict]) -> dict:
     """Raw embedding of the records' texts, then ``dimple ingest`` of the same
     records into a fresh store; both timed in this process."""
     from pipeline.store.segments import drop_all
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     drop_all(settings.data_dir)

@@ -52,7 +52,7 @@ def run(work: Path, seconds: int) -> dict:
     from pipeline.settings import Settings
     from workers.api import remember, search
     from workers.app import app
-    from workers.service import ingest_file
+    from workers.cli.common import ingest_file
 
     data = work / "data"
     settings = Settings(data_dir=data, _env_file=None)

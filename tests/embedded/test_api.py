@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.errors import InputError
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file
+from workers.cli.common import ingest_file
 
 
 def _store(settings, tmp_path, n=60):

@@ -14,7 +14,8 @@ from pipeline import audit as pa
 from pipeline.embedders import HashEmbedder
 from pipeline.identity import fnv1a64, text_identity, vector_identity
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file, main
+from workers.cli import main
+from workers.cli.common import ingest_file
 
 
 # FNV-1a 64 test vectors from the FNV reference (draft-eastlake-fnv, test suite).

@@ -61,8 +61,8 @@ def test_search_prints_no_log_lines_unless_verbose(cli_store, capsys):
 
 def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
     from pipeline.settings import Settings
-    from workers.cli import worker_argv
-    from workers.service import log_level
+    from workers.cli.commands import worker_argv
+    from workers.cli.common import log_level
 
     s = Settings(_env_file=None)
     assert s.log_level == "INFO" and log_level(0, s.log_level) == logging.INFO  # a worker's log is for operators
@@ -76,7 +76,7 @@ def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
 def test_celery_task_lines_stay_out_of_every_log_but_debug(cli_env):
     """Celery's per-task INFO lines carry whole batches (query text, memories):
     muted for commands and for ``dimple worker`` alike, shown at DEBUG."""
-    from workers.service import setup_logging
+    from workers.cli.common import setup_logging
 
     for argv, level in ((["stats"], logging.WARNING), (["worker"], logging.INFO)):  # worker: no broker, exit 2
         assert main(argv) == 2
@@ -99,7 +99,7 @@ def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
 # -- 2: no store, unknown namespace: one message, exit 2, before any model -------------------------
 def test_search_and_stats_without_a_store_say_the_same_true_thing(cli_env, monkeypatch, capsys):
     import pipeline.embedders
-    from workers.demo import demo_settings
+    from workers.cli.demo import demo_settings
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded for a data dir without a store")
@@ -118,8 +118,8 @@ def test_search_and_stats_without_a_store_say_the_same_true_thing(cli_env, monke
 
 
 def test_the_hint_points_at_an_existing_demo_store(cli_env, tmp_path, capsys):
-    from workers.demo import demo_settings
-    from workers.service import ingest_file
+    from workers.cli.common import ingest_file
+    from workers.cli.demo import demo_settings
 
     demo = demo_settings(cli_env)
     ingest_file(write_jsonl(tmp_path / "d.jsonl", [_mem(1)]), demo, progress=False)
@@ -141,7 +141,7 @@ def test_an_unknown_namespace_is_a_user_error_naming_the_ones_there(cli_store, c
 
 def test_many_namespaces_are_not_all_listed():
     from pipeline.errors import InputError
-    from workers.service import check_namespace
+    from workers.cli.common import check_namespace
 
     check_namespace(["a"], None)
     check_namespace(["a"], "a")
@@ -221,7 +221,7 @@ def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
 def test_every_option_of_every_command_has_help_text():
     import argparse
 
-    from workers.cli import _parser, all_parsers
+    from workers.cli.commands import _parser, all_parsers
 
     parsers = all_parsers(_parser())
     assert {p.prog for p in parsers} >= {"dimple search", "dimple audit tail", "dimple eval sweep", "dimple worker"}

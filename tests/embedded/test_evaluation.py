@@ -11,7 +11,8 @@ import pytest
 
 from pipeline import evaluation as ev
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file, main
+from workers.cli import main
+from workers.cli.common import ingest_file
 
 TOPICS = ["deploy window", "database failover", "cache eviction", "kafka lag", "tls certificate",
           "vegetarian restaurant", "flight to lisbon", "dentist appointment"]
@@ -354,7 +355,7 @@ def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
 
 def test_demo_set_runs_in_a_store_of_its_own_with_the_demo_figures(cli_env, tmp_path):
     from pipeline.settings import Settings
-    from workers.demo import build_demo_store, demo_settings, load_queries
+    from workers.cli.demo import build_demo_store, demo_settings, load_queries
 
     out = tmp_path / "out"
     assert main(["eval", "--demo", "--out", str(out), "--name", "d", "--no-progress"]) == 0

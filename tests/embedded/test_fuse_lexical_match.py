@@ -12,7 +12,7 @@ from pipeline.contracts import Batch, make_query
 from pipeline.stages.fuse import bm25_idf, query_idf
 from pipeline.stages.registry import run_local
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file
+from workers.cli.common import ingest_file
 
 
 def _records():

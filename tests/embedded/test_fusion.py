@@ -10,7 +10,8 @@ import pytest
 from pipeline import audit as pa
 from tests.conftest import write_jsonl
 from tests.embedded.test_supersession import README
-from workers.cli import ingest_file, main
+from workers.cli import main
+from workers.cli.common import ingest_file
 
 QUERY = "deploy window Tuesday to Thursday"  # deploy-2 leads both legs
 
@@ -24,7 +25,7 @@ def readme_store(embedded, tmp_path):
 def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_store):
     from workers import audit
     from workers.api import search
-    from workers.service import replay_row
+    from workers.cli.common import replay_row
 
     res = search(QUERY, fusion="convex", supersession="annotate")
     top = res.results[0]

@@ -10,7 +10,8 @@ import json
 
 from tests.conftest import write_jsonl
 from tests.unit.test_ingest import _mem, store_with_base  # noqa: F401  (helpers and fixtures shared with the unit tests)
-from workers.cli import ingest_file, main
+from workers.cli import main
+from workers.cli.common import ingest_file
 
 
 def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp_path, embedded):

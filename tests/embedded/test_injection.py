@@ -49,7 +49,7 @@ def _checksum(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def hostile_store(tmp_path_factory) -> Settings:
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     data = tmp_path_factory.mktemp("inject")
     # Beam and leaves wide enough that the vector leg scores every in-scope memory,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pipeline.contracts import Batch, Results, make_query
 from pipeline.stages.registry import run_local
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file
+from workers.cli.common import ingest_file
 
 
 def test_run_local_answers_as_the_canvas_does(embedded, tmp_path):

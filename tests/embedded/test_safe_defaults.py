@@ -14,7 +14,7 @@ import os
 
 from pipeline.settings import Settings
 from tests.unit.test_safe_defaults import SECRET, _mode  # noqa: F401  (helpers and fixtures shared with the unit tests)
-from workers.cli import worker_argv
+from workers.cli.commands import worker_argv
 
 
 def test_worker_arguments_carry_no_secret():
@@ -40,7 +40,7 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
     from tests.conftest import write_jsonl
     from workers import audit, resources
     from workers.api import search
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     settings = Settings(data_dir=tmp_path / "nested" / "data", audit_dir=tmp_path / "audit",
                         embedding_model="hash-64", _env_file=None)

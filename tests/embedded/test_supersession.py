@@ -9,7 +9,8 @@ import pytest
 
 from pipeline import audit as pa
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file, main
+from workers.cli import main
+from workers.cli.common import ingest_file
 
 README = [
     {"id": "deploy-1", "namespace": "code", "content_type": "decision", "content": "We deploy on Fridays before noon.",
@@ -37,7 +38,7 @@ def readme_store(embedded, tmp_path):
 def test_each_value_through_the_api_audit_and_replay(readme_store, value):
     from workers import audit
     from workers.api import search
-    from workers.service import replay_row
+    from workers.cli.common import replay_row
 
     res = search(QUERY, mode="keyword", supersession=value)
     assert [r.id for r in res.results] == SERVED[value]

@@ -25,7 +25,7 @@ class DemoStore:
 def demo_store(tmp_path_factory) -> DemoStore:
     """The demo corpus ingested with the real model into a fresh store."""
     from pipeline.datasets.demo import write_demo
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     data_dir = tmp_path_factory.mktemp("demo-store")
     settings = Settings(data_dir=data_dir, _env_file=None)

@@ -25,7 +25,7 @@ def _write(path, records):
 def test_ingest_via_broker_is_visible_to_query_workers(demo_store, stack, tmp_path):
     import workers
     from workers.api import search
-    from workers.cli import ingest_via_broker
+    from workers.cli.common import ingest_via_broker
 
     settings = demo_store.with_broker(stack.broker_url)
     workers.configure(settings)
@@ -48,7 +48,7 @@ def test_ingest_via_broker_is_visible_to_query_workers(demo_store, stack, tmp_pa
 def test_queries_never_fail_while_the_ingest_worker_writes(demo_store, stack, tmp_path):
     import workers
     from workers.api import search
-    from workers.cli import ingest_via_broker
+    from workers.cli.common import ingest_via_broker
 
     settings = demo_store.with_broker(stack.broker_url).replace(ingest_batch_size=100)
     workers.configure(settings)
@@ -96,7 +96,7 @@ def test_load_60s_query_stream_while_ingesting_10k(demo_store, stack, tmp_path):
 
     import workers
     from workers.api import search
-    from workers.cli import ingest_via_broker
+    from workers.cli.common import ingest_via_broker
 
     settings = demo_store.with_broker(stack.broker_url).replace(ingest_batch_size=500)
     workers.configure(settings)
@@ -152,7 +152,7 @@ def _cli(stack, settings, *args: str, env: dict[str, str] | None = None, timeout
 def test_no_ingest_worker_is_an_immediate_error_and_nothing_is_sent(demo_store, bare_broker, tmp_path):
     import workers
     from pipeline.errors import NoWorkerError
-    from workers.service import ingest_via_broker
+    from workers.cli.common import ingest_via_broker
 
     path = _write(tmp_path / "none.jsonl", [{"id": "nw-1", "namespace": "ingest-test", "content": "never sent"}])
     started = time.perf_counter()
@@ -184,7 +184,7 @@ def test_a_batch_that_times_out_is_applied_later_and_nothing_after_it_is_sent(de
     import workers
     from pipeline.errors import IngestTimeoutError
     from workers.api import search
-    from workers.service import ingest_via_broker
+    from workers.cli.common import ingest_via_broker
 
     # 2,000 memories to embed take seconds: far past the 0.05 s wait, and past the
     # ~1 s by which Celery's result wait can overshoot a timeout (400, as before

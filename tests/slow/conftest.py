@@ -19,7 +19,7 @@ def locomo_store(tmp_path_factory):
     """(settings of a store holding every LoCoMo turn, the loaded LocomoSet)."""
     if not LOCOMO.is_file():
         pytest.skip("LoCoMo data not present (../shared/data/locomo)")
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     loco = load_locomo(LOCOMO)
     work = tmp_path_factory.mktemp("locomo")
@@ -45,7 +45,7 @@ def locomo_embedded_run(locomo_queries):
     """``dimple eval`` of LoCoMo in ``mode`` (hybrid: the report and its runs,
     computed once per session), embedded, default settings (but ``fusion``
     when given), max_units 50."""
-    from workers.eval_cli import execute
+    from workers.cli.eval import execute
 
     qset, quiet = locomo_queries
     done: dict[tuple, tuple] = {}

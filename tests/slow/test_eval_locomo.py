@@ -17,7 +17,7 @@ def test_locomo_eval_through_the_broker_equals_embedded(locomo_store, locomo_que
     from ops.stack import Stack, redis_binary
     from pipeline.evaluation.report import write_run
     from workers.app import app
-    from workers.eval_cli import execute
+    from workers.cli.eval import execute
 
     settings, _ = locomo_store
     qset, quiet = locomo_queries

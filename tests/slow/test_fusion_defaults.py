@@ -26,7 +26,7 @@ METRICS = ("ndcg@10", "recall@10")
 
 
 def _source(settings, **which):
-    from workers.eval_cli import load_source
+    from workers.cli.eval import load_source
 
     args = argparse.Namespace(queries=None, qrels=None, beir=None, locomo=None, demo=False, store=None, strict=False)
     for key, value in which.items():
@@ -35,7 +35,7 @@ def _source(settings, **which):
 
 
 def _figures(qset, settings, defaults):
-    from workers.eval_cli import execute
+    from workers.cli.eval import execute
 
     report, _ = execute(qset, settings.replace(audit_enabled=False), name="run",
                         defaults={"max_units": 10, **defaults}, batch_size=64, progress=False)

@@ -170,7 +170,7 @@ def test_text_output_says_why_a_deadline_cut_the_list():
     """``format_results`` shows the truncation's detail (the legs the deadline
     stopped), not only ``--json``."""
     from pipeline.contracts import Mode, Results, Truncation
-    from workers.render import format_results
+    from workers.cli.render import format_results
 
     cut = Truncation(by="maxMs", left_out=0, limit=1, detail="deadline reached before leg(s) finished: fts, vector")
     res = Results(query_id="q", query="billing", mode="none", requested_mode=Mode.hybrid, results=[],

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pipeline.contracts import GraphLink, Mode, Result, Results
-from workers.demo import showcase
+from workers.cli.demo import showcase
 
 
 def _r(rank, mid, ranks, **kw) -> Result:

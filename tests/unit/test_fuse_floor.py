@@ -110,7 +110,7 @@ def test_a_floor_outside_zero_to_one_is_refused_by_name(value):
 
 def test_the_text_table_shows_an_uncounted_rank_in_brackets():
     from pipeline.contracts import Mode, Results
-    from workers.render import format_results
+    from workers.cli.render import format_results
 
     state = _fuse(_state(FTS, VECTOR), SETTINGS.fts_floor)
     res = Results(query_id="q", query="parcel courier signature", mode="hybrid", requested_mode=Mode.hybrid,

@@ -71,7 +71,7 @@ def fuzz_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("fuzz")
     # audit rows are tested elsewhere; here they would only add a background writer
     settings = Settings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     ingest_file(write_jsonl(data / "seed.jsonl", SEED), settings, progress=False)
     MEMBERSHIP.clear()
@@ -339,7 +339,7 @@ ingest_files = st.lists(
 @pytest.fixture
 def ingest_store(tmp_path):
     """A small store of its own: successful fuzz ingests change it."""
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     settings = Settings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
     ingest_file(write_jsonl(tmp_path / "seed.jsonl", SEED[:8]), settings, progress=False)
@@ -350,7 +350,7 @@ def _ingest_case(settings: Settings, tmp_path: Path, lines: list[str], skip_inva
     from pipeline.store.ingest import derive_id
     from pipeline.store.writes import get
     from tests.stores import published
-    from workers.cli import ingest_file
+    from workers.cli.common import ingest_file
 
     with case("ingest"):
         path = tmp_path / "fuzz.jsonl"

@@ -15,7 +15,8 @@ from pipeline.store.database import Store
 from pipeline.store.stats import store_stats
 from tests.conftest import write_jsonl
 from tests.stores import compacted, published
-from workers.cli import ingest_file, main
+from workers.cli import main
+from workers.cli.common import ingest_file
 
 
 def _mem(i, ns="alpha", **kw):

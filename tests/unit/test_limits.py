@@ -19,7 +19,7 @@ from pipeline.contracts import make_query
 from pipeline.errors import IngestValidationError, InputError
 from pipeline.store import ingest
 from tests.conftest import write_jsonl
-from workers.cli import ingest_file
+from workers.cli.common import ingest_file
 
 
 def _limits(settings, **changes):

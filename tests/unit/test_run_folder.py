@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipeline.errors import InputError
-from workers.eval_cli import load_run_folder
+from workers.cli.eval import load_run_folder
 
 
 def _folder(tmp_path, report) -> object:

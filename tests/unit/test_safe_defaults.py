@@ -21,7 +21,8 @@ from kombu.serialization import dumps, loads, prepare_accept_content
 from pipeline.errors import InputError
 from pipeline.settings import Settings
 from workers.app import conf_for
-from workers.cli import flower_argv, main
+from workers.cli import main
+from workers.cli.commands import flower_argv
 
 SECRET = "Tr0ub4dor-and-3"
 

@@ -9,7 +9,7 @@ import os
 
 from tests.conftest import write_jsonl
 from workers import resources, warmup
-from workers.service import ingest_file
+from workers.cli.common import ingest_file
 
 
 def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):

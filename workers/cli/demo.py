@@ -17,19 +17,24 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from pipeline.contracts import QueryOptions
+from pipeline.datasets.demo import write_demo
+from pipeline.evaluation.metrics import score
+from pipeline.evaluation.queries import read_qrels
 from pipeline.settings import Settings
+from pipeline.store import segments
+from pipeline.textfiles import read_lines
+from workers import resources
+from workers.api import search, search_many
 
-from .service import demo_settings
+from .common import demo_settings, ingest_file
+from .render import format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
 
 def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
-    from pipeline.datasets.demo import write_demo
-    from pipeline.store import segments
 
-    from . import resources
-    from .service import ingest_file
 
     files = write_demo(settings.data_dir / "files")
     if rebuild:
@@ -46,9 +51,6 @@ def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Pat
 
 
 def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str, int]]]:
-    from pipeline.evaluation.queries import read_qrels
-    from pipeline.textfiles import read_lines
-
     queries = [json.loads(line) for line in read_lines(files["queries"]) if line.strip()]
     return queries, read_qrels(files["qrels"])
 
@@ -59,10 +61,7 @@ BUDGET_CHARS = 300  # the budget showcase's max_chars
 
 
 def run_demo(settings: Settings, rebuild: bool = False) -> int:
-    from pipeline.evaluation.metrics import score
 
-    from . import resources
-    from .api import search_many
 
     # The demo prints its own summary; one INFO line per query (225 of them)
     # and the model loader's chatter would bury it.
@@ -111,8 +110,6 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
 
 
 def _default_supersession() -> str:
-    from pipeline.contracts import QueryOptions
-
     return QueryOptions().supersession.value
 
 
@@ -199,8 +196,6 @@ def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list
 def _scope_example(queries: list[dict]) -> dict | None:
     """A judged query with a namespace whose top results, asked without it,
     include memories of another namespace: the scope visibly matters."""
-    from .api import search_many
-
     scoped = [q for q in queries if q.get("namespace")]
     free = search_many([{"query": q["text"], "max_units": SHOWN} for q in scoped])
     return next((q for q, res in zip(scoped, free)
@@ -211,9 +206,6 @@ def _show(title: str, q: dict, options: dict, contrast: dict | None = None) -> N
     """Print ``title`` and ``q`` asked on its own (a result from
     ``search_many`` carries its batch's time) with ``options``; with
     ``contrast``, one line with the top ids asked with those options instead."""
-    from .api import search
-    from .render import format_results
-
     ask = {"namespace": q.get("namespace"), "max_units": SHOWN, **options}
     res = search(q["text"], **ask)
     print(title)

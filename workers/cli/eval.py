@@ -7,6 +7,7 @@ module wires sources, stores, the search function and the output folder.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sys
 import tempfile
@@ -14,10 +15,23 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import workers
+from pipeline import audit
 from pipeline import evaluation as ev
+from pipeline.contracts import Mode
 from pipeline.datasets.beir import load_beir
+from pipeline.datasets.locomo import load_locomo
 from pipeline.errors import InputError
 from pipeline.evaluation.models import Comparison, RunReport
+from pipeline.evaluation.report import modes_lines, safe_name, write_comparison, write_modes, write_replay, write_run
+from pipeline.stages.descend import compile_kernels
+from pipeline.store import segments
+from pipeline.store.compact import compact
+from pipeline.store.reader import Reader
+from workers.api import search_many
+
+from .common import check_namespace, cli_settings, ingest_file, prepare_search, require_store
+from .demo import build_demo_store, demo_settings, load_queries
 
 NO_PROGRESS_HELP = "no progress bar on stderr"
 
@@ -150,16 +164,12 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
         _check_namespaces(args.queries, queries, settings)
         return ev.reconcile(args.queries.stem, queries, qrels, strict=args.strict), settings
     if source == "demo":
-        from .demo import build_demo_store, demo_settings, load_queries
-
         run_settings = demo_settings(settings)
         raw, qrels = load_queries(build_demo_store(run_settings))
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q.get("namespace")} if q.get("namespace") else {})
                    for q in raw]
         return ev.reconcile("demo", queries, qrels, strict=args.strict), run_settings
     if source == "locomo":
-        from pipeline.datasets.locomo import load_locomo
-
         if not args.locomo.is_file():
             raise InputError("--locomo", f"no such file: {args.locomo}")
         try:
@@ -185,9 +195,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
 def _check_namespaces(path: Path, queries: list[ev.QuerySpec], settings) -> None:
     """A query naming a namespace the store does not hold is refused, as by
     ``dimple search`` (embedded: through a broker the workers' store answers)."""
-    from pipeline.store.reader import Reader
 
-    from .service import check_namespace
 
     asked = {q.options.get("namespace") for q in queries} - {None}
     if not settings.embedded or not asked:
@@ -210,9 +218,7 @@ def _ensure_store(settings, records: list[dict], what: str) -> None:
     them is there already. A store built from other records of the set (the
     dataset's files changed since) is brought up to date: new and changed
     records written, records no longer in the set forgotten."""
-    from pipeline.store import segments
 
-    from .service import ingest_file
 
     path = settings.data_dir / f"{what}-records.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
@@ -236,13 +242,12 @@ def _ensure_store(settings, records: list[dict], what: str) -> None:
 
 # -- running ----------------------------------------------------------------------------------
 def _quiet() -> None:
-    import logging
-
     for name in ("dimple.search", "sentence_transformers", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _progress(total: int, label: str, disabled: bool):
+    # lazy: `dimple search` loads this module and must not load tqdm (tests/embedded/test_cli.py) (53 ms of import here)
     from tqdm import tqdm
 
     return tqdm(total=total, desc=label, unit="q", disable=True if disabled else None, file=sys.stderr)
@@ -272,15 +277,11 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
             progress: bool, extra_config: dict | None = None,
             in_flight: int = 8) -> tuple[RunReport, list[ev.QueryRun]]:
     """Point this process at ``settings``, run the set, score it: (report, per-query runs)."""
-    import workers
 
-    from .api import search_many
 
     workers.configure(settings)
     if settings.embedded:  # thousands of descents in this process: the compiled loops pay for themselves
-        from pipeline.stages.descend import compile_kernels
 
-        from .service import prepare_search
 
         compile_kernels()
         # the store, index and query embedder load before the clock starts, as for one search, so
@@ -320,8 +321,6 @@ def _say_skipped(qset: ev.QuerySet) -> None:
 
 
 def cmd_eval(args) -> int:
-    from .service import cli_settings
-
     out = _need_out(args)
     settings = cli_settings()
     _quiet()
@@ -337,7 +336,6 @@ def cmd_eval(args) -> int:
         return _eval_all_modes(args, qset, run_settings, out, name)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
                            progress=not args.no_progress, in_flight=args.in_flight)
-    from pipeline.evaluation.report import safe_name, write_run
 
     folder = out / safe_name(name)
     write_run(folder, report, ev.as_run(runs), qset.qrels, runs)
@@ -355,9 +353,6 @@ def _eval_all_modes(args, qset: ev.QuerySet, run_settings, out: Path, name: str)
     """``--mode all``: every mode on the same store, one after the other in
     this process, each in its own run folder under ``OUT/NAME``, then one
     table and hybrid's paired test against each leg (``modes.json``)."""
-    from pipeline.contracts import Mode
-    from pipeline.evaluation.report import modes_lines, safe_name, write_modes, write_run
-
     root = out / safe_name(name)
     reports: dict[str, RunReport] = {}
     served: dict[str, dict[str, list[str]]] = {}
@@ -401,8 +396,6 @@ def load_run_folder(folder: Path) -> tuple[RunReport, dict[str, list[str]], dict
 
 
 def cmd_compare(args) -> int:
-    from pipeline.evaluation.report import safe_name, write_comparison
-
     _check_numbers(args)
     if len(args.runs) < 2:
         raise InputError("RUN", "compare needs at least two run folders")
@@ -448,12 +441,7 @@ def parse_since(text: str | None, now: datetime | None = None) -> datetime | Non
 
 
 def cmd_replay(args) -> int:
-    import workers
-    from pipeline import audit
-    from pipeline.evaluation.report import safe_name, write_replay
 
-    from .api import search_many
-    from .service import cli_settings
 
     settings = cli_settings()
     _quiet()
@@ -481,8 +469,6 @@ def cmd_replay(args) -> int:
 
 
 def _axes(args) -> dict[str, list[Any]]:
-    from pipeline.contracts import Mode
-
     axes: dict[str, list[Any]] = {}
     if args.modes:
         axes["mode"] = [Mode.parse(m.strip()).value for m in args.modes.split(",")]
@@ -500,10 +486,7 @@ def _axes(args) -> dict[str, list[Any]]:
 def tree_copy(settings, max_leaf_items: int, work: Path):
     """Settings on a temporary copy of the published store whose tree is
     rebuilt with ``max_leaf_items``; the user's store is only read."""
-    from pipeline.store import segments
-    from pipeline.store.compact import compact
 
-    from .service import require_store
 
     require_store(settings)
     copy = settings.replace(data_dir=work / f"leaf-{max_leaf_items}",
@@ -521,9 +504,7 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
 
 
 def cmd_sweep(args) -> int:
-    from pipeline.evaluation.report import safe_name, write_comparison, write_run
 
-    from .service import cli_settings
 
     out = _need_out(args)
     settings = cli_settings()
@@ -556,7 +537,6 @@ def cmd_sweep(args) -> int:
             runs.append(ev.as_run(detail))
             print(f"{cname}: " + ", ".join(f"{k} {v:.3f}" for k, v in report["metrics"].items())
                   + f", {report['queries_per_s']} q/s")
-        import workers
 
         workers.configure(settings)  # release the temporary stores before they are removed
     if len(reports) > 1:

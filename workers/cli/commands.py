@@ -15,9 +15,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import DimpleError, IngestValidationError, InputError, problems
-from workers.render import format_results, one_line
-from workers.service import (
+import numpy  # noqa: F401  (threadpoolctl limits the BLAS numpy loads: one_query_process)
+from pydantic import ValidationError
+from threadpoolctl import threadpool_limits
+
+from pipeline import audit
+from pipeline.audit.letters import drain_outbox
+from pipeline.contracts import parse_leg_weights
+from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
+from pipeline.store.compact import compact
+from pipeline.store.reader import Reader
+from pipeline.store.stats import store_stats
+from workers.api import forget, search
+from workers.app import QUEUES, app
+from workers.supervise import supervise
+
+from .common import (
     cli_settings,
     ingest_file,
     ingest_via_broker,
@@ -29,6 +42,9 @@ from workers.service import (
     require_store,
     setup_logging,
 )
+from .demo import run_demo
+from .eval import register as register_eval
+from .render import format_results, one_line
 
 EXIT_USER = 2
 # stdout closed by its reader (``dimple stats | head``): 128 + SIGPIPE, the
@@ -65,7 +81,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USER
-    from pydantic import ValidationError
 
     try:
         if getattr(args, "operator_log", False):  # worker, flower: DIMPLE_LOG_LEVEL
@@ -209,7 +224,6 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--rebuild", action="store_true", help="rebuild the demo store even if present")
     s.set_defaults(func=cmd_demo)
 
-    from .eval_cli import register as register_eval
 
     register_eval(sub)
     # -v works before or after the subcommand: each subcommand takes it too
@@ -255,8 +269,6 @@ def cmd_ingest(args) -> int:
 
 
 def cmd_forget(args) -> int:
-    from .api import forget
-
     settings = cli_settings()
     if settings.embedded:
         require_store(settings)
@@ -267,8 +279,6 @@ def cmd_forget(args) -> int:
 
 
 def cmd_compact(args) -> int:
-    from pipeline.store.compact import compact
-
     settings = cli_settings()
     require_store(settings)
     report = compact(settings, wait=True)
@@ -281,8 +291,6 @@ def cmd_compact(args) -> int:
 
 
 def cmd_reindex(args) -> int:
-    from pipeline.store.compact import compact
-
     settings = cli_settings()
     require_store(settings)
     t0 = time.perf_counter()
@@ -293,9 +301,6 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_stats(args) -> int:
-    from pipeline.store.reader import Reader
-    from pipeline.store.stats import store_stats
-
     settings = cli_settings()
     require_store(settings)
     reader = Reader(settings.data_dir)  # the base and its deltas as one consistent snapshot
@@ -350,8 +355,6 @@ def search_options(args) -> dict[str, Any]:
         if value is not None:
             options[name] = value
     if args.weights is not None:
-        from pipeline.contracts import parse_leg_weights
-
         vector, fts = parse_leg_weights(args.weights, "--weights")
         options["weights"] = {"vector": vector, "fts": fts}
     return options
@@ -369,8 +372,6 @@ def one_query_process() -> None:
       (pipeline/minilm.py).
     """
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
-    import numpy  # noqa: F401  (threadpoolctl limits the BLAS numpy loads)
-    from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
 
@@ -381,7 +382,6 @@ def cmd_search(args) -> int:
     if getattr(args, "own_process", False):
         one_query_process()
     prepare_search(settings, args.query, options)  # start-up and model loading stay off the query's clock
-    from workers.api import search
 
     results = search(args.query, **options)
     if args.json:
@@ -393,8 +393,6 @@ def cmd_search(args) -> int:
 
 # -- audit ---------------------------------------------------------------------------
 def _audit_row(settings, query_id: str):
-    from pipeline import audit
-
     row = audit.find(settings.audit_path, query_id)
     if row is None:
         raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}")
@@ -402,8 +400,6 @@ def _audit_row(settings, query_id: str):
 
 
 def cmd_audit_tail(args) -> int:
-    from pipeline import audit
-
     if args.n < 1:
         raise InputError("-n", "must be at least 1")
     settings = cli_settings()
@@ -426,8 +422,6 @@ def cmd_audit_show(args) -> int:
 
 
 def cmd_audit_explain(args) -> int:
-    from pipeline import audit
-
     settings = cli_settings()
     row = _audit_row(settings, args.query_id)
     paths = audit.explain(row)
@@ -464,8 +458,6 @@ def cmd_audit_explain(args) -> int:
 
 
 def cmd_audit_failed(args) -> int:
-    from pipeline import audit
-
     settings = cli_settings()
     letters, unreadable = audit.scan_dead_letters(settings.dead_letter_dir)
     for _, error, row in letters:
@@ -478,10 +470,6 @@ def cmd_audit_failed(args) -> int:
 
 
 def cmd_audit_retry(args) -> int:
-    from pipeline import audit
-    from pipeline.audit.letters import drain_outbox
-    from pipeline.errors import AuditWriteError
-
     settings = cli_settings()
     written, present, errors = audit.retry_dead_letters(settings.dead_letter_dir, settings.audit_path)
     try:  # rows whose message was lost and no audit worker has written yet
@@ -502,8 +490,6 @@ def cmd_audit_retry(args) -> int:
 # -- worker / flower -------------------------------------------------------------------
 def worker_argv(settings, queues: str, concurrency: int | None, name: str | None,
                 loglevel: str | None = None) -> list[str]:
-    from workers.app import QUEUES
-
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
     unknown = sorted(set(wanted) - set(QUEUES))
     if unknown or not wanted:
@@ -524,13 +510,10 @@ def cmd_worker(args) -> int:
     level = logging.getLevelName(logging.getLogger().level)  # DIMPLE_LOG_LEVEL, or lower with -v
     argv = worker_argv(settings, args.queues, args.concurrency, args.name, level)  # refuses bad queues first
     if not args.no_restart:
-        from workers.supervise import supervise
-
         child = [sys.executable, "-m", "workers.cli", *(["-v"] * (args.verbose or 0)), "worker", "--no-restart",
                  "--queues", args.queues, *(["--concurrency", str(args.concurrency)] if args.concurrency else []),
                  *(["--name", args.name] if args.name else [])]
         return supervise(child)
-    from workers.app import app
 
     app.worker_main(argv)
     return 0
@@ -556,7 +539,6 @@ def cmd_flower(args) -> int:
     settings = cli_settings()
     need_broker(settings)
     argv = flower_argv(settings, args.insecure)
-    from workers.app import app
 
     app.start(argv)
     return 0
@@ -564,10 +546,5 @@ def cmd_flower(args) -> int:
 
 # -- demo ----------------------------------------------------------------------------
 def cmd_demo(args) -> int:
-    from workers.demo import run_demo
-
     return run_demo(cli_settings(), rebuild=args.rebuild)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,13 +10,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, StoreError
+from celery.exceptions import TimeoutError as CeleryTimeoutError
+
+import workers
+from pipeline.audit.explain import diff_served, replay_options, store_changed
+from pipeline.contracts import make_query
+from pipeline.errors import (
+    BrokerUnavailableError,
+    IngestTimeoutError,
+    InputError,
+    NoWorkerError,
+    StageError,
+    StoreError,
+)
+from pipeline.settings import get_settings
+from pipeline.store import ingest, segments, writes
+from pipeline.store.compact import compact
+from pipeline.store.reader import Reader
+from pipeline.store.writes import LiveView
+from workers import resources
+from workers.api import BROKER_DOWN, search
+from workers.app import START_WORKER, consumed_queues
+from workers.celery_compat import stop_waiting
+from workers.tasks import ingest_batch
 
 
 def cli_settings():
     """The process's settings (``get_settings``); logging is set up by ``setup_logging``."""
-    from pipeline.settings import get_settings
-
     return get_settings()
 
 
@@ -69,8 +89,6 @@ def demo_settings(settings):
 def no_store(settings) -> StoreError:
     """The one message for a data dir without a store, with a hint that is true
     (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
-    from pipeline.store import segments
-
     demo_dir = demo_settings(settings).data_dir
     if segments.exists(demo_dir):
         demo = f"search the demo's with DIMPLE_DATA_DIR={demo_dir}"
@@ -81,8 +99,6 @@ def no_store(settings) -> StoreError:
 
 def require_store(settings) -> Path:
     """The published base file; ``no_store`` when there is none (before any model is loaded)."""
-    from pipeline.store import segments
-
     path = segments.base_path(settings.data_dir)
     if path is None:
         raise no_store(settings)
@@ -107,12 +123,9 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     start-up and model loading are not counted in ``total_ms``, the stage
     timings or the audit row. Through a broker the workers' store answers,
     which may not be this machine's: only the input is checked here."""
-    from pipeline.contracts import make_query
-
     wants_vectors = make_query(query, options, settings).wants("vector")
     if not settings.embedded:
         return
-    from . import resources
 
     snap = resources.snapshot()
     if snap is None:
@@ -127,9 +140,6 @@ def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: b
                 forget: list[str] | None = None):
     """Validate ``path`` in full, then write it, and forget ``forget``'s ids,
     as one write (the CLI's ingest); compacts when the deltas passed a threshold."""
-    from pipeline.store import ingest, writes
-    from pipeline.store.compact import compact
-
     parsed = ingest.read_file(path, settings.limits)
     report = writes.write(settings, parsed, forget=forget, skip_invalid=skip_invalid, progress=progress)
     if report.compact_due:  # no ingest worker compacts for a local write: this process does, now
@@ -149,22 +159,13 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
     which lines were sent (that batch stays queued and is applied when a
     worker runs it) and which were not (nothing after it is sent).
     """
-    from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-    from pipeline.errors import BrokerUnavailableError, IngestTimeoutError, NoWorkerError, StageError
-    from pipeline.store import ingest
-    from pipeline.store.reader import Reader
-    from pipeline.store.writes import LiveView
-    from workers.api import _BROKER_DOWN
-    from workers.app import START_WORKER, consumed_queues
-    from workers.celery_compat import stop_waiting
-    from workers.tasks import ingest_batch
 
     need_broker(settings)
     try:
         if "ingest" not in consumed_queues():
             raise NoWorkerError("ingest", START_WORKER["ingest"])
-    except _BROKER_DOWN as exc:
+    except BROKER_DOWN as exc:
         raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
     lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
     parsed = ingest.parse_lines(lines, settings.limits)
@@ -181,11 +182,11 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
         rest = f"nothing after it was sent ({_lines(end + 1, len(lines))})" if end < len(lines) else "it was the last"
         try:
             handle = ingest_batch.apply_async(args=[chunk, start + 1, skip_invalid])
-        except _BROKER_DOWN as exc:
+        except BROKER_DOWN as exc:
             raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
         try:
             result = handle.get(timeout=wait_s)
-        except _BROKER_DOWN as exc:
+        except BROKER_DOWN as exc:
             raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
         except CeleryTimeoutError:
             stop_waiting(handle)
@@ -212,11 +213,7 @@ def replay_row(row) -> dict[str, Any]:
     """
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
-    import workers
-    from pipeline.audit.explain import diff_served, replay_options, store_changed
 
-    from . import resources
-    from .api import search
 
     settings = resources.settings()
     unlogged = settings.embedded and settings.audit_enabled
