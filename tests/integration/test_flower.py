@@ -76,3 +76,22 @@ def test_flower_requires_auth_and_shows_every_stage(demo_store, stack, tmp_path)
         proc.terminate()
         proc.wait(10)
         workers.configure(demo_store.settings)
+
+
+def test_flower_on_a_port_in_use_is_one_line(bare_broker, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = dict(os.environ, DIMPLE_BROKER_URL=bare_broker.broker_url, DIMPLE_FLOWER_USER="ops",
+                   DIMPLE_FLOWER_PASSWORD="s3cret-pw", DIMPLE_FLOWER_PORT=str(port),
+                   DIMPLE_DATA_DIR=str(tmp_path))
+        out = subprocess.run([sys.executable, "-m", "workers.cli", "flower"], env=env, capture_output=True,
+                             text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1] == (f"dimple: error: DIMPLE_FLOWER_PORT: 127.0.0.1:{port} is in use (another Flower?): "
+                         "stop it, or choose another port"), out.stderr
+    assert "Traceback" not in out.stderr

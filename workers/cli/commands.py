@@ -6,6 +6,7 @@ A user's mistake ends with one line on stderr and exit code 2; no stack trace.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -539,8 +540,13 @@ def cmd_flower(args) -> int:
     settings = cli_settings()
     need_broker(settings)
     argv = flower_argv(settings, args.insecure)
-
-    app.start(argv)
+    try:
+        app.start(argv)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise InputError("DIMPLE_FLOWER_PORT", f"{settings.flower_address}:{settings.flower_port} is in use "
+                         "(another Flower?): stop it, or choose another port") from None
     return 0
 
 
