@@ -1,8 +1,10 @@
 """The README's commands, run as a new user would run them (issue 13).
 
-Every fenced ``bash`` block of README.md is split into commands, read from the
-README itself so it cannot drift, and the commands run in order in one shell
-environment: a fresh ``HOME`` (so the README's default data dir), a scratch
+Every fenced ``bash`` block of README.md, and of the docs pages whose commands
+continue it (``CONTINUED``: docs/EVALUATION.md runs where a reader follows its
+link, after "Use" built the store it evaluates), is split into commands, read
+from the pages themselves so they cannot drift, and the commands run in order in
+one shell environment: a fresh ``HOME`` (so the README's default data dir), a scratch
 working directory, and this test's virtual environment first on ``PATH``, as
 ``source .venv/bin/activate`` puts it. A command passes when it exits 0 within
 its time bound with no Python traceback on stderr; a command that runs until
@@ -41,6 +43,12 @@ from ops.stack import Stack, free_port, redis_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+# Docs pages whose commands continue the README's, each run just before the
+# README section named: docs/EVALUATION.md evaluates the store "Use" built and
+# must run before "Running on workers" exports a broker URL for every command
+# after it. Its section names are its headings, as in README.md.
+CONTINUED = {"Running on workers": ["docs/EVALUATION.md"]}
 VENV_BIN = Path(sys.executable).parent
 
 # A bound tells a hung command from a slow one; it is not a speed test (speed
@@ -87,12 +95,13 @@ class Step:
 
 
 def readme_blocks(text: str) -> list[tuple[str, str]]:
-    """(section heading, body) of every ```bash block, in order."""
+    """(section heading, body) of every ```bash block, in order; the section is
+    the last ``#`` or ``##`` heading above it (a docs page's title is its ``#``)."""
     out, section, body = [], "", None
     for line in text.splitlines():
         if body is None:
-            if line.startswith("## "):
-                section = line[3:].strip()
+            if line.startswith(("# ", "## ")):
+                section = line.split(" ", 1)[1].strip()
             elif line.strip() == "```bash":
                 body = []
         elif line.strip() == "```":
@@ -125,9 +134,24 @@ def split_commands(block: str) -> list[str]:
     return out
 
 
-def plan(text: str) -> list[Step]:
+def reading_order(readme: str, pages: dict[str, str]) -> list[tuple[str, str]]:
+    """The README's blocks with each continued page's blocks inserted before
+    the README section ``CONTINUED`` names; ``pages``: path -> text."""
+    out, inserted = [], set()
+    for section, block in readme_blocks(readme):
+        for page in CONTINUED.get(section, []):
+            if page not in inserted:
+                inserted.add(page)
+                out += readme_blocks(pages[page])
+        out.append((section, block))
+    missing = {p for ps in CONTINUED.values() for p in ps} - inserted
+    assert not missing, f"README.md has no bash block under the section that {sorted(missing)} continue"
+    return out
+
+
+def plan(blocks: list[tuple[str, str]]) -> list[Step]:
     steps = []
-    for section, block in readme_blocks(text):
+    for section, block in blocks:
         for cmd in split_commands(block):
             step = Step(section, cmd)
             run = re.sub(r"^bash ops/install\.sh && ", "", cmd).replace(".venv/bin/dimple", "dimple")
@@ -139,7 +163,9 @@ def plan(text: str) -> list[Step]:
     return steps
 
 
-STEPS = plan(README.read_text(encoding="utf-8"))
+STEPS = plan(reading_order(README.read_text(encoding="utf-8"),
+                           {page: (ROOT / page).read_text(encoding="utf-8")
+                            for pages in CONTINUED.values() for page in pages}))
 
 
 def _tiny_datasets(work: Path) -> None:
@@ -365,6 +391,27 @@ def test_the_readme_has_the_blocks_a_new_user_needs():
     assert len({f"{s.section}: {s.key}" for s in STEPS}) == len(STEPS), "two commands with the same first line"
     assert all(s.run.split()[0] != ".venv/bin/dimple" for s in STEPS)
     assert not [k for k in XFAIL if k not in {s.key for s in STEPS}], "an xfail names a command the README lost"
+    evaluation = [i for i, s in enumerate(STEPS) if s.section == "Evaluation (`dimple eval`)"]
+    use = [i for i, s in enumerate(STEPS) if s.section == "Use"]
+    workers = [i for i, s in enumerate(STEPS) if s.section == "Running on workers"]
+    assert max(use) < min(evaluation) and max(evaluation) < min(workers), "docs/EVALUATION.md runs between Use and workers"
+
+
+def test_every_docs_page_with_commands_is_run():
+    """A docs page that shows shell commands is run as the README is (or the
+    commands it shows could break unseen)."""
+    continued = {page for pages in CONTINUED.values() for page in pages}
+    with_commands = {str(p.relative_to(ROOT)) for p in DOCS.rglob("*.md")
+                     if readme_blocks(p.read_text(encoding="utf-8"))}
+    assert with_commands <= continued, f"pages with bash blocks that no test runs: {sorted(with_commands - continued)}"
+
+
+def test_the_reading_order_inserts_a_page_before_its_section():
+    readme = "# dimple\n## Use\n```bash\nuse-1\n```\n## Running on workers\n```bash\nwork-1\n```\n```bash\nwork-2\n```\n"
+    page = "# Evaluation\n```bash\neval-1\n```\n### More\n```bash\neval-2\n```\n"
+    assert reading_order(readme, {"docs/EVALUATION.md": page}) == [
+        ("Use", "use-1"), ("Evaluation", "eval-1"), ("Evaluation", "eval-2"),
+        ("Running on workers", "work-1"), ("Running on workers", "work-2")]
 
 
 @pytest.mark.parametrize("key", _params())
