@@ -9,6 +9,7 @@ in two (a public BEIR corpus has such lines).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pipeline.errors import InputError
@@ -26,17 +27,22 @@ def lines_of(text: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
+STDIN = "-"  # a FILE argument that reads standard input
+
+
 def read_lines(path: Path, what: str = "FILE") -> list[str]:
-    """The lines of a UTF-8 file (``lines_of``); a missing or unreadable file
-    is an ``InputError`` naming ``what``."""
+    """The lines of a UTF-8 file (``lines_of``), or of standard input for
+    ``-``; a missing or unreadable file is an ``InputError`` naming ``what``."""
     path = Path(path)
     try:
+        if str(path) == STDIN:
+            return lines_of(sys.stdin.buffer.read().decode("utf-8"))
         if path.is_dir():
             raise InputError(what, f"{path} is a folder, not a file")
         if not path.is_file():
             raise InputError(what, f"no such file: {path}")
         return lines_of(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise InputError(what, f"{path.name}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+        raise InputError(what, f"{'standard input' if str(path) == STDIN else path.name}: not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     except OSError as exc:  # a name too long, no permission, ...
         raise InputError(what, f"cannot read {path}: {exc.strerror or exc}") from None

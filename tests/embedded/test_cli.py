@@ -5,6 +5,7 @@ pipe, id prefixes, help text for every option, start-up off the query clock.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -364,3 +365,25 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_the_setting(tmp_path, 
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(expected)
     assert not (tmp_path / "data" / "MANIFEST").exists()
+
+
+def test_ingest_reads_standard_input_for_a_dash(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    lines = "".join(json.dumps({"id": f"s{i}", "namespace": "stdin", "content": f"piped memory {i}"}) + "\n"
+                    for i in range(3))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIMPLE_")}
+    env.update({"PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "DIMPLE_DATA_DIR": str(tmp_path / "data"),
+                "DIMPLE_EMBEDDING_MODEL": "hash-32"})
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "ingest", "-"], cwd=root, input="\ufeff" + lines,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ingested standard input: 3 new, 0 updated, 0 unchanged"), done.stdout
+    listed = subprocess.run([sys.executable, "-m", "workers.cli", "search", "piped memory", "--mode", "keyword",
+                             "--json"], cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(r["id"] for r in json.loads(listed.stdout)["results"]) == ["s0", "s1", "s2"]

@@ -176,8 +176,8 @@ def test_dimple_ingest_via_broker_with_an_ingest_worker(demo_store, stack, tmp_p
                                            for i in range(3)])
     done = _cli(stack, demo_store.settings, "ingest", str(path), "--via-broker", env={"DIMPLE_INGEST_BATCH_SIZE": "2"})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0].startswith("lines 1-2: 2 new, 0 updated, 0 unchanged, generation ")
-    assert done.stdout.splitlines()[1].startswith("lines 3-3: 1 new, 0 updated, 0 unchanged, generation ")
+    assert done.stdout.splitlines()[0].startswith("lines 1-2: 2 new, 0 updated, 0 unchanged, store version ")
+    assert done.stdout.splitlines()[1].startswith("lines 3-3: 1 new, 0 updated, 0 unchanged, store version ")
 
 
 def test_a_batch_that_times_out_is_applied_later_and_nothing_after_it_is_sent(demo_store, stack, tmp_path):

@@ -137,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(metavar="COMMAND")
 
     s = sub.add_parser("ingest", help="ingest a JSONL file of memories")
-    s.add_argument("file", type=Path, help="JSONL, one memory per line (id, namespace, content, ...)")
+    s.add_argument("file", type=Path, help="JSONL, one memory per line (id, namespace, content, ...); - reads standard input")
     s.add_argument("--skip-invalid", action="store_true", help="write the valid lines, report the rest")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--via-broker", action="store_true",
@@ -245,7 +245,7 @@ def cmd_ingest(args) -> int:
             elif batch["ok"]:
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: "
                       f"{batch['inserted']} new, {batch['updated']} updated, {batch['unchanged']} unchanged, "
-                      f"generation {batch['generation']}")
+                      f"store version {batch['version']}")
             else:
                 failed += 1
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: rejected", file=sys.stderr)
@@ -258,7 +258,7 @@ def cmd_ingest(args) -> int:
     else:
         written = report.inserted + report.updated
         print(
-            f"ingested {args.file}: {report.inserted} new, {report.updated} updated, {report.unchanged} unchanged, "
+            f"ingested {'standard input' if str(args.file) == '-' else args.file}: {report.inserted} new, {report.updated} updated, {report.unchanged} unchanged, "
             f"{report.embedded} embedded in {report.seconds['total']:.1f}s; "
             + (f"store version {report.version}" if written
                else f"nothing to write, store version {report.version} kept" if report.version
