@@ -4,6 +4,7 @@ lines finds nothing left to load."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -36,6 +37,9 @@ def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_s
     assert "queues search; 2 processes loaded the descent's compiled loops in " in search_line
     assert "; store version " in search_line
     assert "with its vector index" in search_line
+    log = (cli_stack.run_dir / "ready-embed.log").read_text()
+    assert "superuser privileges" not in log  # Celery's eight lines, folded into one of ours when root
+    assert ("running as root: run workers as an unprivileged user" in log) == (os.geteuid() == 0)
 
     workers.configure(demo_store.with_broker(cli_stack.broker_url))
     started = time.perf_counter()

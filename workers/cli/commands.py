@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -516,6 +517,11 @@ def cmd_worker(args) -> int:
                  *(["--name", args.name] if args.name else [])]
         return supervise(child)
 
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Celery's own warning is eight lines on every start; one says the same
+        warnings.filterwarnings("ignore", message="You're running the worker with superuser privileges")
+        logging.getLogger("dimple.worker").warning(
+            "running as root: run workers as an unprivileged user (SECURITY.md, 'Operator duties')")
     app.worker_main(argv)
     return 0
 
