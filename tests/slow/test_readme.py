@@ -1,6 +1,7 @@
 """The README's commands, run as a new user would run them (issue 13).
 
-Every fenced ``bash`` block of README.md, and of the docs pages whose commands
+Every fenced ``bash`` and ``python`` block of README.md (a Python block as one
+``python -`` command), and of the docs pages whose commands
 continue it (``CONTINUED``: docs/EVALUATION.md runs where a reader follows its
 link, after "Use" built the store it evaluates), is split into commands, read
 from the pages themselves so they cannot drift, and the commands run in order in
@@ -95,21 +96,30 @@ class Step:
 
 
 def readme_blocks(text: str) -> list[tuple[str, str]]:
-    """(section heading, body) of every ```bash block, in order; the section is
-    the last ``#`` or ``##`` heading above it (a docs page's title is its ``#``)."""
-    out, section, body = [], "", None
+    """(section heading, body) of every ```bash and ```python block, in order;
+    the section is the last ``#`` or ``##`` heading above it (a docs page's
+    title is its ``#``). A Python block becomes one command, ``python -`` fed
+    the block (``python_command``), run where it stands."""
+    out, section, body, lang = [], "", None, ""
     for line in text.splitlines():
         if body is None:
             if line.startswith(("# ", "## ")):
                 section = line.split(" ", 1)[1].strip()
-            elif line.strip() == "```bash":
-                body = []
+            elif line.strip() in ("```bash", "```python"):
+                body, lang = [], line.strip()[3:]
         elif line.strip() == "```":
-            out.append((section, "\n".join(body)))
+            out.append((section, python_command(body) if lang == "python" else "\n".join(body)))
             body = None
         else:
             body.append(line)
     return out
+
+
+def python_command(lines: list[str]) -> str:
+    """A README Python block as a shell command: ``python -`` reading the
+    block; its first code line is in the command's first line (the step's key)."""
+    first = next((line for line in lines if line.strip() and not line.startswith("#")), "")
+    return "\n".join([f"python - <<'PYTHON'  # {first}", *lines, "PYTHON"])
 
 
 def split_commands(block: str) -> list[str]:
@@ -412,6 +422,16 @@ def test_the_reading_order_inserts_a_page_before_its_section():
     assert reading_order(readme, {"docs/EVALUATION.md": page}) == [
         ("Use", "use-1"), ("Evaluation", "eval-1"), ("Evaluation", "eval-2"),
         ("Running on workers", "work-1"), ("Running on workers", "work-2")]
+
+
+def test_a_python_block_is_one_command_fed_to_python():
+    readme = "## Use\n```python\nfrom x import y\n\nprint(y(1))  # a comment\n```\n"
+    (section, block), = readme_blocks(readme)
+    assert section == "Use"
+    assert split_commands(block) == ["python - <<'PYTHON'  # from x import y\nfrom x import y\n\n"
+                                     "print(y(1))  # a comment\nPYTHON"]
+    python_steps = [s for s in STEPS if s.run.startswith("python - <<'PYTHON'")]
+    assert len(python_steps) == README.read_text(encoding="utf-8").count("```python")
 
 
 @pytest.mark.parametrize("key", _params())
