@@ -278,7 +278,7 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
 
     workers.configure(settings)
     if settings.embedded:  # thousands of descents in this process: the compiled loops pay for themselves
-        from pipeline.stages.descend import compile_kernels
+        from pipeline.store.vector import compile_kernels
 
         from .service import prepare_search
 

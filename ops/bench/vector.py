@@ -23,7 +23,7 @@ compared with the query; centroids compared are reported beside it.
 Sides:
 
 - **exact**: one matmul over every vector, argpartition, sort (numpy).
-- **descent**: ``pipeline.stages.descend.descend`` at each ``--beams`` width,
+- **descent**: ``pipeline.store.vector.descend`` at each ``--beams`` width,
   unscoped (every namespace), the store's own tree.
 - **FAISS IVF-Flat** (inner product on unit vectors, i.e. cosine), one index
   per ``--nlists`` value (default: n/64, lists the size of our leaves, and
@@ -165,9 +165,9 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
     from ops.bench import synth
     from pipeline.contracts import Scope
     from pipeline.settings import Settings
-    from pipeline.stages.descend import VectorIndex, compile_kernels, descend
     from pipeline.store.database import Store
-    from pipeline.store.tree import _SAMPLE_PER_CENTER
+    from pipeline.store.vector import VectorIndex, compile_kernels, descend
+    from pipeline.store.vector.tree import _SAMPLE_PER_CENTER
 
     faiss.omp_set_num_threads(1)
     load_before = loadavg()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from pipeline.contracts import Batch, GraphLink, Result, Scope
+from pipeline.stages.stage import Resources, Stage
 from pipeline.timing import ms_since
 
 
@@ -45,3 +46,10 @@ def scope_batch(batch: Batch) -> Batch:
         state.results = kept
         state.timings["scope"] = ms_since(t0)
     return batch
+
+
+def run(batch: Batch, res: Resources) -> Batch:
+    return scope_batch(batch)
+
+
+STAGE = Stage("search.scope", run)
