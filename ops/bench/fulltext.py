@@ -13,7 +13,7 @@ numba, PyStemmer.) Smoke run on a tiny store (seconds; figures meaningless):
 
 Sides:
 
-- **ours**: ``pipeline.stages.fulltext.search`` on the store opened read-only,
+- **ours**: ``pipeline.store.fulltext.search`` on the store opened read-only,
   scoring from the base's postings held in memory (``pipeline.store.fulltext.postings``,
   as query processes do); its load time and size are printed.
 - **ours_sql**: the same search reading the postings by SQL (what topic and

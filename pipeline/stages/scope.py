@@ -2,8 +2,8 @@
 and concepts.
 
 The same scope is pushed into both legs before their top-k
-(``pipeline.stages.fulltext`` in SQL, ``pipeline.stages.descend`` as a row mask and a
-restricted descent); this stage holds it again after augmentation, so no
+(``pipeline.store.fulltext`` as masks or in SQL, ``pipeline.store.vector`` as a row
+mask and a restricted descent); this stage holds it again after augmentation, so no
 result and no graph context outside the scope ever leaves the pipeline.
 """
 
