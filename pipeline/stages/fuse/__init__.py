@@ -39,9 +39,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pipeline.contracts import LEGS, Batch, Fused, Fusion, LegRun, Mode, QueryState
+from pipeline.settings import Settings
 from pipeline.stages.fuse.recency import apply_recency
 from pipeline.stages.stage import Resources, Stage
 from pipeline.store.fulltext import query_idf
+from pipeline.store.reader import View
 from pipeline.timing import ms_since
 
 
@@ -224,16 +226,18 @@ def run(parts: list[Batch], res: Resources) -> Batch:
     terms' IDFs come from the view (none without a store)."""
     settings = res.settings()
     with res.view() as v:
-        created: Callable[[list[str]], dict[str, datetime]] = v.created_at if v is not None else (lambda ids: {})
-        idf = None
-        if v is not None and v.cursor is not None:
-            view = v
-
-            def idf(text: str) -> float:
-                return query_idf(view.cursor, text, settings.fulltext, view.overlay, view.postings())
-
+        created = v.created_at if v is not None else _nothing_created
+        idf = _query_idf_of(v, settings) if v is not None and v.cursor is not None else None
         return fuse_batch(parts, settings.rrf_k, created, LegWeighting.of(settings), idf, settings.fts_tie_tolerance,
                           settings.fts_floor)
+
+
+def _nothing_created(ids: list[str]) -> dict[str, datetime]:
+    return {}
+
+
+def _query_idf_of(view: View, settings: Settings) -> Callable[[str], float]:
+    return lambda text: query_idf(view.cursor, text, settings.fulltext, view.overlay, view.postings())
 
 
 STAGE = Stage("search.fuse", run, fan_in=True)
