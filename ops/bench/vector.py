@@ -31,7 +31,7 @@ Sides:
   at most n/39, FAISS's minimum of training points per list, and none within
   25% of another: 10k: 100, 156, 256; 100k: 316, 1,562, 2,564; 1M: 1,000,
   4,000, 15,625).
-  Each is trained as our tree's k-means is (``pipeline/store/tree.py``): on
+  Each is trained as our tree's k-means is (``pipeline/store/vector/tree.py``): on
   at most ``_SAMPLE_PER_CENTER`` (256) points per centre (FAISS's
   ``max_points_per_centroid``; FAISS samples them itself), for
   ``settings.tree.kmeans_iterations`` (25) iterations (IndexIVF's own default
