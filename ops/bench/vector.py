@@ -23,7 +23,7 @@ compared with the query; centroids compared are reported beside it.
 Sides:
 
 - **exact**: one matmul over every vector, argpartition, sort (numpy).
-- **descent**: ``pipeline.stages.descend.descend`` at each ``--beams`` width,
+- **descent**: ``pipeline.store.vector.descend`` at each ``--beams`` width,
   unscoped (every namespace), the store's own tree.
 - **FAISS IVF-Flat** (inner product on unit vectors, i.e. cosine), one index
   per ``--nlists`` value (default: n/64, lists the size of our leaves, and
@@ -31,7 +31,7 @@ Sides:
   at most n/39, FAISS's minimum of training points per list, and none within
   25% of another: 10k: 100, 156, 256; 100k: 316, 1,562, 2,564; 1M: 1,000,
   4,000, 15,625).
-  Each is trained as our tree's k-means is (``pipeline/store/tree.py``): on
+  Each is trained as our tree's k-means is (``pipeline/store/vector/tree.py``): on
   at most ``_SAMPLE_PER_CENTER`` (256) points per centre (FAISS's
   ``max_points_per_centroid``; FAISS samples them itself), for
   ``settings.tree.kmeans_iterations`` (25) iterations (IndexIVF's own default
@@ -165,9 +165,9 @@ def run(store_dir: Path, n_queries: int, beams: list[int], noise: float, *, nlis
     from ops.bench import synth
     from pipeline.contracts import Scope
     from pipeline.settings import Settings
-    from pipeline.stages.descend import VectorIndex, compile_kernels, descend
     from pipeline.store.database import Store
-    from pipeline.store.tree import _SAMPLE_PER_CENTER
+    from pipeline.store.vector import VectorIndex, compile_kernels, descend
+    from pipeline.store.vector.tree import _SAMPLE_PER_CENTER
 
     faiss.omp_set_num_threads(1)
     load_before = loadavg()

@@ -41,7 +41,7 @@ _POLLER = """
 import sys, time
 from pipeline.contracts import Scope
 from pipeline.settings import Settings
-from pipeline.stages import fulltext
+from pipeline.store import fulltext
 from pipeline.store.reader import Reader
 s = Settings(data_dir=sys.argv[1], embedding_model="hash-384", _env_file=None)
 token = sys.argv[2]
@@ -139,9 +139,9 @@ def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds
     embedded canvas (audit off), warmed before each round's timing."""
     import workers
     from pipeline.contracts import Scope
-    from pipeline.stages import fulltext
-    from pipeline.stages.descend import descend
+    from pipeline.store import fulltext
     from pipeline.store.reader import Reader
+    from pipeline.store.vector import delta_hits, descend
     from workers import resources
     from workers.api import search
 
@@ -159,7 +159,7 @@ def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds
                 hits, _ = descend(index, v, index.start_topics(Scope()), beam_width=tree.beam_width,
                                   max_depth=tree.max_depth, top_k=10, exclude=overlay.dead_rows(index))
                 if not overlay.empty:
-                    sorted(hits + overlay.vector_hits(v, Scope(), 10), key=lambda h: (-h[1], h[0]))
+                    sorted(hits + delta_hits(overlay, v, Scope(), 10), key=lambda h: (-h[1], h[0]))
                 times[name]["vector"].append(time.perf_counter() - t)
             workers.configure(settings.replace(audit_enabled=False))
             for q in queries[:10]:

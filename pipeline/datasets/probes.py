@@ -36,6 +36,7 @@ embed in about a minute on two cores. ``write_beir`` writes a BEIR folder, so
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from collections.abc import Callable
@@ -386,8 +387,6 @@ def write_beir(probe: ProbeSet, folder: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(description="write the probe sets as BEIR folders")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=SEED)

@@ -23,10 +23,10 @@ def safe_name(name: str) -> str:
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # only when a report draws a figure: matplotlib's import costs about a second
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display backend is tried
 
     return plt
 

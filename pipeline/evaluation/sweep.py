@@ -4,6 +4,7 @@ leaf size, each configuration as settings plus per-query defaults.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from pipeline.contracts import parse_leg_weights
@@ -16,8 +17,6 @@ SWEEP_AXES = ("mode", "rrf_k", "weights", "beam_width", "max_leaf_items")
 
 def sweep_grid(axes: dict[str, list[Any]], limit: int = 64) -> list[dict[str, Any]]:
     """The product of the given axes (each a non-empty list), in order."""
-    import itertools
-
     unknown = sorted(set(axes) - set(SWEEP_AXES))
     if unknown:
         raise InputError("sweep", f"unknown axis {unknown[0]!r}; valid: {', '.join(SWEEP_AXES)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from pipeline.contracts import Batch, QueryState, Truncation
+from pipeline.stages.stage import Resources, Stage
 from pipeline.timing import ms_since
 
 
@@ -51,3 +52,10 @@ def budget_batch(batch: Batch) -> Batch:
         apply_budget(state)
         state.timings["budget"] = ms_since(t0)
     return batch
+
+
+def run(batch: Batch, res: Resources) -> Batch:
+    return budget_batch(batch)
+
+
+STAGE = Stage("search.budget", run)

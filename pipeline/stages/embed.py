@@ -9,6 +9,7 @@ import time
 from pipeline.contracts import Batch, LegRun
 from pipeline.embedders import Encoder
 from pipeline.identity import vector_identity
+from pipeline.stages.stage import Resources, Stage
 from pipeline.timing import ms_since
 
 
@@ -39,3 +40,20 @@ def embed_batch(batch: Batch, embedder: Encoder) -> Batch:
     for state in todo:
         state.timings["embed"] = ms
     return batch
+
+
+def run(batch: Batch, res: Resources) -> Batch:
+    return embed_batch(batch, _LazyEmbedder(res))
+
+
+class _LazyEmbedder:
+    """Loads the model on the first ``embed`` call, so keyword-only batches never do."""
+
+    def __init__(self, res: Resources):
+        self._res = res
+
+    def embed(self, texts):
+        return self._res.embedder().embed(texts)
+
+
+STAGE = Stage("search.embed", run)

@@ -2,8 +2,8 @@
 and concepts.
 
 The same scope is pushed into both legs before their top-k
-(``pipeline.stages.fulltext`` in SQL, ``pipeline.stages.descend`` as a row mask and a
-restricted descent); this stage holds it again after augmentation, so no
+(``pipeline.store.fulltext`` as masks or in SQL, ``pipeline.store.vector`` as a row
+mask and a restricted descent); this stage holds it again after augmentation, so no
 result and no graph context outside the scope ever leaves the pipeline.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from pipeline.contracts import Batch, GraphLink, Result, Scope
+from pipeline.stages.stage import Resources, Stage
 from pipeline.timing import ms_since
 
 
@@ -45,3 +46,10 @@ def scope_batch(batch: Batch) -> Batch:
         state.results = kept
         state.timings["scope"] = ms_since(t0)
     return batch
+
+
+def run(batch: Batch, res: Resources) -> Batch:
+    return scope_batch(batch)
+
+
+STAGE = Stage("search.scope", run)

@@ -39,7 +39,7 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
 
 def fts_extension_path() -> Path:
     """Path of the FTS extension file shipped by ``duckdb-extension-fts``."""
-    import duckdb_extension_fts
+    import duckdb_extension_fts  # only where FTS is loaded: a store opened without it needs no extension package
 
     root = Path(duckdb_extension_fts.__file__).parent / "extensions" / f"v{duckdb.__version__}"
     path = root / "fts.duckdb_extension"

@@ -27,9 +27,9 @@ from pipeline.contracts import clean_labels, clean_text, naive_utc, text_problem
 from pipeline.embedders import Embedder
 from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
-from pipeline.store import fulltext_index
 from pipeline.store.database import Store, rows_by_ids, transaction, utcnow
-from pipeline.store.tree import Tree, load_tree, save_namespaces
+from pipeline.store.fulltext import rebuild_index
+from pipeline.store.vector import Tree, load_tree, save_namespaces
 
 _ID_LIST: list[str] = Field(default_factory=list)  # a fresh empty list per record
 
@@ -400,7 +400,7 @@ def ingest_records(
         report.seconds["tree"] = time.perf_counter() - t2 - report.seconds["upsert"]
         t3 = time.perf_counter()
         if records or report.forgotten:
-            fulltext_index.rebuild_index(con, settings.fulltext)
+            rebuild_index(con, settings.fulltext)
             store.set_meta("fts_generation", str(store.generation + 1))
             store.set_meta("generation", str(store.generation + 1))
         report.seconds["fulltext"] = time.perf_counter() - t3
@@ -414,7 +414,7 @@ def _embed_batched(embedder: Embedder, texts: list[str], batch: int, progress: b
     chunk = max(batch * 8, 256)
     if not progress or len(texts) <= chunk:
         return embedder.embed(texts)
-    from tqdm import tqdm
+    from tqdm import tqdm  # only with a progress bar (a CLI's bulk embedding)
 
     out = []
     with tqdm(total=len(texts), desc="embedding", unit="mem", file=sys.stderr) as bar:
@@ -590,7 +590,7 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
         con.execute("DELETE FROM topics")
         con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
         save_namespaces(con, tree, namespaces)
-        fulltext_index.rebuild_index(con, settings.fulltext)
+        rebuild_index(con, settings.fulltext)
         store.set_meta("fts_generation", str(store.generation + 1))
         store.set_meta("generation", str(store.generation + 1))
     return tree

@@ -1,5 +1,5 @@
 """The deltas as a query reads them: every un-compacted write merged in
-memory, over the base it is read with.
+memory, over the base it is read with, and which base memories are still live.
 
 A delta holds whole memories (upserts: text, annotations, edges, embedding,
 full-text terms) and tombstones (forgotten ids), applied in sequence order:
@@ -7,13 +7,14 @@ the newest version of an id wins, a later tombstone removes it. Any id a
 delta touches is dead in the base, whether replaced or forgotten.
 
 ``Overlay`` is built once per published manifest in each query process and
-is immutable; the stages read it beside the base:
+is immutable; it holds the data, the indexes score it:
 
-- the vector leg scores live delta memories exactly (they are few) and skips
-  dead base rows (``dead_rows``);
-- the full-text leg scores delta memories from their stored terms and the
-  base from its postings, both with collection statistics over every live
-  memory (``live_stats``, ``live_df``), so scores equal BM25 over the merged
+- vector search (``pipeline.store.vector.delta_hits``) scores live delta
+  memories exactly (they are few) and skips dead base rows (``dead_rows``);
+- full-text search (``pipeline.store.fulltext.ranking``) scores delta memories
+  from their stored terms (``postings``, ``lens``) and the base from its
+  postings, both with collection statistics over every live memory
+  (``live_stats``, ``delta_df``), so scores equal BM25 over the merged
   corpus, as a compaction would index it;
 - augment reads delta memories and edges here and drops dead base ones.
 """
@@ -28,13 +29,14 @@ from typing import Any
 import numpy as np
 
 from pipeline.contracts import Scope
-from pipeline.store.database import one, rows_by_ids
-from pipeline.store.postings import bm25
+from pipeline.store import segments
+from pipeline.store.database import rows_by_ids
+from pipeline.store.fulltext.index import live_base
 
 
 @dataclass
 class DeltaMemory:
-    """One live memory of a delta, as written (``pipeline.store.writes.delta_memory``)."""
+    """One live memory of a delta, as a write prepares it (``pipeline.store.writes.prepare``)."""
 
     id: str
     namespace: str
@@ -90,8 +92,6 @@ class Delta:
     @classmethod
     def load(cls, data_dir, ref) -> Delta:
         """Read and parse delta ``ref`` (FileNotFoundError once compaction removed it)."""
-        from pipeline.store import segments
-
         body, vectors = segments.read_delta(data_dir, ref)
         seq = int(body["seq"])
         return cls(seq, [DeltaMemory.from_json(m, seq) for m in body.get("memories", ())], vectors,
@@ -138,7 +138,7 @@ class Overlay:
     _dead_docs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     # the base's term -> (termid, df), or None for a term the base lacks: the
     # base never changes, so this is shared by every overlay over it
-    # (``pipeline.stages.fulltext.search_live`` fills it, bounded)
+    # (``pipeline.store.fulltext.search_live`` fills it, bounded)
     base_terms: dict[str, tuple[int, int] | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -156,7 +156,7 @@ class Overlay:
               base_totals: tuple[int, int] | None = None,
               base_terms: dict[str, tuple[int, int] | None] | None = None) -> Overlay:
         """Merge ``deltas`` (in sequence order) over the base read through
-        ``base_con`` (None: no base); ``base_totals`` is ``fulltext_totals``
+        ``base_con`` (None: no base); ``base_totals`` is ``pipeline.store.fulltext.fulltext_totals``
         of that base when the caller keeps it (it reads every document)."""
         members: dict[str, DeltaMemory] = {}
         vectors: dict[str, np.ndarray] = {}
@@ -191,7 +191,7 @@ class Overlay:
         if base_con is not None:
             if touched:
                 dead_ids = {r[0] for r in rows_by_ids(base_con, "SELECT id FROM memories WHERE {id}", sorted(touched), lookups=True)}
-            base_docs, base_len, dead_docids = _fulltext_base(base_con, sorted(dead_ids), base_totals)
+            base_docs, base_len, dead_docids = live_base(base_con, sorted(dead_ids), base_totals)
         return cls(
             version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
             dead_ids=dead_ids, dead_docids=dead_docids,
@@ -244,22 +244,6 @@ class Overlay:
                     keep[row] = False
         return keep
 
-    # -- vector leg -----------------------------------------------------------
-    def vector_hits(self, query: np.ndarray, scope: Scope, top_k: int) -> list[tuple[str, float]]:
-        """Exact cosine over the live delta memories in scope, best first, ties by id."""
-        if not self.ids:
-            return []
-        rows = np.flatnonzero(self.rows_in(scope))
-        if not len(rows):
-            return []
-        sims = self.emb[rows] @ query
-        if len(rows) > top_k:  # rows tied with the k-th score stay, so ties break by id exactly
-            kth = np.partition(-sims, top_k - 1)[top_k - 1]
-            keep = np.flatnonzero(-sims <= kth)
-            rows, sims = rows[keep], sims[keep]
-        order = sorted(range(len(rows)), key=lambda i: (-float(sims[i]), self.ids[rows[i]]))[:top_k]
-        return [(self.ids[rows[i]], float(sims[i])) for i in order]
-
     # -- full-text leg --------------------------------------------------------
     def live_stats(self) -> tuple[int, float]:
         """(number of live memories, their mean token count) over base and deltas."""
@@ -271,49 +255,3 @@ class Overlay:
         """Live delta memories holding ``term``."""
         found = self.postings.get(term)
         return 0 if found is None else len(found[0])
-
-    def fulltext_hits(self, terms: list[str], df: dict[str, int], scope: Scope, k1: float, b: float,
-                      limit: int) -> list[tuple[str, float]]:
-        """BM25 of the delta memories in scope for ``terms`` (distinct, stemmed),
-        with the live document frequencies ``df`` and ``live_stats``: the same
-        formula and statistics as the base's scores (``pipeline.stages.fulltext``)."""
-        n, avgdl = self.live_stats()
-        if not self.ids or not n:
-            return []
-        inside = self.rows_in(scope)
-        scores = np.zeros(len(self.ids), dtype=np.float64)
-        hit = np.zeros(len(self.ids), dtype=bool)
-        for term in terms:
-            if term not in self.postings:
-                continue
-            rows, tf = self.postings[term]
-            scores[rows] += bm25(tf, self.lens[rows], df[term], n, avgdl, k1, b)
-            hit[rows] = True
-        found = np.flatnonzero(hit & inside)
-        ranked = sorted(found.tolist(), key=lambda row: (-scores[row], self.ids[row]))[:limit]
-        return [(self.ids[row], float(scores[row])) for row in ranked]
-
-
-def fulltext_totals(con) -> tuple[int, int]:
-    """(documents, summed token count) of a base's full-text index; (0, 0) without one."""
-    from pipeline.store.fulltext_index import index_exists
-
-    if not index_exists(con):
-        return 0, 0
-    docs, total = one(con, "SELECT count(*), coalesce(sum(len), 0) FROM fts_docs")
-    return int(docs), int(total)
-
-
-def _fulltext_base(con, dead_ids: list[str], totals: tuple[int, int] | None) -> tuple[int, int, list[int]]:
-    """(live documents, their summed length, dead docids) of the base's full-text index."""
-    docs, total = totals if totals is not None else fulltext_totals(con)
-    if not docs:
-        return 0, 0, []
-    dead: list[int] = []
-    if dead_ids:
-        rows = rows_by_ids(con, "SELECT docid, len FROM fts_docs WHERE {id}", dead_ids, lookups=True)
-        dead = [r[0] for r in rows]
-        docs -= len(rows)
-        total -= sum(r[1] for r in rows)
-    return int(docs), int(total), dead
-

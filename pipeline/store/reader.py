@@ -20,15 +20,16 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import StoreError
 from pipeline.store import segments
-from pipeline.store.database import Store
-from pipeline.store.fulltext_index import index_exists
-from pipeline.store.overlay import Delta, Overlay, fulltext_totals
-from pipeline.store.postings import Postings
+from pipeline.store.database import Store, created_at_of
+from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
+from pipeline.store.overlay import Delta, Overlay
+from pipeline.store.vector import TreeRouter, VectorIndex
 
 
 class _Uses:
@@ -43,7 +44,7 @@ class _Uses:
         self.lock = threading.Lock()
         # read once per base: its full-text totals, and the writer's tree router
         self.totals = fulltext_totals(store.con) if store is not None else None
-        self.router: Any = None
+        self._router: TreeRouter | None = None
         self.terms: dict[str, tuple[int, int] | None] = {}  # Overlay.base_terms
         self._postings: Postings | None = None
         self._postings_read = False
@@ -62,6 +63,12 @@ class _Uses:
                         cur.close()
                 self._postings_read = True
             return self._postings
+
+    def router(self) -> TreeRouter | None:
+        """The base tree's router for new memories, read on first use (None without a base)."""
+        if self._router is None and self.store is not None:  # writes are serialised: no lock
+            self._router = TreeRouter.load(self.store.con)
+        return self._router
 
     @property
     def postings_loaded(self) -> bool:
@@ -99,7 +106,7 @@ class Snapshot:
     store: Store | None
     overlay: Overlay
     deltas: dict[int, Delta]  # by seq, the deltas the overlay merged
-    _index: Any = None
+    _index: VectorIndex | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _uses: _Uses | None = None  # shared by the snapshots of one base
 
@@ -107,19 +114,22 @@ class Snapshot:
         if self._uses is None:
             self._uses = _Uses(self.store)
 
-    def index(self):
+    def index(self) -> VectorIndex | None:
         """The base's vector index, loaded on first use (None without a base)."""
-        from pipeline.stages.descend import VectorIndex
-
         with self._lock:
             if self._index is None and self.store is not None:
                 self._index = VectorIndex.load(self.store.con, self.version, self.store.info.embedding_dim)
             return self._index
 
     def postings(self) -> Postings | None:
-        """The base's full-text postings in memory (``pipeline.store.postings``), read on first use."""
+        """The base's full-text postings in memory (``pipeline.store.fulltext.postings``), read on first use."""
         assert self._uses is not None
         return self._uses.postings()
+
+    def router(self) -> TreeRouter | None:
+        """The base tree's router for a write's new memories (``pipeline.store.vector.TreeRouter``)."""
+        assert self._uses is not None
+        return self._uses.router()
 
     def close(self) -> None:
         """Retire this snapshot's base: closed once no stage reads it any more."""
@@ -150,10 +160,21 @@ class Snapshot:
 
 @dataclass
 class View:
+    """One snapshot as one stage of one thread reads it."""
+
     cursor: Any
     overlay: Overlay
-    index: Callable[[], Any]
+    index: Callable[[], VectorIndex | None]
     postings: Callable[[], Postings | None]
+
+    def created_at(self, ids: list[str]) -> dict[str, datetime]:
+        """``created_at`` of the live memories among ``ids``: a delta's, else the base's."""
+        members = self.overlay.members
+        out = {m: members[m].created_at for m in ids if m in members}
+        rest = [m for m in ids if m not in members]
+        if self.cursor is not None and rest:
+            out.update(created_at_of(self.cursor, rest))
+        return out
 
 
 class Reader:

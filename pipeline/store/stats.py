@@ -6,7 +6,7 @@ from collections import Counter
 from typing import Any
 
 from pipeline.store.database import Store, one
-from pipeline.store.fulltext_index import index_exists
+from pipeline.store.fulltext import index_exists
 from pipeline.store.overlay import Overlay
 
 

@@ -6,8 +6,9 @@ read the published state (base + deltas, ``pipeline.store.reader``),
 validate against it (edges must point at live memories or at the write's
 own), leave out what the store already holds as given, embed only changed
 content, tokenize for BM25 with the FTS extension itself (so a delta's terms
-are what a compacted index would hold), route each memory to its nearest
-leaf of the base's tree, write the delta, fsync it, publish a manifest that
+are what a compacted index would hold: ``pipeline.store.fulltext.tokenize``),
+route each memory to its nearest leaf of the base's tree
+(``pipeline.store.vector.TreeRouter``), write the delta, fsync it, publish a manifest that
 lists it. Returns once that is on disk.
 
 A first write (no base yet) and a large one (``compact_delta_memories`` or
@@ -18,22 +19,22 @@ of a whole file always did.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import duckdb
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.embedders import Embedder
 from pipeline.errors import InputError
-from pipeline.settings import FulltextSettings, Settings
+from pipeline.settings import Settings
 from pipeline.store import segments
-from pipeline.store.database import Store, fts_extension_path, rows_by_ids, utcnow
+from pipeline.store.compact import compact
+from pipeline.store.database import Store, rows_by_ids, utcnow
+from pipeline.store.fulltext import tokenize
 from pipeline.store.ingest import (
     IngestReport,
     MemoryRecord,
@@ -49,7 +50,6 @@ from pipeline.store.ingest import (
 )
 from pipeline.store.overlay import DeltaMemory, Prepared
 from pipeline.store.reader import Reader, Snapshot
-from pipeline.store.tree import ROOT, namespace_key
 
 
 class LiveView:
@@ -149,7 +149,7 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     matrix = np.stack([v for v in vectors if v is not None]).astype(np.float32)
     dim = matrix.shape[1]
     terms = tokenize([fts_text(r) for r in keep], settings.fulltext) if for_delta else [(0, {}) for _ in keep]
-    router = TreeRouter.of(live.snap) if live.snap is not None and for_delta else None
+    router = live.snap.router() if live.snap is not None and for_delta else None
     for i, r in enumerate(keep):
         length, counts = terms[i]
         out.memories.append(DeltaMemory(
@@ -162,98 +162,6 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
         ))
     out.vectors = matrix.reshape(len(keep), dim)
     return out
-
-
-# -- full-text terms --------------------------------------------------------------
-# one in-memory DuckDB per process (writes are serialised by WRITE.lock); a
-# forked child opens its own
-_TOKENIZER: dict[str, duckdb.DuckDBPyConnection] = {}
-os.register_at_fork(after_in_child=_TOKENIZER.clear)
-
-
-def tokenize(texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
-    """(token count, {term: frequency}) of each text, by the FTS extension with
-    the store's settings: the same tokenizer, stemmer and stopwords that index
-    the base, so a delta's memories score as a compacted index would score them."""
-    con = _TOKENIZER.get("con")
-    if con is None:
-        con = duckdb.connect()
-        con.execute(f"LOAD '{str(fts_extension_path()).replace(chr(39), chr(39) * 2)}'")
-        _TOKENIZER["con"] = con
-    con.execute("CREATE OR REPLACE TABLE delta_docs (pos INTEGER, fts_text VARCHAR)")
-    con.execute("INSERT INTO delta_docs SELECT unnest(?), unnest(?)", [list(range(len(texts))), texts])
-    ignore = settings.ignore.replace("'", "''")
-    con.execute(
-        "PRAGMA create_fts_index('delta_docs', 'pos', 'fts_text', "
-        f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
-        f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
-    )
-    out: list[tuple[int, dict[str, int]]] = [(0, {}) for _ in texts]
-    for pos, length in con.execute("SELECT name, len FROM fts_main_delta_docs.docs").fetchall():
-        out[int(pos)] = (int(length), {})
-    for pos, term, tf in con.execute(
-        "SELECT d.name, t2.term, count(*) FROM fts_main_delta_docs.terms t "
-        "JOIN fts_main_delta_docs.docs d ON d.docid = t.docid "
-        "JOIN fts_main_delta_docs.dict t2 ON t2.termid = t.termid GROUP BY 1, 2"
-    ).fetchall():
-        out[int(pos)][1][term] = int(tf)
-    return out
-
-
-# -- tree routing -----------------------------------------------------------------
-class TreeRouter:
-    """The base tree's centroids, to give a delta memory the leaf (and its
-    ancestors) an insertion would choose, as its topics until compaction."""
-
-    def __init__(self, rows: list[tuple[str, str | None, bool, Any]]):
-        self.parent: dict[str, str | None] = {}
-        self.children: dict[str, list[str]] = {}
-        self.centroid: dict[str, np.ndarray] = {}
-        self.leaf: set[str] = set()
-        for key, parent, is_leaf, centroid in rows:
-            self.parent[key] = parent
-            if parent is not None:
-                self.children.setdefault(parent, []).append(key)
-            if centroid is not None:
-                self.centroid[key] = np.asarray(centroid, dtype=np.float32)
-            if is_leaf:
-                self.leaf.add(key)
-        for kids in self.children.values():
-            kids.sort()
-        self._matrix: dict[str, tuple[list[str], np.ndarray]] = {}
-
-    @classmethod
-    def of(cls, snap: Snapshot) -> TreeRouter | None:
-        if snap.store is None or snap._uses is None:
-            return None
-        if snap._uses.router is None:  # once per base and process
-            snap._uses.router = cls(
-                snap.store.con.execute("SELECT topic_key, parent, is_leaf, centroid FROM topics").fetchall())
-        return snap._uses.router
-
-    def _kids(self, key: str) -> tuple[list[str], np.ndarray]:
-        """A topic's children (sorted by key) and their centroids as one matrix, built once."""
-        cached = self._matrix.get(key)
-        if cached is None:
-            kids = self.children[key]
-            cached = (kids, np.stack([self.centroid[c] for c in kids]).astype(np.float32))
-            self._matrix[key] = cached
-        return cached
-
-    def route(self, namespace: str, vector: np.ndarray) -> list[str]:
-        key = namespace_key(namespace)
-        if key not in self.parent:
-            return []
-        while key not in self.leaf and self.children.get(key):
-            kids, matrix = self._kids(key)
-            # nearest child; ties go to the smaller key (argmax takes the first, kids are sorted), as in insert
-            key = kids[int(np.argmax(matrix @ vector))]
-        path = []
-        node: str | None = key
-        while node is not None and node != ROOT:
-            path.append(node)
-            node = self.parent.get(node)
-        return path
 
 
 # -- the write itself ---------------------------------------------------------------
@@ -312,6 +220,7 @@ def _embedder_for(settings: Settings, embedder: Embedder | None, embedders: Call
         bulk = n > settings.embed_batch_size
         if embedders is not None:
             return embedders(bulk)
+        # looked up on each call, where a caller (or a test) may have replaced it
         from pipeline.embedders import make_embedder
 
         return make_embedder(settings, bulk=bulk)
@@ -378,8 +287,6 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
                 report.version, report.delta = manifest.version, seq
         report.generation = report.version
         if not prepared.empty and direct:
-            from pipeline.store.compact import compact
-
             done = compact(settings, extra=prepared, wait=True, write_id=write_id)
             report.compacted = True
             report.version = report.generation = done.version

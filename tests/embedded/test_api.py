@@ -89,7 +89,7 @@ def test_identifier_query_returns_its_memory_first(embedded, tmp_path):
 
 def test_max_ms_holds_when_a_leg_is_slow(embedded, tmp_path, monkeypatch):
     """A full-text leg that would run for minutes is cut at the deadline."""
-    from pipeline.stages import fulltext
+    from pipeline.store.fulltext import ranking
     from workers.api import search
 
     _store(embedded, tmp_path)
@@ -99,7 +99,7 @@ def test_max_ms_holds_when_a_leg_is_slow(embedded, tmp_path, monkeypatch):
         con.execute("SELECT count(*) FROM range(100000000000) t(a) WHERE a % 7 = 3").fetchall()
         return []
 
-    monkeypatch.setattr(fulltext, "search", slow_search)
+    monkeypatch.setattr(ranking, "search", slow_search)
     t0 = time.perf_counter()
     res = search("deploy window", max_ms=400)
     elapsed = time.perf_counter() - t0

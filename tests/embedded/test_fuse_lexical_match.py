@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.contracts import Batch, make_query
-from pipeline.stages.fuse import bm25_idf, query_idf
 from pipeline.stages.registry import run_local
+from pipeline.store.fulltext import idf as bm25_idf
+from pipeline.store.fulltext import query_idf
 from tests.conftest import write_jsonl
 from workers.cli.common import ingest_file
 

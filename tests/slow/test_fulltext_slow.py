@@ -18,7 +18,7 @@ import pytest
 from ops.bench import synth
 from ops.bench.bm25_reference import match_bm25, same_ranking
 from pipeline.contracts import Scope
-from pipeline.stages import fulltext
+from pipeline.store import fulltext
 from pipeline.store.database import Store
 from tests.unit.test_fulltext import (  # noqa: F401  (helpers and fixtures shared with the unit tests)
     HANDWRITTEN,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from pipeline.contracts import Scope
-from pipeline.stages.descend import VectorIndex, descend, exact
 from pipeline.store.database import Store
 from pipeline.store.stats import store_stats
+from pipeline.store.vector import VectorIndex, descend, exact
 
 pytestmark = pytest.mark.slow
 

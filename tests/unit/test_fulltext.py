@@ -14,10 +14,9 @@ import pytest
 from ops.bench import synth
 from ops.bench.bm25_reference import match_bm25, same_ranking
 from pipeline.contracts import Scope
-from pipeline.stages import fulltext
+from pipeline.store import fulltext
 from pipeline.store.database import Store
-from pipeline.store.fulltext_index import index_exists
-from pipeline.store.postings import Postings
+from pipeline.store.fulltext import Postings, index_exists
 
 HANDWRITTEN = [
     "ERR_CONN_RESET", "err_conn_reset on db-17", "db-17", "db 17", "src/app/main.py", "main.py",
@@ -55,7 +54,7 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module", params=["sql", "postings in memory"])
 def leg(request, corpus):
     """The full-text leg as it scores from SQL, and from the base's postings
-    held in memory (``pipeline.store.postings``): both must equal ``match_bm25``."""
+    held in memory (``pipeline.store.fulltext.postings``): both must equal ``match_bm25``."""
     if request.param == "sql":
         return fulltext.search
     postings = Postings.load(corpus[0].con)

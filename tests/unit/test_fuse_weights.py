@@ -9,7 +9,8 @@ import pytest
 
 from pipeline.contracts import Hit, LegRun, QueryOptions, QueryState, make_query
 from pipeline.settings import Settings
-from pipeline.stages.fuse import LegWeighting, bm25_idf, fuse_state, lexical_match
+from pipeline.stages.fuse import LegWeighting, fuse_state, lexical_match
+from pipeline.store.fulltext import idf as bm25_idf
 
 SETTINGS = Settings(_env_file=None)
 

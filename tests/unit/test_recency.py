@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pipeline.contracts import Batch, Fused, Hit, LegRun, Query, QueryOptions, QueryState
 from pipeline.stages.fuse import fuse_batch
-from pipeline.stages.recency import apply_recency, recency_factor
+from pipeline.stages.fuse.recency import apply_recency, recency_factor
 
 NOW = datetime(2025, 6, 1, 12, 0, 0)
 

@@ -20,7 +20,7 @@ from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.scope import in_scope, scope_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.tree import load_tree
+from pipeline.store.vector import load_tree
 
 
 def _link(mid, ns="a", ctype="code", topics=(), concepts=()):

@@ -11,8 +11,7 @@ import pytest
 
 from pipeline.contracts import Scope
 from pipeline.errors import IngestValidationError
-from pipeline.stages import fulltext
-from pipeline.store import segments
+from pipeline.store import fulltext, segments
 from pipeline.store.compact import compact
 from pipeline.store.database import Store
 from pipeline.store.reader import Reader
@@ -88,7 +87,7 @@ def test_a_delta_store_scores_bm25_exactly_as_its_compacted_self(wide):
 
 def test_the_vector_leg_over_deltas_equals_exact_search_of_the_live_memories(wide):
     from pipeline.embedders import HashEmbedder
-    from pipeline.stages.descend import descend
+    from pipeline.store.vector import delta_hits, descend
 
     _build_history(wide)
     reader = Reader(wide.data_dir)
@@ -101,7 +100,7 @@ def test_the_vector_leg_over_deltas_equals_exact_search_of_the_live_memories(wid
         for scope in (Scope(), Scope(namespace="ns1"), Scope(namespace="ns9")):
             base_hits, _ = descend(index, vec, index.start_topics(scope), beam_width=1024, max_depth=12, top_k=15,
                                    exclude=overlay.dead_rows(index))
-            hits = sorted(base_hits + overlay.vector_hits(vec, scope, 15), key=lambda h: (-h[1], h[0]))[:15]
+            hits = sorted(base_hits + delta_hits(overlay, vec, scope, 15), key=lambda h: (-h[1], h[0]))[:15]
             # the reference: every live memory in scope, embedded as written, scored exactly
             ids = sorted(m for m in live if scope.namespace is None or live[m]["namespace"] == scope.namespace)
             sims = emb.embed([live[m]["content"] for m in ids]) @ vec
@@ -268,7 +267,7 @@ def test_manifest_and_deltas_are_json_and_npy(settings):
 
 def test_a_delta_memory_is_routed_to_the_leaf_an_insert_would_choose(settings):
     from pipeline.embedders import HashEmbedder
-    from pipeline.store.tree import load_tree, namespace_key
+    from pipeline.store.vector import load_tree, namespace_key
 
     small = settings.replace(tree={**settings.tree.model_dump(), "max_leaf_items": 4})
     rng = random.Random(5)

@@ -1,4 +1,4 @@
-"""Supersession-aware ranking (``pipeline.stages.supersede`` inside
+"""Supersession-aware ranking (``pipeline.stages.augment.supersede`` inside
 ``search.augment``): each value of ``supersession`` on hand-built stores and
 candidate lists, through augment, scope and budget as the canvas chains them,
 with successors in the base and in deltas, chains, branches, scopes,

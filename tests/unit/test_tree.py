@@ -15,7 +15,8 @@ from pipeline.embedders import HashEmbedder
 from pipeline.settings import TreeSettings
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.tree import ROOT, Tree, load_tree, namespace_key, save_namespaces, spherical_kmeans
+from pipeline.store.vector import ROOT, Tree, load_tree, namespace_key, save_namespaces
+from pipeline.store.vector.tree import spherical_kmeans
 
 SMALL = TreeSettings(max_leaf_items=8, branching=4, seed=0)
 DIM = 16

@@ -13,10 +13,10 @@ from pipeline.contracts import Batch, Budget, LegRun, Query, QueryOptions, Query
 from pipeline.embedders import HashEmbedder
 from pipeline.errors import InputError
 from pipeline.settings import Settings, TreeSettings
-from pipeline.stages.descend import VectorIndex, descend, descend_batch, exact
+from pipeline.stages.descend import descend_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.tree import ROOT, load_tree
+from pipeline.store.vector import ROOT, Kernels, VectorIndex, descend, exact, load_tree
 
 DIM = 4
 
@@ -385,16 +385,12 @@ def test_descend_batch_through_a_scoped_query(real):
 @pytest.fixture
 def both_paths(monkeypatch):
     """Run a descent with the numpy loops, then with the compiled ones."""
-    from pipeline.stages import descend as module
-
-    module.compile_kernels()
-    compiled = list(module._COMPILED)
+    compiled = Kernels()
+    compiled.compile()
+    assert compiled.compiled is not None
 
     def run(*args, **kwargs):
-        monkeypatch.setattr(module, "_COMPILED", [])
-        numpy_result = descend(*args, **kwargs)
-        monkeypatch.setattr(module, "_COMPILED", compiled)
-        return numpy_result, descend(*args, **kwargs)
+        return descend(*args, kernels=Kernels(), **kwargs), descend(*args, kernels=compiled, **kwargs)
 
     return run
 
@@ -462,27 +458,26 @@ def test_without_numba_the_descent_keeps_its_numpy_loops(monkeypatch):
     import logging
     import sys
 
-    from pipeline.stages import descend as module
-
     said: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
     logger = logging.getLogger("dimple.descend")
     logger.addHandler(handler)
     try:
-        monkeypatch.setattr(module, "_COMPILED", [])
-        monkeypatch.setitem(sys.modules, "pipeline.stages.descend_kernels", None)  # import fails
-        monkeypatch.delattr("pipeline.stages.descend_kernels", raising=False)
-        module.compile_kernels()
+        kernels = Kernels()
+        monkeypatch.setitem(sys.modules, "pipeline.store.vector.kernels", None)  # import fails
+        monkeypatch.delattr("pipeline.store.vector.kernels", raising=False)
+        kernels.compile()
     finally:
         logger.removeHandler(handler)
-    assert module._COMPILED == []
+    assert kernels.compiled is None
     assert any("keeps its numpy loops" in line for line in said)
     index = hand_index(
         [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],
         [("m1", "x", "t", "leaf", E0)],
     )
-    assert _descend(index)[0] == [("m1", 1.0)]
+    assert descend(index, np.asarray(E0, np.float32), [0], beam_width=1, max_depth=12, top_k=10,
+                   kernels=kernels)[0] == [("m1", 1.0)]
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -524,7 +519,7 @@ def test_the_int8_screen_scores_few_children_again_when_they_are_spread():
     """300 top-level topics with unrelated centroids: the first pass rules
     most of them out, and only those near the best five are scored again in
     float32 (written to the topic scores); the five kept are float32's best."""
-    from pipeline.stages import descend_kernels
+    from pipeline.store.vector import kernels as descend_kernels
 
     d = 384
     rng = np.random.default_rng(7)

@@ -24,10 +24,10 @@ from pipeline.datasets.locomo import load_locomo
 from pipeline.errors import InputError
 from pipeline.evaluation.models import Comparison, RunReport
 from pipeline.evaluation.report import modes_lines, safe_name, write_comparison, write_modes, write_replay, write_run
-from pipeline.stages.descend import compile_kernels
 from pipeline.store import segments
 from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
+from pipeline.store.vector import compile_kernels
 from workers.api import search_many
 
 from .common import check_namespace, cli_settings, ingest_file, prepare_search, require_store

@@ -1,6 +1,6 @@
 """The base's full-text postings in process memory, scored with numpy.
 
-The FTS extension builds the index and ``pipeline.store.fulltext_index``
+The FTS extension builds the index and ``pipeline.store.fulltext.index``
 derives one posting list per term (``fts_postings``); a base never changes,
 so a query process reads those lists once, with the base (in the background
 after a compaction, like the vector index), and a query then costs its terms'
@@ -15,88 +15,22 @@ by docid (Python strings, as the vector index holds them); the term
 dictionary (a dict). At 100k synthetic memories about 8 MB of postings and
 10 MB of ids and terms; the figure per million is in BENCHMARKS.md.
 
-Scores are BM25 as ``pipeline.stages.fulltext`` documents it, formula for
-formula (``bm25``), float64, ties by docid (the rank of the memory id), so
+Scores are BM25 as ``pipeline.store.fulltext.bm25`` gives it, formula for
+formula, float64, ties by docid (the rank of the memory id), so
 rankings equal the SQL path's and ``match_bm25``'s.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.contracts import Scope
-
-
-def bm25(tf: np.ndarray, lens: np.ndarray, df: int, n: int, avgdl: float, k1: float, b: float) -> np.ndarray:
-    """One term's BM25 weight for documents with term frequencies ``tf`` and
-    lengths ``lens``: the extension's ``match_bm25`` formula (base-10 log)."""
-    idf = math.log10(((n - df) + 0.5) / (df + 0.5) + 1)
-    return idf * ((tf * (k1 + 1)) / (tf + (k1 * ((1 - b) + (b * (lens / avgdl))))))
-
-
-class QueryTerms:
-    """A query's distinct stemmed terms, as the index makes a memory's: the
-    ``tokenize`` macro (``lower(strip_accents(text))``, the ``ignore`` pattern
-    replaced by spaces, split on whitespace), the index's ``stopwords``
-    dropped, then each token stemmed. Stopwords go before stemming, as at
-    indexing: a stopword's stem can be a word's ("at" is the stem of "ate"),
-    and the extension's ``match_bm25``, which stems a query's stopwords too,
-    lets "meet at noon" find "we ate pizza".
-
-    ASCII text is split here (``strip_accents`` and ``lower`` are then plain
-    ASCII operations); other text goes to DuckDB's own macro. Stems come from
-    DuckDB's ``stem`` once per distinct token and are cached (bounded), so
-    the steady state runs no SQL.
-    """
-
-    _CACHE = 200_000
-
-    def __init__(self, ignore: str, stemmer: str, stopwords: frozenset[str] = frozenset()):
-        self.ignore = re.compile(ignore)
-        self.stemmer = stemmer
-        self.stopwords = stopwords
-        self._stems: dict[str, str] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, con, text: str) -> list[str]:
-        if not text.strip():
-            return []
-        if not text.isascii():
-            return terms_sql(con, text, self.stemmer, self.stopwords)
-        tokens = [t for t in re.split(r"\s+", self.ignore.sub(" ", text.lower())) if t and t not in self.stopwords]
-        stems = self._stems
-        missing = [t for t in dict.fromkeys(tokens) if t not in stems]
-        if missing:
-            got = con.execute("SELECT list_transform($w, x -> stem(x, $stemmer))",
-                              {"w": missing, "stemmer": self.stemmer}).fetchone()[0]
-            with self._lock:
-                if len(stems) > self._CACHE:
-                    stems.clear()
-                stems.update(zip(missing, got, strict=True))
-        out = [stems[t] if t in stems else _stem_sql(con, t, self.stemmer) for t in tokens]  # cleared meanwhile
-        return [t for t in dict.fromkeys(out) if t]
-
-
-# the index's ``tokenize`` macro, stopwords dropped, then ``stem``: a query's terms in SQL
-TERMS_SQL = ("SELECT DISTINCT stem(w, $stemmer) AS t FROM (SELECT unnest(fts_main_memories.tokenize($q)) AS w) "
-             "WHERE w <> '' AND NOT list_contains($stop, w)")
-
-
-def terms_sql(con, text: str, stemmer: str, stopwords: frozenset[str]) -> list[str]:
-    """``QueryTerms`` by the index's own macro, for text the Python rule does not cover."""
-    if not text.strip():
-        return []
-    params = {"q": text, "stemmer": stemmer, "stop": sorted(stopwords)}
-    return [r[0] for r in con.execute(TERMS_SQL, params).fetchall() if r[0]]
-
-
-def _stem_sql(con, token: str, stemmer: str) -> str:
-    return str(con.execute("SELECT stem($w, $s)", {"w": token, "s": stemmer}).fetchone()[0])
+from pipeline.settings import FulltextSettings
+from pipeline.store.fulltext.bm25 import bm25
+from pipeline.store.fulltext.terms import QueryTerms
 
 
 @dataclass
@@ -116,6 +50,8 @@ class Postings:
     num_docs: int
     total_len: int
     _local: threading.local = field(default_factory=threading.local, repr=False)
+    # the base's query rule per settings: its stopwords read once, its stems cached
+    _rules: dict[tuple[str, str, str], QueryTerms | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, con, chunk: int = 2_000_000) -> Postings:
@@ -163,6 +99,14 @@ class Postings:
         arrays = sum(a.nbytes for a in (self.start, self.docid, self.tf, self.df, self.lens, self.ns, self.ct))
         strings = sum(len(s) + 57 for s in self.ids) + sum(len(t) + 57 + 36 for t in self.terms)
         return arrays + strings
+
+    def query_terms(self, con, settings: FulltextSettings) -> QueryTerms | None:
+        """This base's ``QueryTerms`` for ``settings`` (``con`` reads its index's
+        stopwords the first time), None where only the SQL macro applies."""
+        key = (settings.ignore, settings.stemmer, settings.stopwords)
+        if key not in self._rules:
+            self._rules[key] = QueryTerms.of(con, settings)
+        return self._rules[key]
 
     def termids(self, terms: list[str]) -> dict[str, int]:
         return {t: tid for t in terms if (tid := self.terms.get(t)) is not None}

@@ -1,5 +1,5 @@
 """The beam descent's loops, compiled by numba;
-``pipeline.stages.descend.compile_kernels`` imports this module (search
+``pipeline.store.vector.descent.Kernels.compile`` imports this module (search
 workers at start, embedded evaluations), until then the descent runs the
 same loops in numpy.
 

@@ -1,6 +1,6 @@
 """The topic tree: deterministic hierarchical clustering and incremental
-insertion. The seed's beam descent over it is the vector leg,
-``pipeline.stages.descend``.
+insertion. The seed's beam descent over it is ``pipeline.store.vector.descent``,
+which the vector leg (``pipeline.stages.descend``) runs.
 
 Shape: a root, one node per namespace (namespaces are partitions, so a query
 scoped to one namespace descends through that namespace's part only), then

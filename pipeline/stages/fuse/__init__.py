@@ -1,4 +1,6 @@
-"""Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009).
+"""The ``search.fuse`` stage: the legs' lists become one, by reciprocal rank
+fusion (Cormack, Clarke & Buettcher, SIGIR 2009) or convex fusion, then the
+recency boost where a query asks for it (``recency``, a helper of this stage).
 
 ``score(d) = sum over legs of w_leg / (k + rank_leg(d))`` with k = 60 by
 default (ranx's ``rrf(runs, k=60)``). Ties keep a stable order: best single
@@ -12,9 +14,10 @@ weigh by its position alone.
 
 Hybrid leg weights, by default (``fusion_weights = "lexical_match"``), are
 chosen per query from how well the full-text leg's best hit matches the whole
-query: ``m`` = its BM25 score over the sum of the query's term IDFs (what one
-occurrence of every term in an average-length memory scores; a term no memory
-holds counts with df 0, stopwords not at all), capped at 1; the vector leg
+query: ``m`` = its BM25 score over the sum of the query's term IDFs
+(``pipeline.store.fulltext.query_idf``: what one occurrence of every term in
+an average-length memory scores; a term no memory holds counts with df 0,
+stopwords not at all), capped at 1; the vector leg
 weighs 1 and the full-text leg ``scale * m ** power`` (8 and 2). A query whose
 words the lexical leg finds together in one memory (an identifier, a name with
 its attribute) leans on it; one whose best lexical hit shares a word or two
@@ -30,19 +33,17 @@ convex_alpha`` and are not chosen per query. Ties as in RRF.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from pipeline.contracts import LEGS, Batch, Fused, Fusion, LegRun, Mode, QueryState
-from pipeline.settings import FulltextSettings
-from pipeline.stages.fulltext import _query_terms
-from pipeline.stages.recency import apply_recency
-from pipeline.store.database import placeholders
-from pipeline.store.overlay import Overlay
-from pipeline.store.postings import Postings
+from pipeline.settings import Settings
+from pipeline.stages.fuse.recency import apply_recency
+from pipeline.stages.stage import Resources, Stage
+from pipeline.store.fulltext import query_idf
+from pipeline.store.reader import View
 from pipeline.timing import ms_since
 
 
@@ -133,34 +134,11 @@ class LegWeighting:
         return cls(settings.fusion_weights, settings.lexical_match_scale, settings.lexical_match_power)
 
 
-def bm25_idf(df: int, n: int) -> float:
-    """BM25's IDF as the full-text leg scores it (``pipeline.store.postings.bm25``, base-10 log)."""
-    return math.log10(((n - df) + 0.5) / (df + 0.5) + 1)
-
-
 def lexical_match(top_score: float, query_idf: float) -> float:
     """How well the full-text leg's best hit matches the whole query, in [0, 1]."""
     if query_idf <= 0 or top_score <= 0:
         return 0.0
     return min(1.0, top_score / query_idf)
-
-
-def query_idf(con, text: str, settings: FulltextSettings, overlay: Overlay, postings: Postings | None) -> float:
-    """The sum of BM25 IDFs of the query's terms (the full-text leg's own terms,
-    stopwords left out) over the live store: document frequencies of the base
-    (its postings in memory, else by SQL) plus the deltas'."""
-    terms = _query_terms(con, text, settings)
-    if not terms:
-        return 0.0
-    if postings is not None:
-        base = {t: int(postings.df[tid]) for t, tid in postings.termids(terms).items()}
-    else:
-        slots, params = placeholders("t", terms)
-        base = dict(con.execute(
-            f"SELECT t.term, p.df FROM fts_terms t JOIN fts_postings p USING (termid) WHERE t.term IN ({slots})",
-            params).fetchall())
-    n, _ = overlay.live_stats()
-    return sum(bm25_idf(base.get(t, 0) + overlay.delta_df(t), n) for t in terms)
 
 
 def adapt_weights(state: QueryState, weighting: LegWeighting, query_idf: Callable[[str], float] | None) -> None:
@@ -241,3 +219,25 @@ def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], 
             state.fused = apply_recency(state.fused, created_at_of([f.id for f in state.fused]), boost, now)
             state.timings["recency"] = ms_since(t0)
     return batch
+
+
+def run(parts: list[Batch], res: Resources) -> Batch:
+    """``fuse_batch`` over the published store: created-at and the query
+    terms' IDFs come from the view (none without a store)."""
+    settings = res.settings()
+    with res.view() as v:
+        created = v.created_at if v is not None else _nothing_created
+        idf = _query_idf_of(v, settings) if v is not None and v.cursor is not None else None
+        return fuse_batch(parts, settings.rrf_k, created, LegWeighting.of(settings), idf, settings.fts_tie_tolerance,
+                          settings.fts_floor)
+
+
+def _nothing_created(ids: list[str]) -> dict[str, datetime]:
+    return {}
+
+
+def _query_idf_of(view: View, settings: Settings) -> Callable[[str], float]:
+    return lambda text: query_idf(view.cursor, text, settings.fulltext, view.overlay, view.postings())
+
+
+STAGE = Stage("search.fuse", run, fan_in=True)

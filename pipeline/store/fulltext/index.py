@@ -2,8 +2,8 @@
 (tokenizer, Porter stemmer, stopwords; ``fts_main_memories``), and
 ``derive_postings`` turns its tables into one posting list per term
 (``fts_postings``: memory, term frequency, memory length and the scope codes
-the filters need), which the full-text leg (``pipeline.stages.fulltext``)
-reads by primary key.
+the filters need), which the full-text search (``pipeline.store.fulltext.ranking``)
+reads by primary key or holds in memory (``pipeline.store.fulltext.postings``).
 
 The FTS index does not follow inserts, so ingest rebuilds it (and the
 postings) inside its transaction: a memory is searchable as soon as its
@@ -13,7 +13,8 @@ ingest returns.
 from __future__ import annotations
 
 from pipeline.settings import FulltextSettings
-from pipeline.store.database import one
+from pipeline.store.database import one, rows_by_ids
+from pipeline.store.fulltext.terms import create_index_sql
 
 # docid: the rank of the memory id, so ordering by docid is ordering by id
 # (the tie-break of a ranking) without reading ids. fts_postings: one row per
@@ -60,16 +61,8 @@ _DERIVED_TABLES = ("fts_labels", "fts_docs", "fts_terms", "fts_postings")
 
 def rebuild_index(con, settings: FulltextSettings) -> None:
     """(Re)create the BM25 index over ``memories.fts_text`` (content, then context)
-    and the postings derived from it.
-
-    PRAGMA arguments cannot be bound; every value comes from validated settings.
-    """
-    ignore = settings.ignore.replace("'", "''")
-    con.execute(
-        "PRAGMA create_fts_index('memories', 'id', 'fts_text', "
-        f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
-        f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)"
-    )
+    and the postings derived from it."""
+    con.execute(create_index_sql("memories", "id", settings))
     derive_postings(con)
 
 
@@ -89,3 +82,26 @@ def index_exists(con) -> bool:
         [list(_DERIVED_TABLES)],
     )[0]
     return bool(schemas) and tables == len(_DERIVED_TABLES)
+
+
+def fulltext_totals(con) -> tuple[int, int]:
+    """(documents, summed token count) of a base's full-text index; (0, 0) without one."""
+    if not index_exists(con):
+        return 0, 0
+    docs, total = one(con, "SELECT count(*), coalesce(sum(len), 0) FROM fts_docs")
+    return int(docs), int(total)
+
+
+def live_base(con, dead_ids: list[str], totals: tuple[int, int] | None) -> tuple[int, int, list[int]]:
+    """(live documents, their summed length, dead docids) of the base's full-text
+    index, ``dead_ids`` left out; ``totals`` is ``fulltext_totals`` when the caller keeps it."""
+    docs, total = totals if totals is not None else fulltext_totals(con)
+    if not docs:
+        return 0, 0, []
+    dead: list[int] = []
+    if dead_ids:
+        rows = rows_by_ids(con, "SELECT docid, len FROM fts_docs WHERE {id}", dead_ids, lookups=True)
+        dead = [r[0] for r in rows]
+        docs -= len(rows)
+        total -= sum(r[1] for r in rows)
+    return int(docs), int(total), dead

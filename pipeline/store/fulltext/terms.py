@@ -1,0 +1,160 @@
+"""Terms: how text becomes the full-text index's terms, for a memory and for a query.
+
+The DuckDB FTS extension indexes a memory's text with its tokenizer, stopwords
+and stemmer; ``create_index_sql`` is that PRAGMA, written once for the store's
+index (``pipeline.store.fulltext.index``) and for a delta's memories
+(``Tokenizer``), so a delta's terms are what a compacted index would hold.
+A query's terms (``QueryTerms``) follow the same rule. The tokenizer keeps
+digits and ``_`` (``ignore`` in settings), so identifiers such as
+``ERR_CONN_RESET``, ``db-17`` or ``JIRA-4412`` become terms a query can hit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+import duckdb
+
+from pipeline.settings import FulltextSettings
+from pipeline.store.database import fts_extension_path
+
+
+def create_index_sql(table: str, key: str, settings: FulltextSettings) -> str:
+    """The extension's ``create_fts_index`` PRAGMA over ``table.fts_text`` with
+    the store's settings. PRAGMA arguments cannot be bound: ``table`` and
+    ``key`` are the callers' fixed names, every value comes from validated settings."""
+    ignore = settings.ignore.replace("'", "''")
+    return (f"PRAGMA create_fts_index('{table}', '{key}', 'fts_text', "
+            f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
+            f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)")
+
+
+class QueryTerms:
+    """A query's distinct stemmed terms, as the index makes a memory's: the
+    ``tokenize`` macro (``lower(strip_accents(text))``, the ``ignore`` pattern
+    replaced by spaces, split on whitespace), the index's ``stopwords``
+    dropped, then each token stemmed. Stopwords go before stemming, as at
+    indexing: a stopword's stem can be a word's ("at" is the stem of "ate"),
+    and the extension's ``match_bm25``, which stems a query's stopwords too,
+    lets "meet at noon" find "we ate pizza".
+
+    ASCII text is split here (``strip_accents`` and ``lower`` are then plain
+    ASCII operations); other text goes to DuckDB's own macro. Stems come from
+    DuckDB's ``stem`` once per distinct token and are cached (bounded), so
+    the steady state runs no SQL.
+    """
+
+    _CACHE = 200_000
+
+    def __init__(self, ignore: str, stemmer: str, stopwords: frozenset[str] = frozenset()):
+        self.ignore = re.compile(ignore)
+        self.stemmer = stemmer
+        self.stopwords = stopwords
+        self._stems: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, con, settings: FulltextSettings) -> QueryTerms | None:
+        """The rule of the index read through ``con`` (its stopwords), None when
+        Python's ``re`` reads the ``ignore`` pattern otherwise than DuckDB's RE2
+        (then ``terms_sql``, the macro itself, answers)."""
+        try:
+            return cls(settings.ignore, settings.stemmer, stopwords(con) or frozenset())
+        except re.error:
+            return None
+
+    def __call__(self, con, text: str) -> list[str]:
+        if not text.strip():
+            return []
+        if not text.isascii():
+            return terms_sql(con, text, self.stemmer, self.stopwords)
+        tokens = [t for t in re.split(r"\s+", self.ignore.sub(" ", text.lower())) if t and t not in self.stopwords]
+        stems = self._stems
+        missing = [t for t in dict.fromkeys(tokens) if t not in stems]
+        if missing:
+            got = con.execute("SELECT list_transform($w, x -> stem(x, $stemmer))",
+                              {"w": missing, "stemmer": self.stemmer}).fetchone()[0]
+            with self._lock:
+                if len(stems) > self._CACHE:
+                    stems.clear()
+                stems.update(zip(missing, got, strict=True))
+        out = [stems[t] if t in stems else _stem_sql(con, t, self.stemmer) for t in tokens]  # cleared meanwhile
+        return [t for t in dict.fromkeys(out) if t]
+
+
+def stopwords(con) -> frozenset[str] | None:
+    """The index's stopwords (an empty table with ``stopwords='none'``); None
+    when ``con`` has no index to read them from."""
+    try:
+        return frozenset(r[0] for r in con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall())
+    except duckdb.Error:
+        return None
+
+
+def query_terms(con, text: str, settings: FulltextSettings, rule: QueryTerms | None = None) -> list[str]:
+    """The distinct stemmed terms of ``text``, by the index's own tokenizer,
+    stopwords and stemmer: with ``rule`` (a base's cached ``QueryTerms``) when
+    given, else read from the index through ``con`` for this call."""
+    rule = rule if rule is not None else QueryTerms.of(con, settings)
+    if rule is None:
+        return terms_sql(con, text, settings.stemmer, stopwords(con) or frozenset())
+    return rule(con, text)
+
+
+# the index's ``tokenize`` macro, stopwords dropped, then ``stem``: a query's terms in SQL
+TERMS_SQL = ("SELECT DISTINCT stem(w, $stemmer) AS t FROM (SELECT unnest(fts_main_memories.tokenize($q)) AS w) "
+             "WHERE w <> '' AND NOT list_contains($stop, w)")
+
+
+def terms_sql(con, text: str, stemmer: str, stopwords: frozenset[str]) -> list[str]:
+    """``QueryTerms`` by the index's own macro, for text the Python rule does not cover."""
+    if not text.strip():
+        return []
+    params = {"q": text, "stemmer": stemmer, "stop": sorted(stopwords)}
+    return [r[0] for r in con.execute(TERMS_SQL, params).fetchall() if r[0]]
+
+
+def _stem_sql(con, token: str, stemmer: str) -> str:
+    return str(con.execute("SELECT stem($w, $s)", {"w": token, "s": stemmer}).fetchone()[0])
+
+
+class Tokenizer:
+    """A delta's memories as the FTS extension tokenizes them, in an in-memory
+    DuckDB of its own, opened on first use and kept (writes are serialised by
+    ``WRITE.lock``); a forked child opens its own."""
+
+    def __init__(self) -> None:
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._pid = 0
+
+    def _connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None or self._pid != os.getpid():
+            con = duckdb.connect()
+            con.execute(f"LOAD '{str(fts_extension_path()).replace(chr(39), chr(39) * 2)}'")
+            self._con, self._pid = con, os.getpid()
+        return self._con
+
+    def __call__(self, texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
+        """(token count, {term: frequency}) of each text, by the FTS extension with
+        the store's settings: the same tokenizer, stemmer and stopwords that index
+        the base, so a delta's memories score as a compacted index would score them."""
+        con = self._connection()
+        con.execute("CREATE OR REPLACE TABLE delta_docs (pos INTEGER, fts_text VARCHAR)")
+        con.execute("INSERT INTO delta_docs SELECT unnest(?), unnest(?)", [list(range(len(texts))), texts])
+        con.execute(create_index_sql("delta_docs", "pos", settings))
+        out: list[tuple[int, dict[str, int]]] = [(0, {}) for _ in texts]
+        for pos, length in con.execute("SELECT name, len FROM fts_main_delta_docs.docs").fetchall():
+            out[int(pos)] = (int(length), {})
+        for pos, term, tf in con.execute(
+            "SELECT d.name, t2.term, count(*) FROM fts_main_delta_docs.terms t "
+            "JOIN fts_main_delta_docs.docs d ON d.docid = t.docid "
+            "JOIN fts_main_delta_docs.dict t2 ON t2.termid = t.termid GROUP BY 1, 2"
+        ).fetchall():
+            out[int(pos)][1][term] = int(tf)
+        return out
+
+
+# the writer's tokenizer: one per process (a connection of its own, reopened after a fork)
+tokenize = Tokenizer()
