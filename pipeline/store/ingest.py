@@ -514,7 +514,9 @@ def _replace_annotations(con, records: list[MemoryRecord]) -> None:
 
 def _forget_rows(con, tree: Tree, ids: list[str], touched: set[str]) -> int:
     """Delete memories ``ids``: their rows, tree places (centroids moved off
-    them), annotations and the edges they declared. Returns how many were held."""
+    them), annotations, the edges they declared and every edge to or from
+    them (a link to a forgotten memory is dropped, SECURITY.md). Returns how
+    many were held."""
     rows = con.execute(
         "SELECT id, namespace, embedding FROM memories WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
     for mid, namespace, embedding in rows:
@@ -529,6 +531,7 @@ def _forget_rows(con, tree: Tree, ids: list[str], touched: set[str]) -> int:
             "DELETE FROM edges WHERE origin IN (SELECT unnest(?))",
         ):
             con.execute(sql, [held])
+    con.execute("DELETE FROM edges WHERE src IN (SELECT unnest(?)) OR dst IN (SELECT unnest(?))", [ids, ids])
     return len(held)
 
 
@@ -569,13 +572,7 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
     with transaction(con):
         tree = Tree(settings.tree)
         namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
-        for ns in namespaces:
-            rows = con.execute(
-                "SELECT id, embedding, content FROM memories WHERE namespace = ? ORDER BY id", [ns]
-            ).fetchall()
-            tree.build_namespace(
-                ns, [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32), [r[2] for r in rows]
-            )
+        _cluster(con, tree, namespaces)
         con.execute("DELETE FROM topics")
         con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
         save_namespaces(con, tree, namespaces)
@@ -583,3 +580,24 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
         store.set_meta("fts_generation", str(store.generation + 1))
         store.set_meta("generation", str(store.generation + 1))
     return tree
+
+
+def recluster(store: Store, settings: Settings, namespaces: list[str]) -> None:
+    """Cluster ``namespaces`` again from their stored memories: a topic's key
+    is labelled with terms of the texts it was built from, so after a forget
+    the namespaces that held the forgotten memories get keys of live texts only."""
+    con = store.con
+    with transaction(con):
+        tree = load_tree(con, settings.tree)
+        _cluster(con, tree, namespaces)
+        save_namespaces(con, tree, namespaces)
+
+
+def _cluster(con, tree: Tree, namespaces: list[str]) -> None:
+    for ns in namespaces:
+        rows = con.execute(
+            "SELECT id, embedding, content FROM memories WHERE namespace = ? ORDER BY id", [ns]
+        ).fetchall()
+        tree.build_namespace(  # a namespace left with no memory is dropped
+            ns, [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32), [r[2] for r in rows]
+        )
