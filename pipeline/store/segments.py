@@ -106,6 +106,8 @@ class Manifest:
 
     def as_json(self) -> str:
         data = {"format": FORMAT, **asdict(self)}
+        if not self.erased:
+            del data["erased"]  # a manifest an earlier dimple still reads
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     def files(self) -> set[str]:
