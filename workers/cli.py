@@ -508,8 +508,10 @@ def cmd_audit_retry(args) -> int:
 
 def cmd_audit_purge(args) -> int:
     from pipeline import audit
+    from workers.audit import flush
 
     settings = cli_settings()
+    flush()  # rows this process still holds go in first, and its writer lets go of the log
     done = audit.purge(settings.audit_path, settings.audit_outbox_dir, settings.dead_letter_dir, args.ids, args.text)
     print(f"purged {done.rows} audit row(s) from {settings.audit_path}"
           + (" (the file written afresh)" if done.rows else "")

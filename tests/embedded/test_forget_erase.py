@@ -19,6 +19,7 @@ from pipeline.store.stats import store_stats
 from pipeline.store.writes import get, parse_records, write
 from tests.conftest import write_jsonl
 from tests.embedded.test_cli import cli_env  # noqa: F401 (a fixture)
+from tests.unit.test_segments import compact_killed_after_publishing
 from workers.cli import main
 
 SECRET_ID = "forgettable-q7zx"
@@ -113,14 +114,7 @@ def _settings_store(settings):
 def test_a_second_compaction_finishes_an_erase_the_first_was_killed_in(settings, monkeypatch):
     _settings_store(settings)
     write(settings, forget=[SECRET_ID, "later"])
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt("killed after publishing")
-
-    with monkeypatch.context() as m:
-        m.setattr(segments, "remove_unreferenced", killed)
-        with pytest.raises(KeyboardInterrupt):
-            compact(settings, wait=True)
+    compact_killed_after_publishing(settings, monkeypatch)
     assert traces(settings.data_dir, TOKEN)  # the merged deltas are still there
     report = compact(settings, wait=True)
     assert not report.ran and len([f for f in report.removed if "delta-" in f]) == 4  # 2 deltas, .json and .npy
