@@ -7,8 +7,9 @@ placed in the tree, whose touched topics and centroids follow; the full-text
 index rebuilt). When a base memory is forgotten or rewritten, or a base link
 points at a forgotten one, the copy is held in memory instead and the new
 base written afresh from its live rows, so no deleted row survives in a free
-block of the file; the namespaces that held forgotten memories are clustered
-again (topic keys are labelled with their members' words). It fsyncs the new
+block of the file; in the namespaces that held forgotten memories, a topic
+key made with a word no live member holds any more is renamed without it
+(``tree.drop_stale_words``). It fsyncs the new
 base, then, holding ``WRITE.lock`` only for that moment, publishes a manifest
 naming it and the deltas written meanwhile, and removes the files no reader
 needs any more (``segments.remove_unreferenced``): the old base, and the
@@ -36,7 +37,7 @@ import numpy as np
 from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.database import Store, one
-from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree, recluster
+from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree, relabel_topics
 from pipeline.store.overlay import Delta, DeltaMemory, Overlay, Prepared
 
 
@@ -139,8 +140,8 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                 shutil.copyfile(data_dir / start.base, work)
                 opened = Store.open(work, read_only=False)
             with opened as store:
-                # a topic's key is labelled with terms of its members' texts:
-                # the namespaces that held forgotten memories are clustered again
+                # a topic's key is made of words of its members' texts: those
+                # of the namespaces that held forgotten memories are checked
                 relabel = [r[0] for r in store.con.execute(
                     "SELECT DISTINCT namespace FROM memories WHERE id IN (SELECT unnest(?)) ORDER BY 1",
                     [sorted(forget)]).fetchall()] if forget else []
@@ -149,7 +150,7 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                 if rebuild:
                     rebuild_tree(store, settings)
                 elif relabel:
-                    recluster(store, settings, relabel)
+                    relabel_topics(store, settings, relabel)
                 if afresh:
                     # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
                     store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")

@@ -28,7 +28,7 @@ from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
 from pipeline.store import fulltext_index
 from pipeline.store.database import Store, rows_by_ids, transaction, utcnow
-from pipeline.store.tree import Tree, load_tree, save_namespaces
+from pipeline.store.tree import Tree, drop_stale_words, load_tree, save_namespaces
 
 _ID_LIST: list[str] = Field(default_factory=list)  # a fresh empty list per record
 
@@ -572,7 +572,13 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
     with transaction(con):
         tree = Tree(settings.tree)
         namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
-        _cluster(con, tree, namespaces)
+        for ns in namespaces:
+            rows = con.execute(
+                "SELECT id, embedding, content FROM memories WHERE namespace = ? ORDER BY id", [ns]
+            ).fetchall()
+            tree.build_namespace(
+                ns, [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32), [r[2] for r in rows]
+            )
         con.execute("DELETE FROM topics")
         con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
         save_namespaces(con, tree, namespaces)
@@ -582,22 +588,13 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
     return tree
 
 
-def recluster(store: Store, settings: Settings, namespaces: list[str]) -> None:
-    """Cluster ``namespaces`` again from their stored memories: a topic's key
-    is labelled with terms of the texts it was built from, so after a forget
-    the namespaces that held the forgotten memories get keys of live texts only."""
+def relabel_topics(store: Store, settings: Settings, namespaces: list[str]) -> None:
+    """Rename the topics of ``namespaces`` whose keys hold a word that none of
+    their memories holds any more (``tree.drop_stale_words``): after a forget,
+    no topic key keeps a word of the forgotten text."""
     con = store.con
     with transaction(con):
         tree = load_tree(con, settings.tree)
-        _cluster(con, tree, namespaces)
-        save_namespaces(con, tree, namespaces)
-
-
-def _cluster(con, tree: Tree, namespaces: list[str]) -> None:
-    for ns in namespaces:
-        rows = con.execute(
-            "SELECT id, embedding, content FROM memories WHERE namespace = ? ORDER BY id", [ns]
-        ).fetchall()
-        tree.build_namespace(  # a namespace left with no memory is dropped
-            ns, [r[0] for r in rows], np.asarray([r[1] for r in rows], dtype=np.float32), [r[2] for r in rows]
-        )
+        texts = dict(con.execute("SELECT id, content FROM memories WHERE namespace IN (SELECT unnest(?))",
+                                 [namespaces]).fetchall())
+        save_namespaces(con, tree, drop_stale_words(tree, namespaces, texts.__getitem__))

@@ -177,6 +177,7 @@ def test_audit_purge_clears_log_outbox_and_dead_letters_and_the_log_stays_whole(
     done = pa.purge(log, outbox, letters, [SECRET_ID], [TOKEN])
     assert (done.rows, done.outbox_rows, done.dead_letters) == (2, 1, 1)
     assert traces(tmp_path, TOKEN, SECRET_ID) == []
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["audit.duckdb"]  # no copy left beside it
     assert [r["query_id"] for r in json.loads(box.read_text())["records"]] == ["q-kept"]
     assert [p.name for p in letters.glob("*.json")] == ["q-other.json"]
     assert [r.query_id for r in pa.tail(log, 10)] == ["q-kept"]
