@@ -175,7 +175,10 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                 version=now.version + 1, base=str(target.relative_to(data_dir)),
                 deltas=[d for d in now.deltas if d.seq not in done], next_seq=now.next_seq,
                 compacted_base=start.base, consumed=consumed, recent_writes=now.recent_writes,
-                erased=bool(forget),
+                # the deltas written while the last erase ran were routed to
+                # that base's topic keys, which may hold a forgotten word: they
+                # go at once too
+                erased=bool(forget) or start.erased,
             )
             new.note_write(write_id)
             segments.publish(data_dir, new)

@@ -183,3 +183,27 @@ def test_audit_purge_clears_log_outbox_and_dead_letters_and_the_log_stays_whole(
     assert [r.query_id for r in pa.tail(log, 10)] == ["q-kept"]
     assert pa.write_records(log, [kept, _row("q-new", "later", [])]) == 1  # the key still holds
     assert pa.purge(log, outbox, letters, [SECRET_ID]).rows == 0
+
+
+def test_a_delta_written_while_an_erase_ran_goes_with_the_next_compaction(settings, monkeypatch):
+    """A write during the compaction that erases is routed to the old base's
+    topic keys, which may hold the forgotten word: the next compaction removes
+    it at once, not one compaction later."""
+    from pipeline.store import compact as compaction
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   {"id": "door", "namespace": "vault", "content": "it opens"}], settings))
+    write(settings, forget=[SECRET_ID])
+    relabel = compaction.relabel_topics
+
+    def meanwhile(*args, **kwargs):
+        write(settings, parse_records([{"id": "during", "namespace": "vault", "content": "it opens too"}], settings))
+        relabel(*args, **kwargs)
+
+    monkeypatch.setattr(compaction, "relabel_topics", meanwhile)
+    compact(settings, wait=True)
+    monkeypatch.undo()
+    assert traces(settings.data_dir, TOKEN) == ["segments/delta-00000004.json: zebraquokka91"]  # its route
+    compact(settings, wait=True)
+    assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+    assert [m["id"] for m in get(settings, ["door", "during", SECRET_ID])] == ["door", "during"]
