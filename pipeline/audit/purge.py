@@ -36,9 +36,6 @@ class PurgeReport:
     outbox_rows: int = 0  # rows dropped from outbox files
     dead_letters: int = 0  # dead-letter files removed (invalid/ included)
 
-    def as_dict(self) -> dict[str, int]:
-        return {"rows": self.rows, "outbox_rows": self.outbox_rows, "dead_letters": self.dead_letters}
-
 
 class _Needles:
     """What a row must not hold: each id or text, as written and as JSON escapes it, in lower case."""
