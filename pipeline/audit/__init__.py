@@ -1,10 +1,11 @@
 """The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
-(``writer``), read back (``reader``), kept when writes run out of retries (``letters``) and
-explained or replayed (``explain``).
+(``writer``), read back (``reader``), kept when writes run out of retries (``letters``),
+explained or replayed (``explain``) and purged of a forgotten memory (``purge``).
 """
 
 from pipeline.audit.explain import diff_served, explain, replay_options
 from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters, scan_dead_letters
+from pipeline.audit.purge import PurgeReport, purge
 from pipeline.audit.reader import count, find, get, since, tail
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_record, log_line
 from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
@@ -32,4 +33,6 @@ __all__ = [
     "explain",
     "replay_options",
     "diff_served",
+    "purge",
+    "PurgeReport",
 ]

@@ -1,16 +1,22 @@
 """Compaction: merge the published deltas into a new base, in the background.
 
 It copies the base to a fresh file (no reader has it open) and applies the
-deltas there in one transaction (forgotten memories deleted with their tree places, annotations and declared
-edges; new and rewritten ones placed in the tree, whose touched topics and
-centroids follow; the full-text index rebuilt). When a base memory is
-forgotten or rewritten, the copy is held in memory instead and the new base
-written afresh from its live rows, so no deleted row survives in a free
-block of the file. It fsyncs the new base, then, holding ``WRITE.lock`` only
-for that moment, publishes a manifest naming it and the deltas written
-meanwhile, and removes the files no reader needs any more
-(``segments.remove_unreferenced``). On disk at any moment: the base, the
-deltas and this one output.
+deltas there in one transaction (forgotten memories deleted with their tree
+places, annotations and every link to or from them; new and rewritten ones
+placed in the tree, whose touched topics and centroids follow; the full-text
+index rebuilt). When a base memory is forgotten or rewritten, or a base link
+points at a forgotten one, the copy is held in memory instead and the new
+base written afresh from its live rows, so no deleted row survives in a free
+block of the file; in the namespaces that held forgotten memories, a topic
+key made with a word no live member holds any more is renamed without it
+(``tree.drop_stale_words``). It fsyncs the new
+base, then, holding ``WRITE.lock`` only for that moment, publishes a manifest
+naming it and the deltas written meanwhile, and removes the files no reader
+needs any more (``segments.remove_unreferenced``): the old base, and the
+merged deltas at once when they held a forgotten memory (``Manifest.erased``;
+otherwise at the next compaction, for readers still on the old base). After
+one compaction a forgotten memory's text and id are in no file of the store.
+On disk at any moment: the base, the deltas and this one output.
 
 Writes go on while it works (they take ``WRITE.lock`` for their own delta
 only) and so do queries (readers load the new base in the background). A
@@ -30,8 +36,8 @@ import numpy as np
 
 from pipeline.settings import Settings
 from pipeline.store import segments
-from pipeline.store.database import Store
-from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree
+from pipeline.store.database import Store, one
+from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree, relabel_topics
 from pipeline.store.overlay import Delta, DeltaMemory, Overlay, Prepared
 
 
@@ -41,7 +47,7 @@ class CompactReport:
     base: str | None = None
     merged_deltas: int = 0
     memories: int = 0  # delta memories written into the base
-    forgotten: int = 0  # memories deleted from the base's files
+    forgotten: int = 0  # forgotten memories erased from the store's files (base and merged deltas)
     removed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ran: bool = True  # False: another compaction was running, or there was nothing to merge
@@ -52,20 +58,29 @@ class CompactReport:
                 "seconds": round(self.seconds, 3), "ran": self.ran}
 
 
-def _record(m: DeltaMemory) -> MemoryRecord:
+def _record(m: DeltaMemory, forgotten: set[str]) -> MemoryRecord:
+    """``m`` as a record for the base, without its links to ``forgotten`` memories."""
+    def live(ids: list[str]) -> list[str]:
+        return sorted(set(ids) - forgotten)
+
     return MemoryRecord.model_construct(
         id=m.id, namespace=m.namespace, content=m.content, content_type=m.content_type, created_at=m.created_at,
-        topics=sorted(m.topics), concepts=sorted(m.concepts), supersedes=sorted(m.supersedes),
-        conflicts=sorted(m.conflicts), supported_by=sorted(m.supported_by), context=m.context, metadata=m.metadata,
+        topics=sorted(m.topics), concepts=sorted(m.concepts), supersedes=live(m.supersedes),
+        conflicts=live(m.conflicts), supported_by=live(m.supported_by), context=m.context, metadata=m.metadata,
     )
 
 
-def _rewrites_base(base: Path, ids: set[str]) -> bool:
-    """Whether the base holds any of ``ids`` (a memory the deltas forget or rewrite)."""
+def _rewrites_base(base: Path, ids: set[str], forgotten: set[str]) -> bool:
+    """Whether the base holds any of ``ids`` (a memory the deltas forget or
+    rewrite) or a link to or from a ``forgotten`` one."""
     if not ids:
         return False
     with Store.open(base, read_only=True) as store:
-        return bool(store.existing_ids(ids))
+        if store.existing_ids(ids):
+            return True
+        return bool(forgotten) and one(
+            store.con, "SELECT count(*) FROM edges WHERE src IN (SELECT unnest(?)) OR dst IN (SELECT unnest(?))",
+            [sorted(forgotten), sorted(forgotten)])[0] > 0
 
 
 def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool = False,
@@ -108,14 +123,15 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                 forget |= {f["id"] for f in extra.forget}
                 for mid in forget:
                     members.pop(mid, None)
-            records = [_record(members[m]) for m in sorted(members)]
+            records = [_record(members[m], forget) for m in sorted(members)]
             dim = next(iter(vectors.values())).shape[0] if vectors else None
             # DuckDB leaves deleted and overwritten rows in free blocks of the
             # file it updates: when a base memory is forgotten or rewritten, the
             # new base is written afresh from the live rows, out of a copy held
             # in memory (not a second file: disk holds the base, the deltas and
             # this one output); otherwise the deltas are applied to a file copy
-            afresh = start.base is not None and (rebuild or _rewrites_base(data_dir / start.base, forget | set(members)))
+            afresh = start.base is not None and (
+                rebuild or _rewrites_base(data_dir / start.base, forget | set(members), forget))
             if start.base is None:
                 opened = Store.open(work, read_only=False, embedding_model=settings.embedding_model, embedding_dim=dim)
             elif afresh:
@@ -124,10 +140,17 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                 shutil.copyfile(data_dir / start.base, work)
                 opened = Store.open(work, read_only=False)
             with opened as store:
-                report = ingest_records(store, records, None, settings,  # type: ignore[arg-type]
-                                        vectors_of=vectors, forget=sorted(forget))
+                # a topic's key is made of words of its members' texts: those
+                # of the namespaces that held forgotten memories are checked
+                relabel = [r[0] for r in store.con.execute(
+                    "SELECT DISTINCT namespace FROM memories WHERE id IN (SELECT unnest(?)) ORDER BY 1",
+                    [sorted(forget)]).fetchall()] if forget else []
+                ingest_records(store, records, None, settings,  # type: ignore[arg-type]
+                               vectors_of=vectors, forget=sorted(forget))
                 if rebuild:
                     rebuild_tree(store, settings)
+                elif relabel:
+                    relabel_topics(store, settings, relabel)
                 if afresh:
                     # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
                     store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
@@ -152,9 +175,13 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                 version=now.version + 1, base=str(target.relative_to(data_dir)),
                 deltas=[d for d in now.deltas if d.seq not in done], next_seq=now.next_seq,
                 compacted_base=start.base, consumed=consumed, recent_writes=now.recent_writes,
+                # the deltas written while the last erase ran were routed to
+                # that base's topic keys, which may hold a forgotten word: they
+                # go at once too
+                erased=bool(forget) or start.erased,
             )
             new.note_write(write_id)
             segments.publish(data_dir, new)
             removed = segments.remove_unreferenced(data_dir, new)
     return CompactReport(version=new.version, base=new.base, merged_deltas=len(consumed), memories=len(records),
-                         forgotten=report.forgotten, removed=removed, seconds=time.perf_counter() - t0)
+                         forgotten=len(forget), removed=removed, seconds=time.perf_counter() - t0)

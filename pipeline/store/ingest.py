@@ -29,7 +29,7 @@ from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
 from pipeline.store.database import Store, rows_by_ids, transaction, utcnow
 from pipeline.store.fulltext import rebuild_index
-from pipeline.store.vector import Tree, load_tree, save_namespaces
+from pipeline.store.vector import Tree, drop_stale_words, load_tree, save_namespaces
 
 _ID_LIST: list[str] = Field(default_factory=list)  # a fresh empty list per record
 
@@ -525,7 +525,9 @@ def _replace_annotations(con, records: list[MemoryRecord]) -> None:
 
 def _forget_rows(con, tree: Tree, ids: list[str], touched: set[str]) -> int:
     """Delete memories ``ids``: their rows, tree places (centroids moved off
-    them), annotations and the edges they declared. Returns how many were held."""
+    them), annotations, the edges they declared and every edge to or from
+    them (a link to a forgotten memory is dropped, SECURITY.md). Returns how
+    many were held."""
     rows = con.execute(
         "SELECT id, namespace, embedding FROM memories WHERE id IN (SELECT unnest(?))", [ids]).fetchall()
     for mid, namespace, embedding in rows:
@@ -540,6 +542,7 @@ def _forget_rows(con, tree: Tree, ids: list[str], touched: set[str]) -> int:
             "DELETE FROM edges WHERE origin IN (SELECT unnest(?))",
         ):
             con.execute(sql, [held])
+    con.execute("DELETE FROM edges WHERE src IN (SELECT unnest(?)) OR dst IN (SELECT unnest(?))", [ids, ids])
     return len(held)
 
 
@@ -594,3 +597,15 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
         store.set_meta("fts_generation", str(store.generation + 1))
         store.set_meta("generation", str(store.generation + 1))
     return tree
+
+
+def relabel_topics(store: Store, settings: Settings, namespaces: list[str]) -> None:
+    """Rename the topics of ``namespaces`` whose keys hold a word that none of
+    their memories holds any more (``tree.drop_stale_words``): after a forget,
+    no topic key keeps a word of the forgotten text."""
+    con = store.con
+    with transaction(con):
+        tree = load_tree(con, settings.tree)
+        texts = dict(con.execute("SELECT id, content FROM memories WHERE namespace IN (SELECT unnest(?))",
+                                 [namespaces]).fetchall())
+        save_namespaces(con, tree, drop_stale_words(tree, namespaces, texts.__getitem__))

@@ -239,13 +239,24 @@ class Reader:
                     cur.close()
                 self._current = fresh
                 return fresh
+            # meanwhile: the old base, every delta the compaction merged, and those written since
+            extra = [d for d in manifest.consumed + manifest.deltas if d.seq not in cur.deltas]
+            try:
+                extended = self._extend(cur, manifest.version, extra)
+            except FileNotFoundError:
+                if not manifest.erased:
+                    raise
+                # the merged deltas held forgotten memories and are gone
+                # (``Manifest.erased``): this reader had not read them all
+                fresh = self._load(manifest, {})
+                cur.close()
+                self._current = fresh
+                return fresh
             if self._loading is None:
                 assert cur._uses is not None
                 self._start_background(manifest, index_wanted=cur._index is not None,
                                        postings_wanted=cur._uses.postings_loaded)
-            # meanwhile: the old base, every delta the compaction merged, and those written since
-            extra = [d for d in manifest.consumed + manifest.deltas if d.seq not in cur.deltas]
-            self._current = self._extend(cur, manifest.version, extra)
+            self._current = extended
             return self._current
         loaded = {d.seq for d in manifest.deltas}
         if not set(cur.deltas) <= loaded:  # a delta vanished without a new base: reload whole

@@ -79,6 +79,11 @@ class Manifest:
     # base can go on answering from it with every write while it loads the new one
     compacted_base: str | None = None
     consumed: list[DeltaRef] = field(default_factory=list)
+    # set by a compaction that erased forgotten memories: the deltas it merged
+    # held them (text and tombstones), so their files go at once, not at the
+    # next compaction; a reader still on ``compacted_base`` that had not read
+    # them all loads the new base instead (``Reader._follow``)
+    erased: bool = False
     # [write id, version] of the last RECENT_WRITES writes that gave one (a
     # broker message's task id): a message delivered again after its write
     # was published is not applied twice (``note_write``)
@@ -101,11 +106,13 @@ class Manifest:
 
     def as_json(self) -> str:
         data = {"format": FORMAT, **asdict(self)}
+        if not self.erased:
+            del data["erased"]  # a manifest an earlier dimple still reads
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     def files(self) -> set[str]:
         """Every file this manifest needs (relative names)."""
-        refs = self.deltas + self.consumed
+        refs = self.deltas + ([] if self.erased else self.consumed)
         out = {d.file for d in refs} | {_npy(d.file) for d in refs}
         if self.base is not None:
             out.add(self.base)

@@ -29,6 +29,11 @@ def store_stats(store: Store, overlay: Overlay | None = None) -> dict[str, Any]:
         edges = {e for e in edges if e[3] not in overlay.touched}
         edges |= {(s, d, k, m.id) for m in overlay.members.values() for s, d, k in m.edges()}
     by_ns, by_type = +by_ns, +by_type  # drops namespaces and types left with no memory
+    # only live edges count: a link to or from a forgotten memory is gone at once (SECURITY.md)
+    ends = sorted({e[0] for e in edges} | {e[1] for e in edges})
+    in_base = store.existing_ids(ends)
+    live = overlay.live_ids(ends, in_base) if overlay is not None else in_base
+    edges = {e for e in edges if e[0] in live and e[1] in live}
     by_kind = Counter(kind for _, _, kind in {(s, d, k) for s, d, k, _ in edges})
     tree = one(
         con,

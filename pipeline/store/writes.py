@@ -314,7 +314,8 @@ def compaction_due(settings: Settings) -> bool:
 
 def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> list[dict[str, Any]]:
     """The live memories among ``ids``, in the order asked, as a user wrote them
-    (missing and forgotten ids are left out)."""
+    (missing and forgotten ids are left out), with their links to live
+    memories only: a link to a forgotten memory is dropped (SECURITY.md)."""
     own = reader is None
     reader = reader or Reader(settings.data_dir)
     try:
@@ -331,10 +332,24 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
         rest = [m for m in ids if m not in found and m not in overlay.touched]
         if rest and snap.store is not None:
             found.update(_base_records(snap.store, rest))
+        _drop_dead_links(found.values(), LiveView(snap))
         return [found[m] for m in dict.fromkeys(ids) if m in found]
     finally:
         if own:
             reader.close()
+
+
+_LINKS = ("supersedes", "conflicts", "supported_by")
+
+
+def _drop_dead_links(records, live: LiveView) -> None:
+    """Leave out of ``records``' links every memory that is not live (forgotten)."""
+    records = list(records)
+    linked = {t for r in records for k in _LINKS for t in r[k]}
+    alive = live.existing_ids(sorted(linked)) if linked else set()
+    for r in records:
+        for k in _LINKS:
+            r[k] = [t for t in r[k] if t in alive]
 
 
 def _as_record(mid, namespace, content, content_type, created_at, context, metadata, topics, concepts,

@@ -384,6 +384,17 @@ def test_the_ingest_tasks_use_their_task_id_as_the_write_id(settings, embedded):
     assert forget_task.apply(args=[["t1"]], task_id="forget-message").get()["replayed"]
 
 
+def compact_killed_after_publishing(settings, monkeypatch) -> None:
+    """A compaction that dies between publishing its manifest and removing the files it replaced."""
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed after publishing")
+
+    with monkeypatch.context() as m:
+        m.setattr(segments, "remove_unreferenced", killed)
+        with pytest.raises(KeyboardInterrupt):
+            compact(settings, wait=True)
+
+
 def test_a_compaction_killed_after_publishing_leaves_files_the_next_one_removes(settings, monkeypatch):
     """Killed between publishing its manifest and removing the old files, a
     compaction leaves the old base on disk; the next compaction removes it,
@@ -392,14 +403,7 @@ def test_a_compaction_killed_after_publishing_leaves_files_the_next_one_removes(
     _remember(settings, [_rec(i, rng) for i in range(60)])
     _remember(settings, [_rec(i, rng) for i in range(60, 64)])
     old_base = segments.read_manifest(settings.data_dir).base
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt("killed after publishing")
-
-    with monkeypatch.context() as m:
-        m.setattr(segments, "remove_unreferenced", killed)
-        with pytest.raises(KeyboardInterrupt):
-            compact(settings, wait=True)
+    compact_killed_after_publishing(settings, monkeypatch)
     manifest = segments.read_manifest(settings.data_dir)
     assert manifest.base != old_base and not manifest.deltas
     assert (settings.data_dir / old_base).exists()  # left behind

@@ -15,7 +15,7 @@ from pipeline.embedders import HashEmbedder
 from pipeline.settings import TreeSettings
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.vector import ROOT, Tree, load_tree, namespace_key, save_namespaces
+from pipeline.store.vector import ROOT, Tree, drop_stale_words, load_tree, namespace_key, save_namespaces
 from pipeline.store.vector.tree import spherical_kmeans
 
 SMALL = TreeSettings(max_leaf_items=8, branching=4, seed=0)
@@ -433,3 +433,17 @@ def test_save_namespaces_round_trips_a_changed_tree(small_tree_settings):
     assert again.leaf_of == tree.leaf_of
     assert leaf_rows == len(records) - 10
     assert user_rows == 0  # no user topics given; nothing else touched
+
+
+def test_a_word_no_member_holds_any_more_leaves_the_topic_keys_and_the_tree_stays_whole():
+    """After a forget, a topic key made with the forgotten text's word is renamed without it."""
+    tree, members, data = _build({"a": 60, "b": 30})
+    before = snapshot(tree)
+    gone = next(t.label for t in tree.leaves() if t.namespace == "a").split("-")[0]
+    changed = drop_stale_words(tree, ["a"], lambda m: data[m][1].replace(gone, "other"))
+    assert changed == ["a"]
+    assert not [k for k in tree.namespace_keys("a") if gone in k.split("-")]
+    assert [k for k in tree.namespace_keys("b") if gone in k.split("-")]  # not asked: left alone
+    assert {k for k, v in before.items() if gone not in v[5].split("-")} <= set(tree.topics)
+    check_invariants(tree, members, SMALL.max_leaf_items)
+    assert drop_stale_words(tree, ["a"], lambda m: data[m][1].replace(gone, "other")) == []

@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 
-    s = sub.add_parser("audit", help="the retrieval log: tail, show, explain, failed, retry")
+    s = sub.add_parser("audit", help="the retrieval log: tail, show, explain, failed, retry, purge")
     asub = s.add_subparsers(metavar="ACTION")
     a = asub.add_parser("tail", help="the last N rows")
     a.add_argument("-n", type=int, default=10, help="how many rows (default 10)")
@@ -206,6 +206,11 @@ def _parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_audit_failed)
     a = asub.add_parser("retry", help="write the dead letters now (once each), and outbox rows whose message was lost")
     a.set_defaults(func=cmd_audit_retry)
+    a = asub.add_parser("purge", help="delete every row holding a (forgotten) memory's id or a text, and rewrite the log")
+    a.add_argument("ids", nargs="*", metavar="ID", help="memory ids: rows that served them go")
+    a.add_argument("--text", action="append", default=[], help="rows whose query text (or any field) holds it go "
+                                                               "(ignoring case; repeatable)")
+    a.set_defaults(func=cmd_audit_purge)
     s.set_defaults(func=lambda args, parser=s: (parser.print_help(), EXIT_USER)[1])
 
     s = sub.add_parser("worker", help="start a Celery worker (all queues unless named)")
@@ -284,11 +289,13 @@ def cmd_compact(args) -> int:
     settings = cli_settings()
     require_store(settings)
     report = compact(settings, wait=True)
+    removed = f"; removed {len(report.removed)} file(s) no reader needs" if report.removed else ""
     if not report.ran:
-        print(f"nothing to compact (store version {report.version})")
+        print(f"nothing to compact (store version {report.version}){removed}")
     else:
         print(f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
-              f"forgotten for good, in {report.seconds:.1f}s (store version {report.version})")
+              f"forgotten memor{'y' if report.forgotten == 1 else 'ies'} erased from the store's files, "
+              f"in {report.seconds:.1f}s (store version {report.version}){removed}")
     return 0
 
 
@@ -487,6 +494,19 @@ def cmd_audit_retry(args) -> int:
     for e in errors:
         print(f"  {e}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def cmd_audit_purge(args) -> int:
+    from pipeline import audit
+    from workers.audit import flush
+
+    settings = cli_settings()
+    flush()  # rows this process still holds go in first, and its writer lets go of the log
+    done = audit.purge(settings.audit_path, settings.audit_outbox_dir, settings.dead_letter_dir, args.ids, args.text)
+    print(f"purged {done.rows} audit row(s) from {settings.audit_path}"
+          + (" (the file written afresh)" if done.rows else "")
+          + f", {done.outbox_rows} from the outbox, {done.dead_letters} dead letter(s)")
+    return 0
 
 
 # -- worker / flower -------------------------------------------------------------------

@@ -11,9 +11,9 @@ leaf a new memory goes to until compaction).
 from pipeline.store.vector.descent import KERNELS, Kernels, compile_kernels, delta_hits, descend, exact
 from pipeline.store.vector.index import VectorIndex
 from pipeline.store.vector.router import TreeRouter
-from pipeline.store.vector.tree import ROOT, Tree, load_tree, namespace_key, save_namespaces
+from pipeline.store.vector.tree import ROOT, Tree, drop_stale_words, load_tree, namespace_key, save_namespaces
 
 __all__ = [
     "KERNELS", "ROOT", "Kernels", "TreeRouter", "Tree", "VectorIndex", "compile_kernels", "delta_hits", "descend",
-    "exact", "load_tree", "namespace_key", "save_namespaces",
+    "drop_stale_words", "exact", "load_tree", "namespace_key", "save_namespaces",
 ]

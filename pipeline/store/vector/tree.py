@@ -15,7 +15,7 @@ import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -452,3 +452,60 @@ def save_namespaces(con, tree: Tree, namespaces: Iterable[str]) -> None:
         con.execute(
             "INSERT INTO memory_topics SELECT unnest(?), unnest(?), unnest(?)", [mids, tkeys, kinds]
         )
+
+
+def drop_stale_words(tree: Tree, namespaces: Iterable[str], text_of: Callable[[str], str]) -> list[str]:
+    """Rename the topics of ``namespaces`` whose label (the start of the key,
+    made of typical words of the members' texts, ``Tree._new_key``) holds a
+    word that no memory below the topic holds any more (``text_of(id)``: its
+    text), leaving that word out; the rest of the key stays. A forgotten
+    memory's words leave the keys this way, without clustering again.
+    Returns the namespaces whose topics were renamed."""
+    words: dict[str, set[str]] = {}
+
+    def held(mid: str) -> set[str]:
+        if mid not in words:
+            words[mid] = set(_WORD.findall(text_of(mid).lower()))
+        return words[mid]
+
+    changed = set()
+    for ns in sorted(set(namespaces)):
+        for key in tree.namespace_keys(ns):
+            topic = tree.topics[key]
+            if key == namespace_key(ns) or not key.startswith(topic.label + "-"):
+                continue
+            terms = topic.label.split("-")
+            below = _members_below(tree, key)
+            kept = [t for t in terms if any(t in held(m) for m in below)]
+            label = "-".join(kept) or "topic"
+            if label == topic.label:
+                continue
+            new, rest, n = label + key[len(topic.label):], key[len(topic.label):], 2
+            while new in tree.topics:
+                new, n = f"{label}{rest}-{n}", n + 1
+            _rename(tree, key, new, label)
+            changed.add(ns)
+    return sorted(changed)
+
+
+def _members_below(tree: Tree, key: str) -> list[str]:
+    out, stack = [], [key]
+    while stack:
+        topic = tree.topics[stack.pop()]
+        out.extend(topic.members)
+        stack.extend(topic.children)
+    return out
+
+
+def _rename(tree: Tree, old: str, new: str, label: str) -> None:
+    topic = tree.topics.pop(old)
+    topic.key, topic.label = new, label
+    tree.topics[new] = topic
+    if topic.parent is not None:
+        kids = tree.topics[topic.parent].children
+        kids[kids.index(old)] = new
+        kids.sort()  # children stay sorted by key: ties in descent go to the smaller one
+    for child in topic.children:
+        tree.topics[child].parent = new
+    for mid in topic.members:
+        tree.leaf_of[mid] = new

@@ -1,0 +1,134 @@
+"""Purging the audit trail of a forgotten memory (``dimple audit purge``).
+
+The audit keeps one row per query (``retrieval_log``): the query text (unless
+``DIMPLE_STORE_QUERY_TEXT=false``), its options and, per result served, the
+memory id with its ranks and scores; never a memory's content. A forgotten
+memory can still be read there: its id in the rows that served it, and its
+words in query texts that quoted them. ``purge`` deletes every row that holds
+one of the given ids or texts anywhere (query text, options, profile, served
+ids), ignoring case, from the log, the outbox and the dead letters, then
+writes the log to a fresh file that replaces it: DuckDB keeps deleted rows in
+free blocks of a file it updates in place.
+
+It takes the log as any writer does (``writer.knocking``: an audit worker
+holding the file lets go, and waits while the purge holds it), so rows
+written meanwhile land in the purged file, not in the one it replaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.audit.letters import OUTBOX_NAME, _put_json
+from pipeline.audit.writer import knocking
+from pipeline.errors import InputError
+from pipeline.store.database import one
+from pipeline.store.segments import fsync_dir, fsync_file
+
+
+@dataclass
+class PurgeReport:
+    rows: int = 0  # retrieval_log rows deleted
+    outbox_rows: int = 0  # rows dropped from outbox files
+    dead_letters: int = 0  # dead-letter files removed (invalid/ included)
+
+
+class _Needles:
+    """What a row must not hold: each id or text, as written and as JSON escapes it, in lower case."""
+
+    def __init__(self, ids: list[str], texts: list[str]):
+        for field, values in (("ids", ids), ("texts", texts)):
+            for i, value in enumerate(values):
+                if not isinstance(value, str) or not value.strip():
+                    raise InputError(f"{field}[{i}]", "must be a non-empty string")
+        if not ids and not texts:
+            raise InputError("ids", "name at least one memory id or text to purge")
+        self.needles = sorted({form for v in ids + texts for form in (v.lower(), json.dumps(v)[1:-1].lower())})
+
+    def found_in(self, text: str) -> bool:
+        low = text.lower()
+        return any(n in low for n in self.needles)
+
+
+def purge(audit_path: Path, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
+          texts: list[str] | None = None) -> PurgeReport:
+    """Delete every audit row holding one of ``ids`` or ``texts`` (ignoring
+    case) from the outbox, the dead letters and the log, and rewrite the log
+    afresh when a row went. Raises ``InputError`` when nothing is named."""
+    needles = _Needles(list(ids), list(texts or []))
+    report = PurgeReport()
+    report.outbox_rows = _purge_outbox(outbox_dir, needles)
+    report.dead_letters = _purge_letters(dead_letter_dir, needles)
+    if audit_path.exists():
+        report.rows = _purge_log(audit_path, needles)
+    return report
+
+
+def _purge_outbox(folder: Path, needles: _Needles) -> int:
+    dropped = 0
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not OUTBOX_NAME.match(path.name):
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:  # written meanwhile by its message
+            continue
+        except ValueError:
+            data = None
+        records: list[Any] = data.get("records", []) if isinstance(data, dict) else []
+        keep = [r for r in records if not needles.found_in(json.dumps(r, default=repr))]
+        if data is None or not keep:
+            dropped += len(records)
+            path.unlink(missing_ok=True)
+        elif len(keep) < len(records):
+            dropped += len(records) - len(keep)
+            _put_json(path, {**data, "records": keep})
+    return dropped
+
+
+def _purge_letters(folder: Path, needles: _Needles) -> int:
+    removed = 0
+    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        if needles.found_in(text):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+_ROW_TEXT = ("SELECT query_id, concat_ws(' ', query_id, query_text, options::VARCHAR, query_profile::VARCHAR, "
+             "sources::VARCHAR, truncation::VARCHAR) FROM retrieval_log")
+
+
+def _purge_log(path: Path, needles: _Needles) -> int:
+    fresh = path.with_name(path.name + ".purge")
+    for stale in (fresh, fresh.with_name(fresh.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    with knocking(path, read_only=False) as con:
+        if not one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'retrieval_log'")[0]:
+            return 0
+        doomed = [qid for qid, text in con.execute(_ROW_TEXT).fetchall() if needles.found_in(text)]
+        if not doomed:
+            return 0
+        con.execute("DELETE FROM retrieval_log WHERE query_id IN (SELECT unnest(?))", [doomed])
+        con.execute("CHECKPOINT")  # nothing left in the WAL beside the file that goes
+        name = one(con, "SELECT current_database()")[0]
+        # ATTACH takes no parameters: the path is ours (the audit dir), quoted
+        con.execute("ATTACH '" + str(fresh).replace("'", "''") + "' AS purged")
+        try:
+            con.execute('COPY FROM DATABASE "' + name.replace('"', '""') + '" TO purged')
+        finally:
+            con.execute("DETACH purged")
+        fsync_file(fresh)
+        # replaced while the old file is still held (its lock kept writers
+        # out until now): the next writer opens the purged file
+        os.replace(fresh, path)
+        fsync_dir(path.parent)
+    return len(doomed)
