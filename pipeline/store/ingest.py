@@ -216,7 +216,6 @@ class IngestReport:
     embedded: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
-    generation: int = 0
     forgotten: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -228,7 +227,6 @@ class IngestReport:
             "skipped": [str(e) for e in self.skipped],
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "namespaces": self.namespaces,
-            "generation": self.generation,
         }
 
 

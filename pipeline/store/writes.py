@@ -22,7 +22,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -186,7 +186,6 @@ class WriteResult(BaseModel):
     replayed: bool = Field(False, description="this write (a broker message delivered again) had already been "
                                               "published, at ``version``: nothing was written again")
     seconds: dict[str, float] = Field(default_factory=dict)
-    generation: int = Field(0, description="the same as version (the name before segments)")
 
 
 @dataclass
@@ -254,7 +253,7 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             applied = (segments.read_manifest(data_dir) or segments.Manifest()).applied(write_id)
             if applied is not None:
-                return WriteReport(ids=[record_id(r) for r in parsed.records], version=applied, generation=applied,
+                return WriteReport(ids=[record_id(r) for r in parsed.records], version=applied,
                                    replayed=True)
             snap = reader.snapshot()
             live = LiveView(snap)
@@ -285,11 +284,10 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
                 manifest.note_write(write_id)
                 segments.publish(data_dir, manifest)
                 report.version, report.delta = manifest.version, seq
-        report.generation = report.version
         if not prepared.empty and direct:
             done = compact(settings, extra=prepared, wait=True, write_id=write_id)
             report.compacted = True
-            report.version = report.generation = done.version
+            report.version = done.version
         report.compact_due = compaction_due(settings)
     finally:
         if own:
@@ -355,7 +353,7 @@ def _drop_dead_links(records, live: LiveView) -> None:
 def _as_record(mid, namespace, content, content_type, created_at, context, metadata, topics, concepts,
                supersedes, conflicts, supported_by) -> dict[str, Any]:
     return {"id": mid, "namespace": namespace, "content": content, "content_type": content_type,
-            "created_at": created_at.isoformat(), "context": context, "metadata": metadata,
+            "created_at": created_at.replace(tzinfo=UTC).isoformat(), "context": context, "metadata": metadata,
             "topics": sorted(topics), "concepts": sorted(concepts), "supersedes": sorted(supersedes),
             "conflicts": sorted(conflicts), "supported_by": sorted(supported_by)}
 

@@ -158,3 +158,17 @@ def test_remember_skip_invalid_reports_every_skipped_record_by_the_callers_numbe
     assert numbers == ["record 2", "record 4", "record 5"], done.skipped
     assert "namespace" in done.skipped[0] and "supersedes" in done.skipped[1] and "content" in done.skipped[2]
     assert [m["id"] for m in get(["ok-1", "bad-ns", "ok-2", "bad-edge"])] == ["ok-1", "ok-2"]
+
+
+def test_get_returns_times_in_utc_marked_as_such(embedded):
+    from datetime import datetime
+
+    from workers.api import get, remember
+
+    remember([{"id": "tz-1", "namespace": "code", "content": "written in Berlin",
+               "created_at": "2025-06-02T11:00:00+02:00"},
+              {"id": "tz-2", "namespace": "code", "content": "written without a zone",
+               "created_at": "2025-06-02T09:00:00"}])
+    got = {m["id"]: m["created_at"] for m in get(["tz-1", "tz-2"])}
+    assert got == {"tz-1": "2025-06-02T09:00:00+00:00", "tz-2": "2025-06-02T09:00:00+00:00"}
+    assert datetime.fromisoformat(got["tz-1"]) == datetime.fromisoformat("2025-06-02T11:00:00+02:00")

@@ -143,7 +143,7 @@ def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: b
     parsed = ingest.read_file(path, settings.limits)
     report = writes.write(settings, parsed, forget=forget, skip_invalid=skip_invalid, progress=progress)
     if report.compact_due:  # no ingest worker compacts for a local write: this process does, now
-        report.version = report.generation = compact(settings, wait=True).version
+        report.version = compact(settings, wait=True).version
         report.compacted = True
     return report
 
