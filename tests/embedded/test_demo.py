@@ -60,3 +60,25 @@ def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, t
         assert "building the demo store" not in capsys.readouterr().out
     finally:
         get_settings.cache_clear()
+
+
+def test_dimple_demo_runs_embedded_on_its_own_store_when_a_broker_is_set(embedded, monkeypatch, capsys):
+    """With DIMPLE_BROKER_URL exported (here a broker that answers nothing) the
+    demo still queries its own store in this process, and says so on stderr."""
+    from pipeline.settings import get_settings
+    from workers.cli import main
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    try:
+        assert main(["demo"]) == 0
+        captured = capsys.readouterr()
+        assert "the demo runs embedded, in this process" in captured.err
+        assert "DIMPLE_BROKER_URL is not used" in captured.err
+        table = captured.out[captured.out.index("quality on the demo set"):]
+        hybrid = re.search(r"^\s+hybrid\s+([0-9.]+)\s", table, re.M)
+        assert hybrid and 0 < float(hybrid.group(1)) <= 1
+    finally:
+        get_settings.cache_clear()

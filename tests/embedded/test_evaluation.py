@@ -424,3 +424,21 @@ def test_a_max_units_under_the_metrics_cut_offs_is_said(cli_env, tmp_path, capsy
     assert ("--max-units 5 serves fewer results than ndcg@10, recall@10, recall@50, mrr@10, precision@10 read; "
             "those figures count "
             "the first 5 only") in capsys.readouterr().err
+
+
+def test_dataset_evals_run_embedded_on_their_own_store_when_a_broker_is_set(cli_env, tmp_path, monkeypatch, capsys):
+    """The demo set's store is built here: through a broker (here one that
+    answers nothing) the workers' store would be queried and score zero. The
+    run stays embedded, says so, and scores the demo set as without a broker."""
+    from pipeline.settings import get_settings
+
+    monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    out = tmp_path / "out"
+    assert main(["eval", "--demo", "--out", str(out), "--name", "d", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "eval --demo runs embedded, in this process, on the store in" in err
+    assert "DIMPLE_BROKER_URL is not used" in err
+    report = json.loads((out / "d" / "report.json").read_text())
+    assert report["config"]["via"] == "embedded" and report["answered"] == report["queries"]
+    assert 0 < report["metrics"]["ndcg@10"] <= 1

@@ -86,6 +86,18 @@ def demo_settings(settings):
     return settings.replace(data_dir=settings.data_dir / "demo")
 
 
+def local_settings(settings, what: str, why: str = "its store is built here; the workers serve another"):
+    """``settings`` without a broker, saying so on stderr when one was set:
+    ``what`` (the demo, a dataset eval, a sweep) runs in this process on
+    ``settings.data_dir``. Through the broker it would query the workers'
+    store (all-zero figures) and log its queries in their audit log."""
+    if settings.embedded:
+        return settings
+    print(f"dimple: {what} runs embedded, in this process, on the store in {settings.data_dir}: "
+          f"DIMPLE_BROKER_URL is not used ({why})", file=sys.stderr, flush=True)
+    return settings.replace(broker_url="", result_backend="")
+
+
 def no_store(settings) -> StoreError:
     """The one message for a data dir without a store, with a hint that is true
     (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import workers
 from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
@@ -27,7 +28,7 @@ from pipeline.textfiles import read_lines
 from workers import resources
 from workers.api import search, search_many
 
-from .common import demo_settings, ingest_file
+from .common import demo_settings, ingest_file, local_settings
 from .render import format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
@@ -67,8 +68,8 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     # and the model loader's chatter would bury it.
     for name in ("dimple.search", "sentence_transformers", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    settings = demo_settings(settings)
-    resources.configure(settings)
+    settings = local_settings(demo_settings(settings), "the demo")
+    workers.configure(settings)
     files = build_demo_store(settings, rebuild=rebuild)
     queries, qrels = load_queries(files)
 

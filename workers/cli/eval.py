@@ -30,7 +30,7 @@ from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
 from workers.api import search_many
 
-from .common import check_namespace, cli_settings, ingest_file, prepare_search, require_store
+from .common import check_namespace, cli_settings, ingest_file, local_settings, prepare_search, require_store
 from .demo import build_demo_store, demo_settings, load_queries
 
 NO_PROGRESS_HELP = "no progress bar on stderr"
@@ -164,7 +164,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
         _check_namespaces(args.queries, queries, settings)
         return ev.reconcile(args.queries.stem, queries, qrels, strict=args.strict), settings
     if source == "demo":
-        run_settings = demo_settings(settings)
+        run_settings = local_settings(demo_settings(settings), "eval --demo")
         raw, qrels = load_queries(build_demo_store(run_settings))
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q.get("namespace")} if q.get("namespace") else {})
                    for q in raw]
@@ -180,14 +180,17 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
             raise InputError("--locomo", f"not a LoCoMo file: {exc}") from None
         if not loco.records:
             raise InputError("--locomo", "not a LoCoMo file: it holds no conversation turn")
-        run_settings = settings.replace(data_dir=args.store or settings.data_dir / "locomo")
+        run_settings = local_settings(settings.replace(data_dir=args.store or settings.data_dir / "locomo"),
+                                      "eval --locomo")
         _ensure_store(run_settings, loco.records, "locomo")
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
         qset = ev.reconcile("locomo", queries, loco.qrels, strict=args.strict)
         qset.loader_skipped = {f"locomo_{k}": v for k, v in loco.skipped.items() if v}
         return qset, run_settings
     records, queries, qrels = load_beir(args.beir)
-    run_settings = settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir"))
+    run_settings = local_settings(
+        settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir")),
+        "eval --beir")
     _ensure_store(run_settings, records, "beir")
     return ev.reconcile(args.beir.resolve().name, queries, qrels, strict=args.strict), run_settings
 
@@ -513,9 +516,7 @@ def cmd_sweep(args) -> int:
     grid = ev.sweep_grid(_axes(args))
     qset, base = load_source(args, settings)
     _say_skipped(qset)
-    if not base.embedded:
-        print("dimple: sweep runs embedded: workers hold their own settings", file=sys.stderr)
-    base = _run_settings(base.replace(broker_url="", result_backend=""), args)
+    base = _run_settings(local_settings(base, "sweep", "the workers hold their own settings"), args)
     name = args.name or f"sweep-{qset.name}-{_stamp()}"
     root = out / safe_name(name)
     reports, runs = [], []
