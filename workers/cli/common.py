@@ -220,8 +220,8 @@ def replay_row(row) -> dict[str, Any]:
     """Re-run a logged query with its recorded options; compare the served list.
 
     Embedded, the replay writes no audit row of its own (it is run with
-    ``audit_enabled`` off); through a broker the workers log it like any
-    query, and ``logged_as`` names its row.
+    ``audit_enabled`` off); through a broker the workers log it, marked as a
+    replay (``Origin``, so no replay of the log replays it), and ``logged_as`` names its row.
     """
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}

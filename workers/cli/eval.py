@@ -18,7 +18,7 @@ from typing import Any
 import workers
 from pipeline import audit
 from pipeline import evaluation as ev
-from pipeline.contracts import Mode
+from pipeline.contracts import Mode, Origin
 from pipeline.datasets.beir import load_beir
 from pipeline.datasets.locomo import load_locomo
 from pipeline.errors import InputError
@@ -294,7 +294,7 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
     size = batch_size or settings.query_batch_size
     with _progress(len(qset.queries), name, not progress) as bar:
         runs, secs = ev.run_queries(search_many, qset.queries, defaults=defaults, batch_size=size,
-                                    in_flight=in_flight, progress=bar.update)
+                                    in_flight=in_flight, progress=bar.update, origin=Origin.eval)
     extra = {"in_flight": in_flight, **(extra_config or {})}
     report = ev.evaluate_run(qset, runs, secs, config=_config(settings, defaults, size, extra), name=name)
     return report, runs
