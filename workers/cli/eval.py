@@ -34,6 +34,9 @@ from .common import check_namespace, cli_settings, ingest_file, local_settings, 
 from .demo import build_demo_store, demo_settings, load_queries
 
 NO_PROGRESS_HELP = "no progress bar on stderr"
+FORCE_HELP = "replace OUT/NAME whole when it already holds output of dimple eval (default: refuse)"
+# what dimple eval writes at the top of a folder (run, --mode all, replay, compare and sweep)
+_OUTPUTS = ("report.json", "modes.json", "replay.json", "compare.json")
 
 
 def register(sub) -> None:
@@ -52,6 +55,7 @@ def register(sub) -> None:
     c.add_argument("runs", nargs="+", type=Path, help="run folders written by dimple eval; the first is the baseline")
     c.add_argument("--out", type=Path, required=True, help="folder the comparison is written to (as OUT/NAME)")
     c.add_argument("--name", help="output folder name (default: compare-<runs>)")
+    c.add_argument("--force", action="store_true", help=FORCE_HELP)
     c.add_argument("--metric", default="ndcg@10", choices=ev.METRICS, help="metric of gains and losses")
     c.add_argument("--test", default="fisher", choices=("fisher", "student"),
                    help="paired test: fisher = randomised permutation (default), student = paired t-test")
@@ -67,6 +71,7 @@ def register(sub) -> None:
     r.add_argument("-k", type=int, default=10, help="depth of overlap@k and rank changes")
     r.add_argument("--out", type=Path, required=True, help="folder the replay report is written to (as OUT/NAME)")
     r.add_argument("--name", help="output folder name (default: replay-<time>)")
+    r.add_argument("--force", action="store_true", help=FORCE_HELP)
     r.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
     r.add_argument("--in-flight", type=int, default=8, help="batches on the workers at once (default 8)")
     r.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
@@ -100,6 +105,7 @@ def _source_args(p) -> None:
 def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--out", type=Path, help="output folder; the run goes to OUT/NAME")
     p.add_argument("--name", help="run name (default: <set>-<mode>-<time>)")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     if with_mode:
         p.add_argument("--mode", help="keyword | semantic | hybrid for every query (default: each query's own, else "
                                       "hybrid); all: every mode on the same store, one table, and hybrid's paired "
@@ -140,6 +146,25 @@ def _check_numbers(args) -> None:
 
 def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+
+
+def claim_folder(folder: Path, force: bool) -> Path:
+    """``folder`` ready for one run's output, before any work: absent or
+    empty, or with ``force`` one that dimple eval wrote, removed whole (a
+    reused ``--name`` mixed runs in one folder). Anything else is refused."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError("--name", f"{folder} is a file, not a folder: give another --name or --out")
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return folder
+    ours = any((folder / name).is_file() for name in _OUTPUTS) or any(
+        (sub / "report.json").is_file() for sub in folder.iterdir() if sub.is_dir())
+    if not ours:
+        raise InputError("--name", f"{folder} exists and holds files dimple eval did not write: give another "
+                                   f"--name or --out (--force replaces only dimple eval's own folders)")
+    if not force:
+        raise InputError("--name", f"{folder} already holds a run: give another --name, or --force to replace it whole")
+    shutil.rmtree(folder)
+    return folder
 
 
 def _need_out(args) -> Path:
@@ -325,6 +350,7 @@ def _say_skipped(qset: ev.QuerySet) -> None:
 
 def cmd_eval(args) -> int:
     out = _need_out(args)
+    named = claim_folder(out / safe_name(args.name), args.force) if args.name else None  # before any store is built
     settings = cli_settings()
     _quiet()
     qset, run_settings = load_source(args, settings)
@@ -335,12 +361,12 @@ def cmd_eval(args) -> int:
         print(f"through the broker: the workers must serve the store in {run_settings.data_dir}", file=sys.stderr)
     name = args.name or f"{qset.name}-{args.mode or 'asked'}-{_stamp()}"
     _check_numbers(args)
+    folder = named or claim_folder(out / safe_name(name), args.force)
     if args.mode == ALL_MODES:
-        return _eval_all_modes(args, qset, run_settings, out, name)
+        return _eval_all_modes(args, qset, run_settings, folder, name)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
                            progress=not args.no_progress, in_flight=args.in_flight)
 
-    folder = out / safe_name(name)
     write_run(folder, report, ev.as_run(runs), qset.qrels, runs)
     m = report["metrics"]
     print(f"{name}: {report['answered']}/{report['queries']} queries, {report['queries_per_s']} q/s; "
@@ -352,11 +378,10 @@ def cmd_eval(args) -> int:
 ALL_MODES = "all"
 
 
-def _eval_all_modes(args, qset: ev.QuerySet, run_settings, out: Path, name: str) -> int:
+def _eval_all_modes(args, qset: ev.QuerySet, run_settings, root: Path, name: str) -> int:
     """``--mode all``: every mode on the same store, one after the other in
-    this process, each in its own run folder under ``OUT/NAME``, then one
+    this process, each in its own run folder under ``root`` (``OUT/NAME``), then one
     table and hybrid's paired test against each leg (``modes.json``)."""
-    root = out / safe_name(name)
     reports: dict[str, RunReport] = {}
     served: dict[str, dict[str, list[str]]] = {}
     versions: dict[str, int | None] = {}
@@ -407,9 +432,10 @@ def cmd_compare(args) -> int:
     for folder, (_, _, other) in zip(args.runs[1:], loaded[1:]):
         if other != qrels:
             raise InputError("RUN", f"{folder} was judged with other qrels than {args.runs[0]}")
+    folder = claim_folder(args.out / safe_name(args.name or "compare-" + "-vs-".join(r["name"] for r, _, _ in loaded)),
+                          args.force)
     comparison = ev.compare([r for r, _, _ in loaded], [run for _, run, _ in loaded], qrels, metric=args.metric,
                             stat_test=args.test, seed=args.seed, max_p=args.max_p, k=args.k)
-    folder = args.out / safe_name(args.name or "compare-" + "-vs-".join(r["name"] for r, _, _ in loaded))
     write_comparison(folder, comparison)
     _print_comparison(comparison)
     print(f"written to {folder}")
@@ -452,6 +478,7 @@ def cmd_replay(args) -> int:
     start = parse_since(args.since)
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
+    folder = claim_folder(args.out / safe_name(args.name or f"replay-{_stamp()}"), args.force)
     records = audit.since(settings.audit_path, start, args.limit)
     if not records:
         raise InputError("--from-audit", f"no audit rows{' since ' + start.isoformat() if start else ''} in {settings.audit_path}")
@@ -461,7 +488,6 @@ def cmd_replay(args) -> int:
     with _progress(len(records), "replay", args.no_progress) as bar:
         report = ev.replay(search_many, records, k=args.k, batch_size=args.batch_size or settings.query_batch_size,
                            in_flight=args.in_flight, progress=bar.update)
-    folder = args.out / safe_name(args.name or f"replay-{_stamp()}")
     write_replay(folder, report)
     print(f"replayed {report['replayed']} of {report['rows']} logged queries: {report['changed']} changed, "
           f"{report['unchanged']} unchanged, mean overlap@{report['k']} {report['mean_overlap']}")
@@ -514,11 +540,12 @@ def cmd_sweep(args) -> int:
     _quiet()
     _check_numbers(args)
     grid = ev.sweep_grid(_axes(args))
+    named = claim_folder(out / safe_name(args.name), args.force) if args.name else None  # before any store is built
     qset, base = load_source(args, settings)
     _say_skipped(qset)
     base = _run_settings(local_settings(base, "sweep", "the workers hold their own settings"), args)
     name = args.name or f"sweep-{qset.name}-{_stamp()}"
-    root = out / safe_name(name)
+    root = named or claim_folder(out / safe_name(name), args.force)
     reports, runs = [], []
     with tempfile.TemporaryDirectory(prefix="dimple-sweep-") as tmp:
         copies: dict[int, Any] = {}
