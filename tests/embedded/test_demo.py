@@ -56,6 +56,12 @@ def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, t
             figures = re.search(rf"^\s+{mode}\s+([0-9.]+)\s", table, re.M)
             assert figures and 0 < float(figures.group(1)) <= 1, mode
         assert re.search(r"^query q\d+ \[", first, re.M) and "mode hybrid" in first
+        # the budget section cuts (it showed the scope's rows again), the audit trail of a showcase query is shown
+        budget = first[first.index("a budget cut: at most"):]
+        assert re.search(r"^mode hybrid, \d+ ms, truncated by maxChars \(limit \d+, \d+ left out\)$", budget, re.M)
+        trail = first[first.index("the audit trail of the first query above"):]
+        assert "dimple audit explain" in trail and re.search(r"^  #1 +\S+: rrf ", trail, re.M)
+        assert "that query's\nown time" in first  # what a showcase's ms counts
         assert main(["demo"]) == 0  # second run reuses the store
         assert "building the demo store" not in capsys.readouterr().out
     finally:
