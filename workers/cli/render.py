@@ -48,7 +48,11 @@ def format_results(results, focus: str | None = None) -> str:
     part of the content around its longest word, ``around``), graph marks."""
     lines = []
     uncounted = False
-    if not results.results:
+    if not results.results and results.truncated and results.truncation:
+        t = results.truncation
+        lines.append(f"no results for {results.query!r} ({results.mode}): the {t.by} budget (limit {t.limit}) "
+                     f"cut all {t.left_out}" + (f" ({t.detail})" if t.detail else ""))
+    elif not results.results:
         lines.append(f"no results for {results.query!r} ({results.mode})")
     else:
         width = max(len(r.id) for r in results.results)
