@@ -48,7 +48,7 @@ def format_results(results, focus: str | None = None) -> str:
     part of the content around its longest word, ``around``), graph marks."""
     lines = []
     uncounted = False
-    if not results.results and results.truncated and results.truncation:
+    if not results.results and results.truncation and results.truncation.left_out:
         t = results.truncation
         lines.append(f"no results for {results.query!r} ({results.mode}): the {t.by} budget (limit {t.limit}) "
                      f"cut all {t.left_out}" + (f" ({t.detail})" if t.detail else ""))
