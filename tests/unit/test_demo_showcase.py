@@ -25,9 +25,9 @@ def _link(mid: str) -> GraphLink:
     return GraphLink(id=mid, preview=mid, namespace="code", content_type="text")
 
 
-def _titles(queries, qrels, hybrid, scoped=None, supersedes=None) -> list[str]:
+def _titles(queries, qrels, hybrid, scopes=(), supersedes=None) -> list[str]:
     return [show.args[0] if show.func is _show else show.func.__name__
-            for show in showcase(queries, qrels, hybrid, scoped, supersedes)]
+            for show in showcase(queries, qrels, hybrid, scopes, supersedes)]
 
 
 def test_each_capability_is_picked_from_the_served_ranks_and_titled_by_them():
@@ -46,8 +46,7 @@ def test_each_capability_is_picked_from_the_served_ranks_and_titled_by_them():
     titles = _titles(queries, qrels, hybrid)
     assert titles[0] == "an identifier the full-text leg finds: b is full-text #1 and not returned by the vector leg"
     assert titles[1] == "a paraphrase the vector leg finds: c is vector #1 and not returned by the full-text leg"
-    assert titles[2].startswith("a successor promoted: new supersedes old (chain new -> old) and is placed directly "
-                                "above it (no leg")
+    assert titles[2].startswith("a successor promoted: new supersedes old and is placed directly above it (no leg")
     # q3's table (the paraphrase) shows d's conflict already: printed again, it was the same table twice
     assert len(titles) == 3  # no other conflict, no scope example given: no scope or budget show
     hybrid.append(_res(_r(1, "f", {"fts": 1, "vector": 1}, conflicts=[_link("g")])))
@@ -58,11 +57,17 @@ def test_each_capability_is_picked_from_the_served_ranks_and_titled_by_them():
 def test_a_promoted_successor_is_not_shown_as_a_leg_finding_and_missing_capabilities_are_left_out():
     queries = [{"id": "q1", "text": "cut day", "kind": "paraphrase", "namespace": "code"}]
     hybrid = [_res(_r(1, "new", {"vector": 2}, promoted_above="old"), _r(2, "old", {"fts": 1, "vector": 1}))]
-    titles = _titles(queries, {"q1": {"new": 2, "old": 1}}, hybrid, scoped=queries[0])
+    other = {"id": "q2", "text": "lunch", "kind": "paraphrase", "namespace": "code"}
+    titles = _titles(queries, {"q1": {"new": 2, "old": 1}}, hybrid, scopes=[queries[0], other])
     # 'new' sits first because of supersession, not fusion: it is the promotion example only
     assert not any(t.startswith("a paraphrase") for t in titles)
     assert titles[0].startswith("a successor promoted: new supersedes old")
     assert titles[1].startswith("a scope:") and titles[2] == "_show_budget"
+    # the scope is shown on a query not shown already (q1 asked in its namespace again was the same table)
+    scope = next(s for s in showcase(queries, {"q1": {"new": 2}}, hybrid, [queries[0], other]) if s.func is _show
+                 and s.args[0].startswith("a scope:"))
+    assert scope.args[1] is other
+    assert len(_titles(queries, {"q1": {"new": 2, "old": 1}}, hybrid, scopes=[queries[0]])) == 1
 
 
 def test_a_promotion_spells_out_its_whole_supersession_chain():
@@ -72,7 +77,8 @@ def test_a_promotion_spells_out_its_whole_supersession_chain():
     hybrid = [_res(_r(1, "msg-0113", {}, promoted_above="msg-0061"), _r(2, "msg-0061", {"fts": 1, "vector": 1}))]
     links = {"msg-0113": ["msg-0105", "msg-0020"], "msg-0105": ["msg-0061"], "msg-0020": []}
     titles = _titles(queries, {"q1": {"msg-0113": 2}}, hybrid, supersedes=lambda mid: links.get(mid, []))
-    assert "msg-0113 supersedes msg-0061 (chain msg-0113 -> msg-0105 -> msg-0061)" in titles[0]
+    assert ("a successor promoted: msg-0113 supersedes msg-0061 through msg-0105 (msg-0113 -> msg-0105 -> msg-0061) "
+            "and is placed directly above it") in titles[0]
 
 
 def test_a_query_is_shown_once_whatever_it_shows():

@@ -13,7 +13,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     print("each query below is asked on its own, the store and model already loaded: its 'ms' is that query's")
     print("own time, dispatch to results; the quality table's queries/s is the rate of batches (search_many)")
     print()
-    shown = [show() for show in showcase(queries, qrels, served["hybrid"], _scope_example(queries), _supersedes)]
+    shown = [show() for show in showcase(queries, qrels, served["hybrid"], _scope_examples(queries), _supersedes)]
     for res in shown[:1]:
         _audit_trail(settings, res)
 
@@ -141,13 +141,13 @@ def _leg_says(r, leg: str, name: str) -> str:
 
 
 def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list,
-             scoped: dict | None = None,
+             scopes: Sequence[dict] = (),
              supersedes: Callable[[str], list[str]] | None = None) -> list[Callable[[], Any]]:
     """Printers, one per capability found in ``hybrid`` (the judged queries'
     hybrid results, in order): an identifier the full-text leg finds and the
     vector leg ranks worst, a paraphrase the other way round, a successor
-    promoted, a conflict, and on ``scoped`` (``_scope_example``) a scope and a
-    budget cut. Each title says what the printed ranks show; each query is
+    promoted, a conflict, and on the first of ``scopes`` (``_scope_examples``)
+    not shown already, a scope and a budget cut. Each title says what the printed ranks show; each query is
     shown once (the scope's query is asked again under a budget that cuts).
     ``supersedes`` (an id -> the ids it supersedes) spells out a promotion's
     whole chain. Each printer returns the ``Results`` it printed."""
@@ -188,9 +188,10 @@ def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list
         r = next((r for r in res.results[:SHOWN] if r.promoted_above in top), None)
         if r is not None and q["id"] not in used:
             how = "no leg returned it: read from the store" if not r.ranks else "moved up from further down"
-            chain = " -> ".join(_chain(r.id, r.promoted_above, supersedes))
-            title = (f"a successor promoted: {r.id} supersedes {r.promoted_above} (chain {chain}) and is placed "
-                     f"directly above it ({how}; supersession=promote)")
+            chain = _chain(r.id, r.promoted_above, supersedes)
+            through = f" through {', '.join(chain[1:-1])} ({' -> '.join(chain)})" if len(chain) > 2 else ""
+            title = (f"a successor promoted: {r.id} supersedes {r.promoted_above}{through} and is placed directly "
+                     f"above it ({how}; supersession=promote)")
             shows.append(partial(_show, title, q, {}, contrast={"supersession": "annotate"}))
             used.add(q["id"])
             break
@@ -203,6 +204,7 @@ def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list
             used.add(q["id"])
             break
 
+    scoped = next((q for q in scopes if q["id"] not in used), None)
     if scoped is not None:
         title = f"a scope: namespace {scoped['namespace']!r} only, in both legs before their top-k"
         shows.append(partial(_show, title, scoped, {}, contrast={"namespace": None}))
@@ -210,13 +212,12 @@ def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list
     return shows
 
 
-def _scope_example(queries: list[dict]) -> dict | None:
-    """A judged query with a namespace whose top results, asked without it,
-    include memories of another namespace: the scope visibly matters."""
+def _scope_examples(queries: list[dict]) -> list[dict]:
+    """The judged queries with a namespace whose top results, asked without
+    it, include memories of another namespace: the scope visibly matters."""
     scoped = [q for q in queries if q.get("namespace")]
     free = search_many([{"query": q["text"], "max_units": SHOWN} for q in scoped])
-    return next((q for q, res in zip(scoped, free)
-                 if any(r.namespace != q["namespace"] for r in res.results)), None)
+    return [q for q, res in zip(scoped, free) if any(r.namespace != q["namespace"] for r in res.results)]
 
 
 def _show(title: str, q: dict, options: dict, contrast: dict | None = None, focus: bool = False):
@@ -276,7 +277,7 @@ def _audit_trail(settings: Settings, res) -> None:
     if res is None:
         return
     if not settings.audit_enabled:
-        print("(the audit trail is off: DIMPLE_AUDIT_ENABLED=false; 'dimple audit explain QUERY_ID' reads it)\n")
+        print("(no audit trail to show: DIMPLE_AUDIT_ENABLED=false)\n")
         return
     flush(30)
     row = audit.get(settings.audit_path, res.query_id)
