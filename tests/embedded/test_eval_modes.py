@@ -62,6 +62,8 @@ def test_a_reused_name_is_refused_or_with_force_replaced_whole(cli_env, tmp_path
     err = capsys.readouterr().err
     assert "--name" in err and "--force" in err and "already holds a run" in err and len(err.splitlines()) == 1
     assert (out / "x" / "modes.json").is_file() and not (out / "x" / "report.json").exists()  # left as it was
+    assert main([*args, "--mode", "keyword", "--force", "--max-units", "0"]) == 2  # refused input removes nothing
+    assert (out / "x" / "modes.json").is_file()
     assert main([*args, "--mode", "keyword", "--force"]) == 0
     assert sorted(p.name for p in (out / "x").iterdir() if p.is_dir()) == []  # no mode folders left over
     assert not (out / "x" / "modes.json").exists()

@@ -148,10 +148,12 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
-def claim_folder(folder: Path, force: bool) -> Path:
-    """``folder`` ready for one run's output, before any work: absent or
-    empty, or with ``force`` one that dimple eval wrote, removed whole (a
-    reused ``--name`` mixed runs in one folder). Anything else is refused."""
+def claim_folder(folder: Path, force: bool, remove: bool = True) -> Path:
+    """``folder`` ready for one run's output: absent or empty, or with
+    ``force`` one that dimple eval wrote, removed whole (a reused ``--name``
+    mixed runs in one folder); anything else is refused. Called with
+    ``remove`` False before any work (refuse early), then again, removing,
+    once the run's input has been accepted."""
     if folder.exists() and not folder.is_dir():
         raise InputError("--name", f"{folder} is a file, not a folder: give another --name or --out")
     if not folder.is_dir() or not any(folder.iterdir()):
@@ -163,7 +165,8 @@ def claim_folder(folder: Path, force: bool) -> Path:
                                    f"--name or --out (--force replaces only dimple eval's own folders)")
     if not force:
         raise InputError("--name", f"{folder} already holds a run: give another --name, or --force to replace it whole")
-    shutil.rmtree(folder)
+    if remove:
+        shutil.rmtree(folder)
     return folder
 
 
@@ -350,7 +353,8 @@ def _say_skipped(qset: ev.QuerySet) -> None:
 
 def cmd_eval(args) -> int:
     out = _need_out(args)
-    named = claim_folder(out / safe_name(args.name), args.force) if args.name else None  # before any store is built
+    if args.name:  # before any store is built
+        claim_folder(out / safe_name(args.name), args.force, remove=False)
     settings = cli_settings()
     _quiet()
     qset, run_settings = load_source(args, settings)
@@ -361,7 +365,7 @@ def cmd_eval(args) -> int:
         print(f"through the broker: the workers must serve the store in {run_settings.data_dir}", file=sys.stderr)
     name = args.name or f"{qset.name}-{args.mode or 'asked'}-{_stamp()}"
     _check_numbers(args)
-    folder = named or claim_folder(out / safe_name(name), args.force)
+    folder = claim_folder(out / safe_name(name), args.force)
     if args.mode == ALL_MODES:
         return _eval_all_modes(args, qset, run_settings, folder, name)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
@@ -433,10 +437,10 @@ def cmd_compare(args) -> int:
         if other != qrels:
             raise InputError("RUN", f"{folder} was judged with other qrels than {args.runs[0]}")
     folder = claim_folder(args.out / safe_name(args.name or "compare-" + "-vs-".join(r["name"] for r, _, _ in loaded)),
-                          args.force)
+                          args.force, remove=False)
     comparison = ev.compare([r for r, _, _ in loaded], [run for _, run, _ in loaded], qrels, metric=args.metric,
                             stat_test=args.test, seed=args.seed, max_p=args.max_p, k=args.k)
-    write_comparison(folder, comparison)
+    write_comparison(claim_folder(folder, args.force), comparison)
     _print_comparison(comparison)
     print(f"written to {folder}")
     return 0
@@ -478,7 +482,7 @@ def cmd_replay(args) -> int:
     start = parse_since(args.since)
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
-    folder = claim_folder(args.out / safe_name(args.name or f"replay-{_stamp()}"), args.force)
+    folder = claim_folder(args.out / safe_name(args.name or f"replay-{_stamp()}"), args.force, remove=False)
     records = audit.since(settings.audit_path, start, args.limit)
     if not records:
         raise InputError("--from-audit", f"no audit rows{' since ' + start.isoformat() if start else ''} in {settings.audit_path}")
@@ -488,7 +492,7 @@ def cmd_replay(args) -> int:
     with _progress(len(records), "replay", args.no_progress) as bar:
         report = ev.replay(search_many, records, k=args.k, batch_size=args.batch_size or settings.query_batch_size,
                            in_flight=args.in_flight, progress=bar.update)
-    write_replay(folder, report)
+    write_replay(claim_folder(folder, args.force), report)
     print(f"replayed {report['replayed']} of {report['rows']} logged queries: {report['changed']} changed, "
           f"{report['unchanged']} unchanged, mean overlap@{report['k']} {report['mean_overlap']}")
     for reason, info in report["skipped"].items():
@@ -540,12 +544,13 @@ def cmd_sweep(args) -> int:
     _quiet()
     _check_numbers(args)
     grid = ev.sweep_grid(_axes(args))
-    named = claim_folder(out / safe_name(args.name), args.force) if args.name else None  # before any store is built
+    if args.name:  # before any store is built
+        claim_folder(out / safe_name(args.name), args.force, remove=False)
     qset, base = load_source(args, settings)
     _say_skipped(qset)
     base = _run_settings(local_settings(base, "sweep", "the workers hold their own settings"), args)
     name = args.name or f"sweep-{qset.name}-{_stamp()}"
-    root = named or claim_folder(out / safe_name(name), args.force)
+    root = claim_folder(out / safe_name(name), args.force)
     reports, runs = [], []
     with tempfile.TemporaryDirectory(prefix="dimple-sweep-") as tmp:
         copies: dict[int, Any] = {}
