@@ -97,6 +97,18 @@ class Supersession(str, Enum):
     hide = "hide"
 
 
+class Origin(str, Enum):
+    """Who asked a query, recorded in its audit row: ``query``, a caller;
+    ``eval``, ``dimple eval`` (its sets, sweeps); ``replay``, a logged query
+    asked again (``dimple eval replay``, ``dimple audit explain``). Only a
+    caller's queries are replayed (``recorded_origin``), so a replay through
+    the workers, whose rows they log, never replays evaluation traffic."""
+
+    query = "query"
+    eval = "eval"
+    replay = "replay"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -149,6 +161,7 @@ class QueryOptions(_Strict):
         Supersession.promote, description="annotate | promote | hide: what a superseded result does (pipeline.stages.augment.supersede)"
     )
     fusion: Fusion | None = Field(None, description="rrf | convex (default: the fusion setting)")
+    origin: Origin = Field(Origin.query, description="query | eval | replay: who asked (recorded in the audit row)")
 
     @field_validator("content_type", mode="before")
     @classmethod
@@ -230,6 +243,12 @@ class Budget(_Strict):
     max_ms: int | None = Field(None, ge=1)
 
 
+def recorded_origin(recorded: dict[str, Any]) -> Origin:
+    """Who asked the query ``Query.recorded`` recorded (rows written before
+    ``origin`` existed: a caller)."""
+    return Origin(recorded.get("origin") or Origin.query.value)
+
+
 def options_from_recorded(recorded: dict[str, Any]) -> dict[str, Any]:
     """Search options that ask again what ``Query.recorded`` recorded: the same
     scope, budget, top-k, mode, weights as asked, recency boost, ``now`` and
@@ -308,7 +327,8 @@ class Query(_Strict):
     def recorded(self) -> dict[str, Any]:
         """The options as resolved, for the audit row: scope, budget, top-k,
         mode and weights as asked, recency boost, the recency ``now`` (the
-        query's start when none was given), supersession and fusion, so a replay asks the same."""
+        query's start when none was given), supersession and fusion, so a replay asks the same;
+        and who asked (``origin``)."""
         o = self.options
         return {
             "scope": self.scope.model_dump(mode="json"),
@@ -320,6 +340,7 @@ class Query(_Strict):
             "now": (o.now or self.started_utc).isoformat(),
             "supersession": o.supersession.value,
             "fusion": self.fusion.value,
+            "origin": o.origin.value,
         }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.audit.record import AuditRecord
-from pipeline.contracts import options_from_recorded
+from pipeline.contracts import Origin, options_from_recorded
 
 
 # -- explain --------------------------------------------------------------------------
@@ -56,8 +56,9 @@ def _contribution(weight: float, k: int, counted: float | None) -> float:
 # -- replay -----------------------------------------------------------------------------
 def replay_options(record: AuditRecord) -> dict[str, Any]:
     """The search options that re-run a logged query as it was asked (scope,
-    budgets, top-k, recency ``now``, requested mode): ``Query.recorded``'s inverse."""
-    return {**options_from_recorded(record.options), "mode": record.requested_mode}
+    budgets, top-k, recency ``now``, requested mode): ``Query.recorded``'s inverse,
+    marked as a replay (``Origin``), so its own audit row is never replayed."""
+    return {**options_from_recorded(record.options), "mode": record.requested_mode, "origin": Origin.replay.value}
 
 
 def store_changed(record: AuditRecord, now: int | None) -> str | None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from pipeline.audit.explain import diff_served, replay_options, store_changed
 from pipeline.audit.record import AuditRecord
+from pipeline.contracts import Origin, recorded_origin
 from pipeline.errors import EvalInputError
 from pipeline.evaluation.models import ReplayReport
 from pipeline.evaluation.queries import QuerySpec
@@ -29,12 +30,16 @@ def replay(
 ) -> ReplayReport:
     """Re-run logged queries with their recorded options against the current
     store and settings; per query, ``diff_served`` of what was served then
-    against what is served now (top ``k``). Rows without query text are
-    skipped (and counted)."""
-    usable = [r for r in records if r.query_text is not None]
-    skipped = [r.query_id for r in records if r.query_text is None]
+    against what is served now (top ``k``). Rows without query text and rows
+    of evaluation traffic (``Origin``: ``dimple eval`` and replays, which the
+    workers log) are skipped (and counted)."""
+    callers = [r for r in records if recorded_origin(r.options) is Origin.query]
+    evaluation = [r.query_id for r in records if recorded_origin(r.options) is not Origin.query]
+    usable = [r for r in callers if r.query_text is not None]
+    skipped = [r.query_id for r in callers if r.query_text is None]
     if not usable:
-        raise EvalInputError("audit log", f"no replayable rows ({len(records)} row(s), {len(skipped)} without query text)")
+        raise EvalInputError("audit log", f"no replayable rows ({len(records)} row(s), {len(skipped)} without query "
+                                          f"text, {len(evaluation)} of evaluation traffic)")
     specs = [QuerySpec(r.query_id, r.query_text or "", replay_options(r)) for r in usable]
     runs, secs = run_queries(search_many, specs, batch_size=batch_size, in_flight=in_flight, progress=progress)
     rows: list[dict[str, Any]] = []
@@ -54,7 +59,8 @@ def replay(
         "rows": len(records),
         "replayed": len(done),
         "failed": {r["query_id"]: r["error"] for r in rows if "error" in r},
-        "skipped": {"no_query_text": {"count": len(skipped), "ids": skipped[:50]}} if skipped else {},
+        "skipped": {reason: {"count": len(ids), "ids": ids[:50]}
+                    for reason, ids in (("no_query_text", skipped), ("evaluation_traffic", evaluation)) if ids},
         "seconds": round(secs, 3),
         "changed": len(changed),
         "changed_after_writes": sum(1 for r in changed if r["store_changed"]),

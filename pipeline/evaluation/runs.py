@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.contracts import Origin
 from pipeline.errors import EvalFailed
 from pipeline.evaluation.metrics import METRICS, score
 from pipeline.evaluation.models import Latency, RunReport
@@ -47,6 +48,7 @@ def run_queries(
     batch_size: int = 64,
     in_flight: int | None = 8,
     progress: Callable[[int], None] | None = None,
+    origin: Origin | None = None,
 ) -> tuple[list[QueryRun], float]:
     """Run every query through ``search_many`` in batches; returns one
     ``QueryRun`` per query (in order) and the wall-clock seconds.
@@ -54,8 +56,11 @@ def run_queries(
     At most ``in_flight`` batches are on the workers at once, each with its
     own timeout, so a set of any size fits. A batch that fails (timeout,
     broker lost) marks its queries failed instead of ending the run.
+    With ``origin``, every query is marked as asked by it, whatever its own
+    options say (``dimple eval``: ``eval``, never replayed from the audit log).
     """
-    asks = [q.ask(defaults or {}) for q in queries]
+    mark = {"origin": origin.value} if origin is not None else {}
+    asks = [{**q.ask(defaults or {}), **mark} for q in queries]
     t0 = time.perf_counter()
     answers = search_many(asks, batch_size, return_exceptions=True, progress=progress, in_flight=in_flight)
     secs = time.perf_counter() - t0

@@ -140,6 +140,26 @@ def test_an_unknown_namespace_is_a_user_error_naming_the_ones_there(cli_store, c
     assert main(["search", "billing", "--namespace", "beta", "--json"]) == 0
 
 
+def test_an_unknown_content_type_is_a_user_error_naming_the_ones_there(cli_store, tmp_path, capsys):
+    """As an unknown namespace: a scope on a type the store does not hold could only answer nothing."""
+    assert main(["ingest", str(write_jsonl(tmp_path / "n.jsonl", [_mem(99, content_type="decision")]))]) == 0
+    capsys.readouterr()
+    assert main(["search", "billing", "--content-type", "text", "--content-type", "notes"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "dimple: error: --content-type: no content type 'notes' in the store; it holds 'decision', 'text'"
+    ]
+    assert main(["search", "billing", "--content-type", "decision", "--json"]) == 0  # a type held in a delta only
+
+
+def test_a_budget_that_cuts_everything_says_so_not_no_results(cli_store, capsys):
+    capsys.readouterr()
+    assert main(["search", "billing", "--max-chars", "3"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("no results for 'billing' (hybrid): the maxChars budget (limit 3) cut all ")
+
+
 def test_many_namespaces_are_not_all_listed():
     from pipeline.errors import InputError
     from workers.cli.common import check_namespace

@@ -56,7 +56,35 @@ def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, t
             figures = re.search(rf"^\s+{mode}\s+([0-9.]+)\s", table, re.M)
             assert figures and 0 < float(figures.group(1)) <= 1, mode
         assert re.search(r"^query q\d+ \[", first, re.M) and "mode hybrid" in first
+        # the budget section cuts (it showed the scope's rows again), the audit trail of a showcase query is shown
+        budget = first[first.index("a budget cut: at most"):]
+        assert re.search(r"^mode hybrid, \d+ ms, truncated by maxChars \(limit \d+, \d+ left out\)$", budget, re.M)
+        trail = first[first.index("the audit trail of the first query above"):]
+        assert "dimple audit explain" in trail and re.search(r"^  #1 +\S+: rrf ", trail, re.M)
+        assert "that query's\nown time" in first  # what a showcase's ms counts
         assert main(["demo"]) == 0  # second run reuses the store
         assert "building the demo store" not in capsys.readouterr().out
+    finally:
+        get_settings.cache_clear()
+
+
+def test_dimple_demo_runs_embedded_on_its_own_store_when_a_broker_is_set(embedded, monkeypatch, capsys):
+    """With DIMPLE_BROKER_URL exported (here a broker that answers nothing) the
+    demo still queries its own store in this process, and says so on stderr."""
+    from pipeline.settings import get_settings
+    from workers.cli import main
+
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    try:
+        assert main(["demo"]) == 0
+        captured = capsys.readouterr()
+        assert "the demo runs embedded, in this process" in captured.err
+        assert "DIMPLE_BROKER_URL is not used" in captured.err
+        table = captured.out[captured.out.index("quality on the demo set"):]
+        hybrid = re.search(r"^\s+hybrid\s+([0-9.]+)\s", table, re.M)
+        assert hybrid and 0 < float(hybrid.group(1)) <= 1
     finally:
         get_settings.cache_clear()

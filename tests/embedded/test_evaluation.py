@@ -424,3 +424,46 @@ def test_a_max_units_under_the_metrics_cut_offs_is_said(cli_env, tmp_path, capsy
     assert ("--max-units 5 serves fewer results than ndcg@10, recall@10, recall@50, mrr@10, precision@10 read; "
             "those figures count "
             "the first 5 only") in capsys.readouterr().err
+
+
+def test_dataset_evals_run_embedded_on_their_own_store_when_a_broker_is_set(cli_env, tmp_path, monkeypatch, capsys):
+    """The demo set's store is built here: through a broker (here one that
+    answers nothing) the workers' store would be queried and score zero. The
+    run stays embedded, says so, and scores the demo set as without a broker."""
+    from pipeline.settings import get_settings
+
+    monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://127.0.0.1:1/0")
+    get_settings.cache_clear()
+    out = tmp_path / "out"
+    assert main(["eval", "--demo", "--out", str(out), "--name", "d", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "eval --demo runs embedded, in this process, on the store in" in err
+    assert "DIMPLE_BROKER_URL is not used" in err
+    report = json.loads((out / "d" / "report.json").read_text())
+    assert report["config"]["via"] == "embedded" and report["answered"] == report["queries"]
+    assert 0 < report["metrics"]["ndcg@10"] <= 1
+
+
+def test_logged_eval_traffic_is_marked_and_never_replayed(cli_env, tmp_path, capsys):
+    """``dimple eval --audit`` logs its queries (as the workers always do),
+    marked ``eval``; a replay of the log re-runs the caller's query only."""
+    from workers import audit
+    from workers.api import search
+
+    queries, qrels = _queries_and_qrels(tmp_path)
+    out = tmp_path / "out"
+    assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(out), "--name", "a",
+                 "--audit", "--no-progress"]) == 0
+    caller = search(f"{TOPICS[0]} note", max_units=10)
+    assert audit.flush(30)
+    from pipeline import audit as pa
+
+    rows = pa.since(cli_env.audit_path)
+    assert sorted(r.options["origin"] for r in rows) == ["eval"] * len(TOPICS) + ["query"]
+    capsys.readouterr()
+    assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "r", "--no-progress"]) == 0
+    report = json.loads((out / "r" / "replay.json").read_text())
+    assert report["rows"] == len(TOPICS) + 1 and report["replayed"] == 1 and report["unchanged"] == 1
+    assert report["skipped"]["evaluation_traffic"]["count"] == len(TOPICS)
+    assert caller.query_id not in report["skipped"]["evaluation_traffic"]["ids"]
+    assert f"skipped evaluation traffic: {len(TOPICS)}" in capsys.readouterr().err

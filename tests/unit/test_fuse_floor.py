@@ -110,12 +110,14 @@ def test_a_floor_outside_zero_to_one_is_refused_by_name(value):
 
 def test_the_text_table_shows_an_uncounted_rank_in_brackets():
     from pipeline.contracts import Mode, Results
-    from workers.cli.render import format_results
+    from workers.cli.render import UNCOUNTED_LEGEND, format_results
 
     state = _fuse(_state(FTS, VECTOR), SETTINGS.fts_floor)
     res = Results(query_id="q", query="parcel courier signature", mode="hybrid", requested_mode=Mode.hybrid,
                   results=_results(state), truncated=False, total_ms=3.0)
-    rows = {line.split()[4]: line.split()[2:4] for line in format_results(res).splitlines()[1:-1]}
+    table = format_results(res).splitlines()
+    assert table[-1] == UNCOUNTED_LEGEND  # what the brackets mean, under the table
+    rows = {line.split()[4]: line.split()[2:4] for line in table[1:-2]}
     assert rows["d1"] == ["1", "3"]  # counted in both legs
     assert rows["d2"] == ["(2)", "-"] and rows["d3"] == ["(3)", "-"]  # returned, under the floor
     assert rows["v1"] == ["-", "1"]

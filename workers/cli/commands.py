@@ -46,7 +46,7 @@ from .common import (
 )
 from .demo import run_demo
 from .eval import register as register_eval
-from .render import format_results, one_line
+from .render import format_explain, format_results, one_line
 
 EXIT_USER = 2
 # stdout closed by its reader (``dimple stats | head``): 128 + SIGPIPE, the
@@ -439,30 +439,7 @@ def cmd_audit_explain(args) -> int:
         print(json.dumps({"query_id": row.query_id, "results": paths, "truncation": row.truncation,
                           "replay": replay}, indent=2, default=str))
         return 0
-    print(f"query {row.query_id} ({row.mode}, hash {row.query_hash} of the {row.hash_of}): {row.query_text!r}")
-    legs = row.query_profile.get("legs", {})
-    for name, leg in legs.items():
-        print(f"  leg {name}: ran={leg['ran']} weight={leg['weight']} hits={leg['hits']} top={leg['top_scores'][:3]}")
-    for p in paths:
-        if "rrf_contributions" in p:
-            fused = "rrf {:.5f} = {}".format(p["rrf"], " + ".join(
-                f"{leg} {w:.5f} (rank {p['leg_ranks'][leg]})" for leg, w in p["rrf_contributions"].items())
-                or "no leg found it")
-        else:  # no per-leg terms: the row keeps ranks, not the scores the normalisation read
-            fused = f"{p['fusion']} {p['rrf']:.5f} (" + (", ".join(
-                f"{leg} rank {r}" for leg, r in sorted(p["leg_ranks"].items())) or "no leg found it") + ")"
-        boost = row.options.get("recency_boost") or 0
-        recency = f" x (1 + {boost} x recency {p['recency_factor']:.3f})" if p["recency_factor"] is not None else ""
-        above = f"; promoted above {p['promoted_above']}, which it supersedes" if p.get("promoted_above") else ""
-        print(f"  #{p['rank']:<3} {p['id']}: {fused}{recency} -> {p['score']:.5f}{above}")
-    if row.truncated and row.truncation:
-        t = row.truncation
-        print(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))
-    if replay is not None:
-        logged = f" (run on the workers, logged as query {replay['logged_as']})" if replay.get("logged_as") else ""
-        print(f"  replay now: {replay['verdict']}{logged}")
-        for line in replay["changes"]:
-            print(f"    {line}")
+    print(format_explain(row, paths, replay))
     return 0
 
 

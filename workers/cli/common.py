@@ -27,6 +27,7 @@ from pipeline.settings import get_settings
 from pipeline.store import ingest, segments, writes
 from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
+from pipeline.store.stats import store_stats
 from pipeline.store.writes import LiveView
 from workers import resources
 from workers.api import BROKER_DOWN, search
@@ -86,6 +87,18 @@ def demo_settings(settings):
     return settings.replace(data_dir=settings.data_dir / "demo")
 
 
+def local_settings(settings, what: str, why: str = "its store is built here; the workers serve another"):
+    """``settings`` without a broker, saying so on stderr when one was set:
+    ``what`` (the demo, a dataset eval, a sweep) runs in this process on
+    ``settings.data_dir``. Through the broker it would query the workers'
+    store (all-zero figures) and log its queries in their audit log."""
+    if settings.embedded:
+        return settings
+    print(f"dimple: {what} runs embedded, in this process, on the store in {settings.data_dir}: "
+          f"DIMPLE_BROKER_URL is not used ({why})", file=sys.stderr, flush=True)
+    return settings.replace(broker_url="", result_backend="")
+
+
 def no_store(settings) -> StoreError:
     """The one message for a data dir without a store, with a hint that is true
     (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
@@ -105,19 +118,34 @@ def require_store(settings) -> Path:
     return path
 
 
+def check_held(option: str, noun: str, held: list[str], asked: list[str]) -> None:
+    """A value of ``option`` (a ``noun``) the store does not hold is a user
+    error naming the ones it does (a scope on it could only ever answer nothing)."""
+    missing = [a for a in asked if a not in held]
+    if not missing:
+        return
+    shown = ", ".join(repr(n) for n in held[:10])
+    more = f" and {len(held) - 10} more ('dimple stats' lists them)" if len(held) > 10 else ""
+    holds = f"it holds {shown}{more}" if held else "it holds no memories"
+    raise InputError(option, f"no {noun} {missing[0]!r} in the store; {holds}")
+
+
 def check_namespace(namespaces: list[str], namespace: str | None) -> None:
     """A namespace the store does not hold is a user error naming the ones it does."""
-    if namespace is None or namespace in namespaces:
-        return
-    shown = ", ".join(repr(n) for n in namespaces[:10])
-    more = f" and {len(namespaces) - 10} more ('dimple stats' lists them)" if len(namespaces) > 10 else ""
-    held = f"it holds {shown}{more}" if namespaces else "it holds no memories"
-    raise InputError("--namespace", f"no namespace {namespace!r} in the store; {held}")
+    check_held("--namespace", "namespace", namespaces, [namespace] if namespace is not None else [])
+
+
+def content_types(snap) -> list[str]:
+    """The content types the snapshot's memories have (base and deltas), sorted."""
+    if snap.store is None:
+        return sorted({m.content_type for m in snap.overlay.members.values()})
+    by_type = store_stats(snap.store, snap.overlay)["by_content_type"]
+    return sorted(kind for kind, count in by_type.items() if count > 0)
 
 
 def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     """Embedded, before the query's clock starts (``make_query`` in ``search``):
-    refuse bad input, a missing store or an unknown namespace before any model
+    refuse bad input, a missing store, an unknown namespace or content type before any model
     loads, then load what the query will use (the store; the vector index and
     the query embedder when its weights want the vector leg), so process
     start-up and model loading are not counted in ``total_ms``, the stage
@@ -131,6 +159,9 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     if snap is None:
         raise no_store(settings)
     check_namespace(snap.namespaces(), options.get("namespace"))
+    asked = options.get("content_type") or []
+    if asked:
+        check_held("--content-type", "content type", content_types(snap), [asked] if isinstance(asked, str) else asked)
     if wants_vectors:
         resources.index()
         resources.embedder()
@@ -208,8 +239,8 @@ def replay_row(row) -> dict[str, Any]:
     """Re-run a logged query with its recorded options; compare the served list.
 
     Embedded, the replay writes no audit row of its own (it is run with
-    ``audit_enabled`` off); through a broker the workers log it like any
-    query, and ``logged_as`` names its row.
+    ``audit_enabled`` off); through a broker the workers log it, marked as a
+    replay (``Origin``, so no replay of the log replays it), and ``logged_as`` names its row.
     """
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}

@@ -13,10 +13,13 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import workers
+from pipeline import audit
 from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
@@ -25,10 +28,11 @@ from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.textfiles import read_lines
 from workers import resources
-from workers.api import search, search_many
+from workers.api import get, search, search_many
+from workers.audit import flush
 
-from .common import demo_settings, ingest_file
-from .render import format_results
+from .common import demo_settings, ingest_file, local_settings
+from .render import UNCOUNTED_LEGEND, format_explain, format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
 
@@ -57,7 +61,7 @@ def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str
 
 MODES = ("keyword", "semantic", "hybrid")
 SHOWN = 3  # results printed per showcase query
-BUDGET_CHARS = 300  # the budget showcase's max_chars
+MAX_CHAIN = 10  # supersession links followed to spell out a promotion's chain
 
 
 def run_demo(settings: Settings, rebuild: bool = False) -> int:
@@ -67,8 +71,8 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     # and the model loader's chatter would bury it.
     for name in ("dimple.search", "sentence_transformers", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    settings = demo_settings(settings)
-    resources.configure(settings)
+    settings = local_settings(demo_settings(settings), "the demo")
+    workers.configure(settings)
     files = build_demo_store(settings, rebuild=rebuild)
     queries, qrels = load_queries(files)
 
@@ -89,11 +93,13 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
 
     print()
     print("each result: its fused score, then its rank in the full-text leg (fts) and the vector leg (vec);")
-    print("'-' means that leg did not return it")
+    print(f"'-' means that leg did not return it; {UNCOUNTED_LEGEND}")
+    print("each query below is asked on its own, the store and model already loaded: its 'ms' is that query's")
+    print("own time, dispatch to results; the quality table's queries/s is the rate of batches (search_many)")
     print()
-    for show in showcase(queries, qrels, served["hybrid"], _scope_example(queries)):
-        show()
-        print()
+    shown = [show() for show in showcase(queries, qrels, served["hybrid"], _scope_examples(queries), _supersedes)]
+    for res in shown[:1]:
+        _audit_trail(settings, res)
 
     print(f"quality on the demo set ({len(queries)} judged queries, {settings.store_path}; "
           f"supersession {_default_supersession()}):")
@@ -135,19 +141,26 @@ def _leg_says(r, leg: str, name: str) -> str:
 
 
 def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list,
-             scoped: dict | None = None) -> list[Callable[[], None]]:
+             scopes: Sequence[dict] = (),
+             supersedes: Callable[[str], list[str]] | None = None) -> list[Callable[[], Any]]:
     """Printers, one per capability found in ``hybrid`` (the judged queries'
     hybrid results, in order): an identifier the full-text leg finds and the
     vector leg ranks worst, a paraphrase the other way round, a successor
-    promoted, a conflict, and on ``scoped`` (``_scope_example``) a scope and a
-    budget cut. Each title says what the printed ranks show."""
+    promoted, a conflict, and on the first of ``scopes`` (``_scope_examples``)
+    not shown already, a scope and a budget cut. Each title says what the printed ranks show; each query is
+    shown once (the scope's query is asked again under a budget that cuts).
+    ``supersedes`` (an id -> the ids it supersedes) spells out a promotion's
+    whole chain. Each printer returns the ``Results`` it printed."""
     pairs = list(zip(queries, hybrid))
-    shows: list[Callable[[], None]] = []
+    shows: list[Callable[[], Any]] = []
+    used: set[str] = set()  # query ids already shown: two sections never print the same table
 
     def leg_only(kind: str, leg: str, other: str, label: str):
         best = None
         for q, res in pairs:
             if q.get("kind") != kind:
+                continue
+            if q["id"] in used:
                 continue
             for r in _relevant_top(res, qrels.get(q["id"], {})):
                 if leg not in r.ranks or r.promoted_above:  # where fusion put it, not supersession
@@ -163,7 +176,9 @@ def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list
         names = {"fts": "full-text", "vector": "vector"}
         title = (f"{label}: {r.id} is {_leg_says(r, leg, names[leg])} and "
                  f"{_leg_says(r, other, names[other])}")
-        shows.append(partial(_show, title, q, {}))
+        # an identifier is shown where it sits in each memory: a preview of the start may cut it out
+        shows.append(partial(_show, title, q, {}, focus=kind == "identifier"))
+        used.add(q["id"])
 
     leg_only("identifier", "fts", "vector", "an identifier the full-text leg finds")
     leg_only("paraphrase", "vector", "fts", "a paraphrase the vector leg finds")
@@ -171,51 +186,107 @@ def showcase(queries: list[dict], qrels: dict[str, dict[str, int]], hybrid: list
     for q, res in pairs:
         top = {r.id for r in res.results[:SHOWN]}
         r = next((r for r in res.results[:SHOWN] if r.promoted_above in top), None)
-        if r is not None:
+        if r is not None and q["id"] not in used:
             how = "no leg returned it: read from the store" if not r.ranks else "moved up from further down"
-            title = (f"a successor promoted: {r.id} supersedes {r.promoted_above} and is placed directly above it "
-                     f"({how}; supersession=promote)")
+            chain = _chain(r.id, r.promoted_above, supersedes)
+            through = f" through {', '.join(chain[1:-1])} ({' -> '.join(chain)})" if len(chain) > 2 else ""
+            title = (f"a successor promoted: {r.id} supersedes {r.promoted_above}{through} and is placed directly "
+                     f"above it ({how}; supersession=promote)")
             shows.append(partial(_show, title, q, {}, contrast={"supersession": "annotate"}))
+            used.add(q["id"])
             break
 
     for q, res in pairs:
         r = next((r for r in res.results[:SHOWN] if r.conflicts), None)
-        if r is not None:
+        if r is not None and q["id"] not in used:
             title = f"a conflict shown: {r.id} conflicts with {', '.join(l.id for l in r.conflicts)}"
             shows.append(partial(_show, title, q, {}))
+            used.add(q["id"])
             break
 
+    scoped = next((q for q in scopes if q["id"] not in used), None)
     if scoped is not None:
         title = f"a scope: namespace {scoped['namespace']!r} only, in both legs before their top-k"
         shows.append(partial(_show, title, scoped, {}, contrast={"namespace": None}))
-        cut = f"a budget cut: at most {BUDGET_CHARS} characters of content (max_chars)"
-        shows.append(partial(_show, cut, scoped, {"max_chars": BUDGET_CHARS, "max_units": 50}))
+        shows.append(partial(_show_budget, scoped))
     return shows
 
 
-def _scope_example(queries: list[dict]) -> dict | None:
-    """A judged query with a namespace whose top results, asked without it,
-    include memories of another namespace: the scope visibly matters."""
+def _scope_examples(queries: list[dict]) -> list[dict]:
+    """The judged queries with a namespace whose top results, asked without
+    it, include memories of another namespace: the scope visibly matters."""
     scoped = [q for q in queries if q.get("namespace")]
     free = search_many([{"query": q["text"], "max_units": SHOWN} for q in scoped])
-    return next((q for q, res in zip(scoped, free)
-                 if any(r.namespace != q["namespace"] for r in res.results)), None)
+    return [q for q, res in zip(scoped, free) if any(r.namespace != q["namespace"] for r in res.results)]
 
 
-def _show(title: str, q: dict, options: dict, contrast: dict | None = None) -> None:
+def _show(title: str, q: dict, options: dict, contrast: dict | None = None, focus: bool = False):
     """Print ``title`` and ``q`` asked on its own (a result from
     ``search_many`` carries its batch's time) with ``options``; with
-    ``contrast``, one line with the top ids asked with those options instead."""
+    ``contrast``, one line with the top ids asked with those options instead;
+    with ``focus``, previews around the query's words. Returns the results."""
     ask = {"namespace": q.get("namespace"), "max_units": SHOWN, **options}
     res = search(q["text"], **ask)
     print(title)
     print(f"query {q['id']} [{q.get('kind', '')}] {q['text']!r} (namespace {ask.get('namespace') or 'any'})")
-    print(format_results(res))
+    print(format_results(res, focus=q["text"] if focus else None))
     if contrast is not None:
         other = search(q["text"], **{**ask, **contrast})
         said = ", ".join(f"{k}={v if v is not None else 'any'}" for k, v in contrast.items())
         top = ", ".join(f"{r.id} ({r.namespace})" for r in other.results[:SHOWN])
         print(f"    with {said}: {top}")
+    print()
+    return res
+
+
+def _show_budget(q: dict):
+    """``q`` under a ``max_chars`` budget that holds its first result and not
+    its second, so the cut shows: what was kept, and what the budget left out."""
+    full = search(q["text"], namespace=q.get("namespace"), max_units=SHOWN)
+    if len(full.results) < 2:
+        return None
+    first, second = (len(r.content) for r in full.results[:2])
+    limit = first + second - 1
+    title = (f"a budget cut: at most {limit} characters of content (max_chars): the first result fits "
+             f"({first} characters), the second ({second}) does not, and the budget ends the list there")
+    return _show(title, q, {"max_chars": limit})
+
+
+def _chain(newest: str, oldest: str, supersedes: Callable[[str], list[str]] | None) -> list[str]:
+    """The supersession chain from ``newest`` down to ``oldest`` (ids), by
+    ``supersedes``; ``[newest, oldest]`` when there is no lookup or no path."""
+    if supersedes is not None:
+        paths = [[newest]]
+        for _ in range(MAX_CHAIN):
+            paths = [p + [older] for p in paths for older in supersedes(p[-1]) if older not in p]
+            done = next((p for p in paths if p[-1] == oldest), None)
+            if done is not None:
+                return done
+            if not paths:
+                break
+    return [newest, oldest]
+
+
+def _supersedes(mid: str) -> list[str]:
+    """The ids memory ``mid`` supersedes, as written (``get``)."""
+    return [old for memory in get([mid]) for old in memory.get("supersedes", [])]
+
+
+def _audit_trail(settings: Settings, res) -> None:
+    """One showcase query's audit row, as ``dimple audit explain`` prints it."""
+    if res is None:
+        return
+    if not settings.audit_enabled:
+        print("(no audit trail to show: DIMPLE_AUDIT_ENABLED=false)\n")
+        return
+    flush(30)
+    row = audit.get(settings.audit_path, res.query_id)
+    if row is None:
+        return
+    print(f"the audit trail of the first query above, from its retrieval_log row "
+          f"({_activate()}DIMPLE_DATA_DIR={settings.data_dir} dimple audit explain {row.query_id[:12]}):")
+    print(format_explain(row, audit.explain(row)))
+    print()
 
 
 def _activate() -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import workers
 from pipeline import audit
 from pipeline import evaluation as ev
-from pipeline.contracts import Mode
+from pipeline.contracts import Mode, Origin
 from pipeline.datasets.beir import load_beir
 from pipeline.datasets.locomo import load_locomo
 from pipeline.errors import InputError
@@ -30,10 +30,13 @@ from pipeline.store.reader import Reader
 from pipeline.store.vector import compile_kernels
 from workers.api import search_many
 
-from .common import check_namespace, cli_settings, ingest_file, prepare_search, require_store
+from .common import check_namespace, cli_settings, ingest_file, local_settings, prepare_search, require_store
 from .demo import build_demo_store, demo_settings, load_queries
 
 NO_PROGRESS_HELP = "no progress bar on stderr"
+FORCE_HELP = "replace OUT/NAME whole when it already holds output of dimple eval (default: refuse)"
+# what dimple eval writes at the top of a folder (run, --mode all, replay, compare and sweep)
+_OUTPUTS = ("report.json", "modes.json", "replay.json", "compare.json")
 
 
 def register(sub) -> None:
@@ -52,6 +55,7 @@ def register(sub) -> None:
     c.add_argument("runs", nargs="+", type=Path, help="run folders written by dimple eval; the first is the baseline")
     c.add_argument("--out", type=Path, required=True, help="folder the comparison is written to (as OUT/NAME)")
     c.add_argument("--name", help="output folder name (default: compare-<runs>)")
+    c.add_argument("--force", action="store_true", help=FORCE_HELP)
     c.add_argument("--metric", default="ndcg@10", choices=ev.METRICS, help="metric of gains and losses")
     c.add_argument("--test", default="fisher", choices=("fisher", "student"),
                    help="paired test: fisher = randomised permutation (default), student = paired t-test")
@@ -67,6 +71,7 @@ def register(sub) -> None:
     r.add_argument("-k", type=int, default=10, help="depth of overlap@k and rank changes")
     r.add_argument("--out", type=Path, required=True, help="folder the replay report is written to (as OUT/NAME)")
     r.add_argument("--name", help="output folder name (default: replay-<time>)")
+    r.add_argument("--force", action="store_true", help=FORCE_HELP)
     r.add_argument("--batch-size", type=int, help="queries per canvas (default DIMPLE_QUERY_BATCH_SIZE)")
     r.add_argument("--in-flight", type=int, default=8, help="batches on the workers at once (default 8)")
     r.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
@@ -100,6 +105,7 @@ def _source_args(p) -> None:
 def _run_args(p, with_mode: bool = True) -> None:
     p.add_argument("--out", type=Path, help="output folder; the run goes to OUT/NAME")
     p.add_argument("--name", help="run name (default: <set>-<mode>-<time>)")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     if with_mode:
         p.add_argument("--mode", help="keyword | semantic | hybrid for every query (default: each query's own, else "
                                       "hybrid); all: every mode on the same store, one table, and hybrid's paired "
@@ -142,6 +148,28 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
+def claim_folder(folder: Path, force: bool, remove: bool = True) -> Path:
+    """``folder`` ready for one run's output: absent or empty, or with
+    ``force`` one that dimple eval wrote, removed whole (a reused ``--name``
+    mixed runs in one folder); anything else is refused. Called with
+    ``remove`` False before any work (refuse early), then again, removing,
+    once the run's input has been accepted."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError("--name", f"{folder} is a file, not a folder: give another --name or --out")
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return folder
+    ours = any((folder / name).is_file() for name in _OUTPUTS) or any(
+        (sub / "report.json").is_file() for sub in folder.iterdir() if sub.is_dir())
+    if not ours:
+        raise InputError("--name", f"{folder} exists and holds files dimple eval did not write: give another "
+                                   f"--name or --out (--force replaces only dimple eval's own folders)")
+    if not force:
+        raise InputError("--name", f"{folder} already holds a run: give another --name, or --force to replace it whole")
+    if remove:
+        shutil.rmtree(folder)
+    return folder
+
+
 def _need_out(args) -> Path:
     if args.out is None:
         raise InputError("--out", "required: the folder the run is written to")
@@ -164,7 +192,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
         _check_namespaces(args.queries, queries, settings)
         return ev.reconcile(args.queries.stem, queries, qrels, strict=args.strict), settings
     if source == "demo":
-        run_settings = demo_settings(settings)
+        run_settings = local_settings(demo_settings(settings), "eval --demo")
         raw, qrels = load_queries(build_demo_store(run_settings))
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q.get("namespace")} if q.get("namespace") else {})
                    for q in raw]
@@ -180,14 +208,17 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
             raise InputError("--locomo", f"not a LoCoMo file: {exc}") from None
         if not loco.records:
             raise InputError("--locomo", "not a LoCoMo file: it holds no conversation turn")
-        run_settings = settings.replace(data_dir=args.store or settings.data_dir / "locomo")
+        run_settings = local_settings(settings.replace(data_dir=args.store or settings.data_dir / "locomo"),
+                                      "eval --locomo")
         _ensure_store(run_settings, loco.records, "locomo")
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
         qset = ev.reconcile("locomo", queries, loco.qrels, strict=args.strict)
         qset.loader_skipped = {f"locomo_{k}": v for k, v in loco.skipped.items() if v}
         return qset, run_settings
     records, queries, qrels = load_beir(args.beir)
-    run_settings = settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir"))
+    run_settings = local_settings(
+        settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir")),
+        "eval --beir")
     _ensure_store(run_settings, records, "beir")
     return ev.reconcile(args.beir.resolve().name, queries, qrels, strict=args.strict), run_settings
 
@@ -291,7 +322,7 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
     size = batch_size or settings.query_batch_size
     with _progress(len(qset.queries), name, not progress) as bar:
         runs, secs = ev.run_queries(search_many, qset.queries, defaults=defaults, batch_size=size,
-                                    in_flight=in_flight, progress=bar.update)
+                                    in_flight=in_flight, progress=bar.update, origin=Origin.eval)
     extra = {"in_flight": in_flight, **(extra_config or {})}
     report = ev.evaluate_run(qset, runs, secs, config=_config(settings, defaults, size, extra), name=name)
     return report, runs
@@ -322,6 +353,8 @@ def _say_skipped(qset: ev.QuerySet) -> None:
 
 def cmd_eval(args) -> int:
     out = _need_out(args)
+    if args.name:  # before any store is built
+        claim_folder(out / safe_name(args.name), args.force, remove=False)
     settings = cli_settings()
     _quiet()
     qset, run_settings = load_source(args, settings)
@@ -332,12 +365,12 @@ def cmd_eval(args) -> int:
         print(f"through the broker: the workers must serve the store in {run_settings.data_dir}", file=sys.stderr)
     name = args.name or f"{qset.name}-{args.mode or 'asked'}-{_stamp()}"
     _check_numbers(args)
+    folder = claim_folder(out / safe_name(name), args.force)
     if args.mode == ALL_MODES:
-        return _eval_all_modes(args, qset, run_settings, out, name)
+        return _eval_all_modes(args, qset, run_settings, folder, name)
     report, runs = execute(qset, run_settings, name=name, defaults=defaults, batch_size=args.batch_size,
                            progress=not args.no_progress, in_flight=args.in_flight)
 
-    folder = out / safe_name(name)
     write_run(folder, report, ev.as_run(runs), qset.qrels, runs)
     m = report["metrics"]
     print(f"{name}: {report['answered']}/{report['queries']} queries, {report['queries_per_s']} q/s; "
@@ -349,11 +382,10 @@ def cmd_eval(args) -> int:
 ALL_MODES = "all"
 
 
-def _eval_all_modes(args, qset: ev.QuerySet, run_settings, out: Path, name: str) -> int:
+def _eval_all_modes(args, qset: ev.QuerySet, run_settings, root: Path, name: str) -> int:
     """``--mode all``: every mode on the same store, one after the other in
-    this process, each in its own run folder under ``OUT/NAME``, then one
+    this process, each in its own run folder under ``root`` (``OUT/NAME``), then one
     table and hybrid's paired test against each leg (``modes.json``)."""
-    root = out / safe_name(name)
     reports: dict[str, RunReport] = {}
     served: dict[str, dict[str, list[str]]] = {}
     versions: dict[str, int | None] = {}
@@ -404,10 +436,11 @@ def cmd_compare(args) -> int:
     for folder, (_, _, other) in zip(args.runs[1:], loaded[1:]):
         if other != qrels:
             raise InputError("RUN", f"{folder} was judged with other qrels than {args.runs[0]}")
+    folder = claim_folder(args.out / safe_name(args.name or "compare-" + "-vs-".join(r["name"] for r, _, _ in loaded)),
+                          args.force, remove=False)
     comparison = ev.compare([r for r, _, _ in loaded], [run for _, run, _ in loaded], qrels, metric=args.metric,
                             stat_test=args.test, seed=args.seed, max_p=args.max_p, k=args.k)
-    folder = args.out / safe_name(args.name or "compare-" + "-vs-".join(r["name"] for r, _, _ in loaded))
-    write_comparison(folder, comparison)
+    write_comparison(claim_folder(folder, args.force), comparison)
     _print_comparison(comparison)
     print(f"written to {folder}")
     return 0
@@ -449,6 +482,7 @@ def cmd_replay(args) -> int:
     start = parse_since(args.since)
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
+    folder = claim_folder(args.out / safe_name(args.name or f"replay-{_stamp()}"), args.force, remove=False)
     records = audit.since(settings.audit_path, start, args.limit)
     if not records:
         raise InputError("--from-audit", f"no audit rows{' since ' + start.isoformat() if start else ''} in {settings.audit_path}")
@@ -458,8 +492,7 @@ def cmd_replay(args) -> int:
     with _progress(len(records), "replay", args.no_progress) as bar:
         report = ev.replay(search_many, records, k=args.k, batch_size=args.batch_size or settings.query_batch_size,
                            in_flight=args.in_flight, progress=bar.update)
-    folder = args.out / safe_name(args.name or f"replay-{_stamp()}")
-    write_replay(folder, report)
+    write_replay(claim_folder(folder, args.force), report)
     print(f"replayed {report['replayed']} of {report['rows']} logged queries: {report['changed']} changed, "
           f"{report['unchanged']} unchanged, mean overlap@{report['k']} {report['mean_overlap']}")
     for reason, info in report["skipped"].items():
@@ -511,13 +544,13 @@ def cmd_sweep(args) -> int:
     _quiet()
     _check_numbers(args)
     grid = ev.sweep_grid(_axes(args))
+    if args.name:  # before any store is built
+        claim_folder(out / safe_name(args.name), args.force, remove=False)
     qset, base = load_source(args, settings)
     _say_skipped(qset)
-    if not base.embedded:
-        print("dimple: sweep runs embedded: workers hold their own settings", file=sys.stderr)
-    base = _run_settings(base.replace(broker_url="", result_backend=""), args)
+    base = _run_settings(local_settings(base, "sweep", "the workers hold their own settings"), args)
     name = args.name or f"sweep-{qset.name}-{_stamp()}"
-    root = out / safe_name(name)
+    root = claim_folder(out / safe_name(name), args.force)
     reports, runs = [], []
     with tempfile.TemporaryDirectory(prefix="dimple-sweep-") as tmp:
         copies: dict[int, Any] = {}

@@ -18,13 +18,41 @@ def _leg_rank(result, leg: str) -> str:
     return f"({rank})" if uncounted else str(rank)
 
 
-def format_results(results) -> str:
+UNCOUNTED_LEGEND = ("(n): that leg returned it at rank n, but under the full-text floor (DIMPLE_FTS_FLOOR of the "
+                    "best full-text score), so fusion did not count it")
+PREVIEW_CHARS = 80  # as the pipeline's preview
+
+
+def around(content: str, query: str, width: int = PREVIEW_CHARS) -> str | None:
+    """``width`` characters of ``content`` around the longest word of
+    ``query`` it holds (case-insensitive), ``…`` marking what is cut; None
+    when it holds none. A preview of the start may cut out the very
+    identifier a query matched."""
+    words = sorted({w.strip(".,;:!?\"'()[]") for w in query.split()}, key=lambda w: (-len(w), w))
+    low = content.lower()
+    for word in (w for w in words if len(w) >= 3):
+        at = low.find(word.lower())
+        if at < 0:
+            continue
+        start = max(0, min(at - (width - len(word)) // 3, len(content) - width))
+        text = content[start:start + width].replace("\n", " ")
+        return ("…" if start > 0 else "") + text + ("…" if start + width < len(content) else "")
+    return None
+
+
+def format_results(results, focus: str | None = None) -> str:
     """A readable table: rank, fused score, each leg's rank (``fts``: full
     text, ``vec``: vector; ``-``: that leg did not return it; ``(12)``: it
-    did, under the full-text floor, and fusion did not count it), id,
-    namespace, preview, graph marks."""
+    did, under the full-text floor, and fusion did not count it: a legend
+    line says so when one shows), id, namespace, preview (with ``focus``, the
+    part of the content around its longest word, ``around``), graph marks."""
     lines = []
-    if not results.results:
+    uncounted = False
+    if not results.results and results.truncation and results.truncation.left_out:
+        t = results.truncation
+        lines.append(f"no results for {results.query!r} ({results.mode}): the {t.by} budget (limit {t.limit}) "
+                     f"cut all {t.left_out}" + (f" ({t.detail})" if t.detail else ""))
+    elif not results.results:
         lines.append(f"no results for {results.query!r} ({results.mode})")
     else:
         width = max(len(r.id) for r in results.results)
@@ -43,7 +71,9 @@ def format_results(results) -> str:
             if r.supported_by:
                 marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
             legs = f"{_leg_rank(r, 'fts'):>4} {_leg_rank(r, 'vector'):>4}"
-            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {legs}  {r.id:<{width}}  {r.namespace[:12]:<12} {r.preview}")
+            uncounted = uncounted or "(" in legs
+            preview = (around(r.content, focus) if focus else None) or r.preview
+            lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {legs}  {r.id:<{width}}  {r.namespace[:12]:<12} {preview}")
             for mark in marks:
                 lines.append(f"{'':>3}  {'':>8}  {'':>9}  {'':<{width}}  {'':<12}   ↳ {mark}")
     tail = f"mode {results.mode}, {results.total_ms:.0f} ms"
@@ -55,4 +85,38 @@ def format_results(results) -> str:
         if t.detail:
             tail += f": {t.detail}"
     lines.append(tail)
+    if uncounted:
+        lines.append(UNCOUNTED_LEGEND)
+    return "\n".join(lines)
+
+
+def format_explain(row, paths: list[dict], replay: dict | None = None) -> str:
+    """``dimple audit explain``'s text: the query and its legs, each result's
+    path (``pipeline.audit.explain``), the budget cut, and the replay's verdict
+    (``replay_row``) when there is one."""
+    lines: list[str] = []
+    lines.append(f"query {row.query_id} ({row.mode}, hash {row.query_hash} of the {row.hash_of}): {row.query_text!r}")
+    legs = row.query_profile.get("legs", {})
+    for name, leg in legs.items():
+        lines.append(f"  leg {name}: ran={leg['ran']} weight={leg['weight']} hits={leg['hits']} top={leg['top_scores'][:3]}")
+    for p in paths:
+        if "rrf_contributions" in p:
+            fused = "rrf {:.5f} = {}".format(p["rrf"], " + ".join(
+                f"{leg} {w:.5f} (rank {p['leg_ranks'][leg]})" for leg, w in p["rrf_contributions"].items())
+                or "no leg found it")
+        else:  # no per-leg terms: the row keeps ranks, not the scores the normalisation read
+            fused = f"{p['fusion']} {p['rrf']:.5f} (" + (", ".join(
+                f"{leg} rank {r}" for leg, r in sorted(p["leg_ranks"].items())) or "no leg found it") + ")"
+        boost = row.options.get("recency_boost") or 0
+        recency = f" x (1 + {boost} x recency {p['recency_factor']:.3f})" if p["recency_factor"] is not None else ""
+        above = f"; promoted above {p['promoted_above']}, which it supersedes" if p.get("promoted_above") else ""
+        lines.append(f"  #{p['rank']:<3} {p['id']}: {fused}{recency} -> {p['score']:.5f}{above}")
+    if row.truncated and row.truncation:
+        t = row.truncation
+        lines.append(f"  cut by {t['by']} (limit {t['limit']}): {t['left_out']} result(s) left out" + (f"; {t['detail']}" if t.get("detail") else ""))
+    if replay is not None:
+        logged = f" (run on the workers, logged as query {replay['logged_as']})" if replay.get("logged_as") else ""
+        lines.append(f"  replay now: {replay['verdict']}{logged}")
+        for line in replay["changes"]:
+            lines.append(f"    {line}")
     return "\n".join(lines)
