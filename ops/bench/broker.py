@@ -28,6 +28,7 @@ import numpy as np
 import redis
 
 from ops.bench import embedded_demo
+from pipeline.contracts import Origin
 
 
 def _latency(search, queries, n):
@@ -35,7 +36,7 @@ def _latency(search, queries, n):
     for i in range(n):
         q = queries[i % len(queries)]
         t0 = time.perf_counter()
-        search(q["text"], namespace=q.get("namespace"))
+        search(q["text"], namespace=q.get("namespace"), origin="eval")  # benchmark traffic: never replayed
         out.append((time.perf_counter() - t0) * 1000)
     return out
 
@@ -54,8 +55,8 @@ def _redis_per_query(rcon, n: int) -> dict:
 
 
 def _throughput(search_many, queries, n, batch):
-    asks = [{"query": queries[i % len(queries)]["text"], "namespace": queries[i % len(queries)].get("namespace")}
-            for i in range(n)]
+    asks = [{"query": queries[i % len(queries)]["text"], "namespace": queries[i % len(queries)].get("namespace"),
+             "origin": "eval"} for i in range(n)]
     t0 = time.perf_counter()
     res = search_many(asks, batch_size=batch)
     secs = time.perf_counter() - t0
@@ -71,7 +72,7 @@ def _eval(search_many, queries, qrels, n, batch, in_flight=8):
                           {"namespace": queries[i % len(queries)].get("namespace")}) for i in range(n)]
     done = []
     runs, secs = ev.run_queries(search_many, specs, defaults={"max_units": 100}, batch_size=batch,
-                                in_flight=in_flight, progress=done.append)
+                                in_flight=in_flight, progress=done.append, origin=Origin.eval)
     assert sum(done) == n and all(r.error is None for r in runs)
     first = {r.id.split("#")[0]: r.ranked for r in runs[: len(queries)]}
     return n / secs, ev.score(first, qrels)[0]
