@@ -39,7 +39,7 @@ def embedded(settings: Settings):
     workers.configure(settings)
     yield settings
     audit.flush()  # this test's audit rows belong to its data dir
-    resources.close_store()
+    resources.current().close_store()
 
 
 _TIER_MARKS = {"slow": "slow", "integration": "integration"}

@@ -71,7 +71,7 @@ def cache(args) -> dict[str, Any]:
     out: dict[str, Any] = {"set": args.probe or qset.name, "depth": args.depth, "queries": []}
     specs = qset.queries[: args.limit] if args.limit else qset.queries
     t0 = time.perf_counter()
-    with resources.view() as v:
+    with resources.current().view() as v:
         postings = v.postings() if v is not None else None
         if v is None or postings is None:
             raise SystemExit(f"no store with a full-text index in {run_settings.data_dir}")

@@ -61,7 +61,7 @@ def descent_recall(settings: Settings, data: Path, limit: int | None) -> dict:
 
     loco = load_locomo(data)
     queries = loco.queries[:limit] if limit else loco.queries
-    embedder = resources.embedder()
+    embedder = resources.current().embedder()
     with Store.open(settings.store_path, read_only=True) as store:
         index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
     vectors = embedder.embed([q["text"] for q in queries])

@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     workers.configure(settings)
     result = {"n": n, "start": memory()}
     t = time.perf_counter()
-    resources.store()
+    resources.current().store()
     result["opened"] = memory()
-    resources.index()
+    resources.current().index()
     result["index_load_s"] = round(time.perf_counter() - t, 1)
     result["index_loaded"] = memory()
     print(f"{n} memories; store open {result['opened']}, index loaded in {result['index_load_s']}s {result['index_loaded']}")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         result["broker"] = _through_broker(settings, queries, args.batch)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
-    resources.close_store()
+    resources.current().close_store()
     return 0
 
 

@@ -90,7 +90,7 @@ def _records(prefix: str, n: int, token: str = "") -> list[dict]:
 
 def _write(settings, records, reader=None):
     """One write, timed; ``reader`` is the writer's view kept between writes, as
-    the ingest worker keeps its own (``workers.resources.reader``)."""
+    the ingest worker keeps its own (``workers.resources.current().reader``)."""
     from pipeline.embedders import HashEmbedder
     from pipeline.store.writes import parse_records, write
 
@@ -168,7 +168,7 @@ def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds
                 t = time.perf_counter()
                 search(q)
                 times[name]["hybrid"].append(time.perf_counter() - t)
-            resources.close_store()
+            resources.current().close_store()
     for r in readers.values():
         r.close()
     out = {name: {f"{leg}_p50_ms": round(statistics.median(v) * 1000, 3) for leg, v in legs.items()}

@@ -32,7 +32,7 @@ def cli_env(settings, monkeypatch):
     levels = root.level, celery.level
     yield get_settings()
     audit.flush()
-    resources.close_store()
+    resources.current().close_store()
     root.setLevel(levels[0])
     celery.setLevel(levels[1])
     get_settings.cache_clear()
@@ -211,7 +211,7 @@ def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
     audit.flush()
     assert rows.count(cli_store.audit_path) == before == (1, 1)
     assert rows.get(cli_store.audit_path, replay["replay_query_id"]) is None
-    assert resources.settings().audit_enabled  # searches after it are logged again
+    assert resources.current().settings().audit_enabled  # searches after it are logged again
     assert main(["search", "deploy"]) == 0
     audit.flush()
     assert rows.count(cli_store.audit_path) == (2, 2)
@@ -288,10 +288,10 @@ def test_model_loading_is_not_counted_in_a_cli_search(cli_store, monkeypatch, ca
         time.sleep(2.0)
         return HashEmbedder(64)
 
-    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(resources.current(), "_embedders", {})
     monkeypatch.setattr(pipeline.embedders, "make_embedder", slow_model)
     monkeypatch.setattr(resources, "make_embedder", slow_model, raising=False)
-    resources.close_store()
+    resources.current().close_store()
     capsys.readouterr()
     assert main(["search", "billing", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -309,7 +309,7 @@ def test_keyword_search_loads_no_model(cli_store, monkeypatch):
     def no_model(*args, **kwargs):
         raise AssertionError("a keyword search loaded a model")
 
-    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(resources.current(), "_embedders", {})
     monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
     monkeypatch.setattr(resources, "make_embedder", no_model, raising=False)
     assert main(["search", "billing", "--mode", "keyword"]) == 0

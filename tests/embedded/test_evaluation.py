@@ -316,7 +316,7 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
     assert json.loads((out / "b2" / "report.json").read_text())["metrics"]["mrr@10"] == 1.0
     from workers import resources
 
-    resources.close_store()
+    resources.current().close_store()
     from pipeline.store.reader import Reader
     from pipeline.store.stats import store_stats
 

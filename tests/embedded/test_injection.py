@@ -68,7 +68,7 @@ def hs(hostile_store):
     workers.configure(hostile_store)
     before = _checksum(hostile_store.store_path)
     yield hostile_store
-    resources.close_store()
+    resources.current().close_store()
     assert _checksum(hostile_store.store_path) == before  # nothing was written, dropped or altered
 
 

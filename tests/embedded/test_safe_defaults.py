@@ -54,7 +54,7 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
         letter = audit_rows.dead_letter(settings.dead_letter_dir, audit_rows.get(settings.audit_path, res.query_id), "test")
     finally:
         os.umask(old)
-        resources.close_store()
+        resources.current().close_store()
     for folder in (settings.data_dir, settings.data_dir / "segments", settings.audit_dir, settings.dead_letter_dir):
         assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
     assert letter.exists()

@@ -107,7 +107,7 @@ def fz(fuzz_store):
     path = fuzz_store.store_path
     before = _checksum(path)
     yield fuzz_store
-    resources.close_store()
+    resources.current().close_store()
     assert fuzz_store.store_path == path and _checksum(path) == before
 
 

@@ -139,7 +139,7 @@ def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_pat
     file with ``str.splitlines`` (which splits there), so the batch sent to the
     worker held two broken lines where validation had seen one good record."""
     from pipeline.store.ingest import read_lines
-    from workers.tasks import ingest_batch
+    from workers.app import get_app
 
     path = tmp_path / "sep.jsonl"
     path.write_text('{"id": "m-sep", "namespace": "a", "content": "first\u2028second\x85third"}\n'
@@ -149,7 +149,7 @@ def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_pat
     import workers
 
     workers.configure(settings)
-    out = ingest_batch(lines, 1, False)  # what the ingest worker runs for one batch
+    out = get_app().tasks["ingest.batch"](lines, 1, False)  # what the ingest worker runs for one batch
     assert out["ok"] and out["inserted"] == 2, out
 
 

@@ -239,11 +239,11 @@ def _check_store(records: list[dict], qs: list[dict]) -> int:
     from workers import api, resources
 
     seen = 0
-    before = resources.settings()
+    before = resources.current().settings()
     with tempfile.TemporaryDirectory() as tmp:
         settings, membership = _ingest(Path(tmp), records)
         tree_keys = sorted(set().union(*membership.values()))
-        resources.configure(settings)
+        resources.current().configure(settings)
         try:
             by_id = {r["id"]: r for r in records}
             for q in qs:
@@ -251,7 +251,7 @@ def _check_store(records: list[dict], qs: list[dict]) -> int:
                 out = api.search(q["text"], max_units=100, **_options(q))
                 seen += _check_answer(out, q, by_id, membership)
         finally:
-            resources.configure(before)  # closes the store; points back where it was
+            resources.current().configure(before)  # closes the store; points back where it was
     return seen
 
 
@@ -288,13 +288,13 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
     from workers import audit as worker_audit
 
     checked = 0
-    before = resources.settings()
+    before = resources.current().settings()
     with tempfile.TemporaryDirectory() as tmp:
         settings, membership = _ingest(Path(tmp), records)
         if audit:
             settings = settings.replace(audit_enabled=True)
         tree_keys = sorted(set().union(*membership.values()))
-        resources.configure(settings)
+        resources.current().configure(settings)
         try:
             by_id = {r["id"]: r for r in records}
             asks = [_resolve(q, tree_keys) for q in qs]
@@ -319,7 +319,7 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
                         assert o["scope"]["concepts"] == sorted(set(q["concepts"]))
                         assert [s["id"] for s in row.sources] == [r.id for r in out.results]
         finally:
-            resources.configure(before)
+            resources.current().configure(before)
     return checked
 
 

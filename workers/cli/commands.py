@@ -27,7 +27,7 @@ from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
 from workers.api import forget, search
-from workers.app import QUEUES, app
+from workers.app import QUEUES, get_app
 from workers.supervise import supervise
 
 from .common import (
@@ -515,7 +515,7 @@ def cmd_worker(args) -> int:
                  *(["--name", args.name] if args.name else [])]
         return supervise(child)
 
-    app.worker_main(argv)
+    get_app().worker_main(argv)
     return 0
 
 
@@ -540,7 +540,7 @@ def cmd_flower(args) -> int:
     need_broker(settings)
     argv = flower_argv(settings, args.insecure)
 
-    app.start(argv)
+    get_app().start(argv)
     return 0
 
 

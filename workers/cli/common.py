@@ -30,9 +30,8 @@ from pipeline.store.reader import Reader
 from pipeline.store.writes import LiveView
 from workers import resources
 from workers.api import BROKER_DOWN, search
-from workers.app import START_WORKER, consumed_queues
+from workers.app import START_WORKER, consumed_queues, get_app
 from workers.celery_compat import stop_waiting
-from workers.tasks import ingest_batch
 
 
 def cli_settings():
@@ -127,13 +126,13 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     if not settings.embedded:
         return
 
-    snap = resources.snapshot()
+    snap = resources.current().snapshot()
     if snap is None:
         raise no_store(settings)
     check_namespace(snap.namespaces(), options.get("namespace"))
     if wants_vectors:
-        resources.index()
-        resources.embedder()
+        resources.current().index()
+        resources.current().embedder()
 
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True,
@@ -181,7 +180,7 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
         batch = f"the batch of {_lines(start + 1, end)}"
         rest = f"nothing after it was sent ({_lines(end + 1, len(lines))})" if end < len(lines) else "it was the last"
         try:
-            handle = ingest_batch.apply_async(args=[chunk, start + 1, skip_invalid])
+            handle = get_app().tasks["ingest.batch"].apply_async(args=[chunk, start + 1, skip_invalid])
         except BROKER_DOWN as exc:
             raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
         try:
@@ -215,7 +214,7 @@ def replay_row(row) -> dict[str, Any]:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
 
 
-    settings = resources.settings()
+    settings = resources.current().settings()
     unlogged = settings.embedded and settings.audit_enabled
     if unlogged:
         workers.configure(settings.replace(audit_enabled=False))

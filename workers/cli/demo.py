@@ -38,7 +38,7 @@ def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Pat
 
     files = write_demo(settings.data_dir / "files")
     if rebuild:
-        resources.close_store()
+        resources.current().close_store()
         segments.drop_all(settings.data_dir)
     if not segments.exists(settings.data_dir):
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
@@ -68,7 +68,7 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     for name in ("dimple.search", "sentence_transformers", "transformers"):
         logging.getLogger(name).setLevel(logging.WARNING)
     settings = demo_settings(settings)
-    resources.configure(settings)
+    resources.current().configure(settings)
     files = build_demo_store(settings, rebuild=rebuild)
     queries, qrels = load_queries(files)
 
