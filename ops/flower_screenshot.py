@@ -69,13 +69,13 @@ def main(argv=None) -> int:
     chromium_binary()
 
     import workers
-    from pipeline.settings import Settings
     from workers.api import search, search_many
     from workers.app import app, reconfigure
     from workers.cli.demo import build_demo_store, demo_settings, load_queries
+    from workers.settings import WorkerSettings
 
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="dimple-flower-"))
-    settings = demo_settings(Settings(data_dir=run_dir / "data"))
+    settings = demo_settings(WorkerSettings(data_dir=run_dir / "data"))
     files = build_demo_store(settings)
     queries, _ = load_queries(files)
 

@@ -17,11 +17,11 @@ import threading
 from celery import Celery
 
 from pipeline.errors import StageError
-from pipeline.settings import Settings
 
 from . import audit, resources, tasks
 from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit, tell_senders_of_refused
 from .leases import install as install_leases
+from .settings import WorkerSettings
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
@@ -45,7 +45,7 @@ ROUTES = {
 }
 
 
-def conf_for(settings: Settings) -> dict:
+def conf_for(settings: WorkerSettings) -> dict:
     """Celery configuration derived from dimple's settings."""
     broker = settings.broker_url.get_secret_value()
     return dict(
@@ -104,7 +104,7 @@ def consumed_queues(timeout: float = CONSUMER_CHECK_S) -> set[str]:
     return {queue["name"] for queues in replies.values() for queue in queues or ()}
 
 
-def build_app(settings: Settings) -> Celery:
+def build_app(settings: WorkerSettings) -> Celery:
     """A Celery app for ``settings`` with dimple's tasks (``workers.tasks``) and
     its worker steps: the warm-up, the lease renewal, the audit outbox drain."""
     app = Celery("dimple", set_as_current=False)
@@ -144,7 +144,7 @@ def get_app() -> Celery:
         return _PROCESS.app
 
 
-def reconfigure(settings: Settings) -> None:
+def reconfigure(settings: WorkerSettings) -> None:
     """Point the process-wide app at another broker (or embedded) at run time.
 
     Drops Celery's cached connection pool and result backend so the next call

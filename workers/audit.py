@@ -30,9 +30,9 @@ from pipeline.audit.letters import dead_letter, drain_outbox, outbox_done, outbo
 from pipeline.audit.record import AuditRecord, build_record, log_line
 from pipeline.contracts import Batch
 from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
-from pipeline.settings import Settings
 
 from . import resources
+from .settings import WorkerSettings
 
 search_log = logging.getLogger("dimple.search")
 log = logging.getLogger("dimple.audit")
@@ -48,7 +48,7 @@ def emit(app: Celery, batch: Batch) -> None:
         send(app, records)
 
 
-def valid_records(settings: Settings, records: Any) -> tuple[list[AuditRecord], int]:
+def valid_records(settings: WorkerSettings, records: Any) -> tuple[list[AuditRecord], int]:
     """The rows of an ``audit.write`` message that can be written, each
     validated on its own; a malformed one is quarantined with the field named
     and logged at ERROR, and the rest are written. Returns (rows, refused)."""
@@ -66,13 +66,13 @@ def valid_records(settings: Settings, records: Any) -> tuple[list[AuditRecord], 
     return rows, refused
 
 
-def backoff_s(settings: Settings, retries: int) -> float:
+def backoff_s(settings: WorkerSettings, retries: int) -> float:
     """Exponential backoff with full jitter in [0.5, 1] of the step, capped."""
     step = min(settings.audit_backoff_max_s, settings.audit_backoff_base_s * 2.0**retries)
     return step * random.uniform(0.5, 1.0)
 
 
-def give_up(settings: Settings, records: list[AuditRecord], exc: Exception, retries: int) -> AuditRetriesExhausted:
+def give_up(settings: WorkerSettings, records: list[AuditRecord], exc: Exception, retries: int) -> AuditRetriesExhausted:
     """Keep the rows as dead letters, say so at ERROR, and return the typed error to raise."""
     for record in records:
         dead_letter(settings.dead_letter_dir, record, str(exc))
@@ -106,14 +106,14 @@ def send(app: Celery, records: list[AuditRecord]) -> None:
                     type(exc).__name__, exc)
 
 
-def done(settings: Settings, outbox: object) -> None:
+def done(settings: WorkerSettings, outbox: object) -> None:
     """The rows of outbox file ``outbox`` (from a message) are in the log or dead-lettered."""
     if outbox is not None:
         outbox_done(settings.audit_outbox_dir, outbox)
 
 
 # -- the outbox drain, in the audit worker's process ------------------------------------
-def drain_once(settings: Settings, older_than_s: float) -> tuple[int, int]:
+def drain_once(settings: WorkerSettings, older_than_s: float) -> tuple[int, int]:
     """Write the outbox files at least ``older_than_s`` old; returns (files, rows inserted)."""
     return drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
                         lambda rows: resources.current().audit_writer().write(settings.audit_path, rows),
@@ -180,11 +180,11 @@ class _EmbeddedWriter:
     """The embedded audit rows waiting to be written, and the thread writing them."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[tuple[Settings, list[dict]]] = queue.Queue()
+        self.queue: queue.Queue[tuple[WorkerSettings, list[dict]]] = queue.Queue()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
 
-    def put(self, settings: Settings, payload: list[dict]) -> None:
+    def put(self, settings: WorkerSettings, payload: list[dict]) -> None:
         with self.lock:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="dimple-audit-writer", daemon=True)
@@ -205,7 +205,7 @@ class _EmbeddedWriter:
 _EMBEDDED = _EmbeddedWriter()
 
 
-def write_embedded(settings: Settings, records: list[AuditRecord]) -> int:
+def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
     """The embedded counterpart of ``audit.write``: same retries, same give-up."""
     for retries in range(settings.audit_max_retries + 1):
         try:

@@ -18,18 +18,21 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import duckdb
+
 from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
-from pipeline.settings import Settings, get_settings
 from pipeline.stages.descend import VectorIndex, compile_kernels
 from pipeline.store.database import Store
 from pipeline.store.reader import Reader, Snapshot, View
+
+from .settings import WorkerSettings, get_settings
 
 
 class Resources:
     """One process's resources, each loaded at its first use and kept."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: WorkerSettings | None = None) -> None:
         self._lock = threading.RLock()
         self._settings = settings
         self._embedders: dict[bool, Embedder] = {}  # by bulk: the query embedder, the bulk (ingest) embedder
@@ -37,7 +40,7 @@ class Resources:
         self._audit_writer: AuditWriter | None = None
         self._inherited: list[Any] = []  # a forked child's copies of its parent's connections, never used
 
-    def configure(self, settings: Settings) -> None:
+    def configure(self, settings: WorkerSettings) -> None:
         """Use ``settings`` from now on.
 
         The open store is kept unless the data dir changes; the model is kept
@@ -54,7 +57,7 @@ class Resources:
             if previous is None or previous.data_dir != settings.data_dir:
                 self.close_store()
 
-    def settings(self) -> Settings:
+    def settings(self) -> WorkerSettings:
         """The settings in use: those configured, else the process's (``get_settings``)."""
         with self._lock:
             if self._settings is None:
@@ -184,8 +187,6 @@ def bind_once() -> None:
     """Bind one DuckDB parameter. The first bound parameter in a process
     imports pandas (if installed), to recognise pandas values: 0.2-0.4 s
     here, paid at warm-up instead of by the first write."""
-    import duckdb
-
     with duckdb.connect() as con:
         con.execute("SELECT ?", [1]).fetchall()
 

@@ -41,6 +41,7 @@ from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 from pipeline.stages.fuse import LegWeighting, bm25_idf, counted_ranks, lexical_match, rrf
 from pipeline.stages.fuse import convex as fuse_convex
+from workers.settings import WorkerSettings
 
 LEG_NAMES = ("vector", "fts")
 METRICS = ("ndcg@10", "recall@10")
@@ -56,9 +57,8 @@ def cache(args) -> dict[str, Any]:
     from workers.cli.eval import load_source
 
     os.environ["DIMPLE_DATA_DIR"] = str(args.data_dir)
-    from pipeline.settings import Settings
 
-    settings = Settings()
+    settings = WorkerSettings()
     beir = args.beir
     if args.probe:
         from pipeline.datasets.probes import SETS, write_beir

@@ -48,17 +48,17 @@ def main(argv: list[str] | None = None) -> int:
 
     import workers
     from ops.bench import synth
-    from pipeline.settings import Settings
     from pipeline.store.database import Store
     from workers import resources
     from workers.api import search
+    from workers.settings import WorkerSettings
 
     logging.getLogger("dimple").setLevel(logging.WARNING)
     logging.getLogger("celery").setLevel(logging.WARNING)
     with Store.open(args.store / "store.duckdb", read_only=True) as st:
         dim = st.info.embedding_dim
         n = st.count()
-    settings = Settings(_env_file=None).replace(
+    settings = WorkerSettings(_env_file=None).replace(
         data_dir=args.store, embedding_model=f"hash-{dim}", audit_enabled=False
     )
     workers.configure(settings)

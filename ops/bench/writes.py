@@ -60,10 +60,10 @@ while True:
 
 
 def _settings(data_dir: Path, direct: bool):
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings  # the settings workers.configure takes
 
     extra = {"compact_delta_memories": 1} if direct else {}
-    return Settings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
+    return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
 
 
 def _template(work: Path, n: int) -> Path:

@@ -135,7 +135,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -412,7 +412,7 @@ def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the
     # listing them names the file that is not a row, lists the others and moves nothing
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:

@@ -21,8 +21,8 @@ def _mem(i: int, ns: str = "alpha", **extra) -> dict:
 def cli_env(settings, monkeypatch):
     """The CLI pointed at ``settings`` through the environment, as a user runs it."""
     import workers
-    from pipeline.settings import get_settings
     from workers import audit, resources
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", settings.embedding_model)
@@ -60,15 +60,15 @@ def test_search_prints_no_log_lines_unless_verbose(cli_store, capsys):
 
 
 def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
-    from pipeline.settings import Settings
     from workers.cli.commands import worker_argv
     from workers.cli.common import log_level
+    from workers.settings import WorkerSettings
 
-    s = Settings(_env_file=None)
+    s = WorkerSettings(_env_file=None)
     assert s.log_level == "INFO" and log_level(0, s.log_level) == logging.INFO  # a worker's log is for operators
     assert log_level(0) == logging.WARNING and log_level(1) == logging.INFO and log_level(2) == logging.DEBUG
     assert log_level(1, "ERROR") == logging.INFO and log_level(0, "DEBUG") == logging.DEBUG
-    assert Settings(_env_file=None, log_level="debug").log_level == "DEBUG"
+    assert WorkerSettings(_env_file=None, log_level="debug").log_level == "DEBUG"
     argv = worker_argv(s, "search", None, None)
     assert argv[argv.index("--loglevel") + 1] == "INFO"
 
@@ -87,7 +87,7 @@ def test_celery_task_lines_stay_out_of_every_log_but_debug(cli_env):
 
 
 def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_LOG_LEVEL", "chatty")
     get_settings.cache_clear()

@@ -29,7 +29,7 @@ def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp
 def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -86,7 +86,7 @@ def test_stats_count_the_pending_writes_and_forgets_as_a_compaction_would(settin
     deltas merged; before, it counted the base alone until a compaction."""
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     def stats() -> dict:
         capsys.readouterr()

@@ -18,6 +18,7 @@ import pytest
 from pipeline.contracts import make_query
 from pipeline.errors import IngestValidationError, InputError
 from pipeline.store import ingest
+from pipeline.store.segments import store_path
 from tests.conftest import write_jsonl
 from workers.cli.common import ingest_file
 
@@ -59,10 +60,10 @@ def test_default_limits_are_bounded(settings):
 
 
 def test_limits_are_read_from_the_environment(monkeypatch):
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings
 
     monkeypatch.setenv("DIMPLE_LIMITS__MAX_RESULT_UNITS", "7")
-    assert Settings(_env_file=None).limits.max_result_units == 7
+    assert WorkerSettings(_env_file=None).limits.max_result_units == 7
 
 
 
@@ -117,13 +118,13 @@ BAD_INGEST_LINES = [
 @pytest.mark.parametrize("line,field", BAD_INGEST_LINES)
 def test_regression_bad_ingest_line_is_reported_and_nothing_written(settings, tmp_path, line, field):
     _store(settings, tmp_path)
-    before = _checksum(settings.store_path)
+    before = _checksum(store_path(settings.data_dir))
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"namespace": "a", "content": "fine"}) + "\n" + line + "\n", encoding="utf-8")
     with pytest.raises(IngestValidationError) as info:
         ingest_file(path, settings, progress=False)
     assert [(e.line, e.field) for e in info.value.errors] == [(2, field)]
-    assert _checksum(settings.store_path) == before
+    assert _checksum(store_path(settings.data_dir)) == before
 
 
 def test_metadata_with_escaped_nul_is_stored_as_json(settings, tmp_path):

@@ -20,7 +20,9 @@ from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.scope import in_scope, scope_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from pipeline.store.tree import load_tree
+from workers.settings import WorkerSettings
 
 
 def _link(mid, ns="a", ctype="code", topics=(), concepts=()):
@@ -193,8 +195,8 @@ def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, se
     closed after. Returns the settings and each memory's tree topics (leaf and ancestors)."""
     # audit rows are not what is tested here; without them nothing writes into
     # data_dir in the background while the temporary directory is removed
-    settings = Settings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
-    store = Store.open(settings.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64)
+    settings = WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
+    store = Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64)
     try:
         parsed = ingest.parse_lines([json.dumps(r) for r in records], settings.limits)
         ingest.validate(parsed, store, skip_invalid=False)

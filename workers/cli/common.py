@@ -23,7 +23,6 @@ from pipeline.errors import (
     StageError,
     StoreError,
 )
-from pipeline.settings import get_settings
 from pipeline.store import ingest, segments, writes
 from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
@@ -32,6 +31,7 @@ from workers import resources
 from workers.api import BROKER_DOWN, search
 from workers.app import START_WORKER, consumed_queues, get_app
 from workers.celery_compat import stop_waiting
+from workers.settings import get_settings
 
 
 def cli_settings():

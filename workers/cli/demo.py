@@ -21,18 +21,18 @@ from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
 from pipeline.evaluation.queries import read_qrels
-from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.textfiles import read_lines
 from workers import resources
 from workers.api import search, search_many
+from workers.settings import WorkerSettings
 
 from .common import demo_settings, ingest_file
 from .render import format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
 
-def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
+def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
 
 
@@ -60,7 +60,7 @@ SHOWN = 3  # results printed per showcase query
 BUDGET_CHARS = 300  # the budget showcase's max_chars
 
 
-def run_demo(settings: Settings, rebuild: bool = False) -> int:
+def run_demo(settings: WorkerSettings, rebuild: bool = False) -> int:
 
 
     # The demo prints its own summary; one INFO line per query (225 of them)
@@ -95,7 +95,7 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
         show()
         print()
 
-    print(f"quality on the demo set ({len(queries)} judged queries, {settings.store_path}; "
+    print(f"quality on the demo set ({len(queries)} judged queries, {segments.store_path(settings.data_dir)}; "
           f"supersession {_default_supersession()}):")
     print(f"  {'mode':<9} {'nDCG@10':>8} {'R@5':>6} {'R@10':>6} {'MRR@10':>7} {'queries/s':>10}")
     for mode, f in figures.items():
