@@ -34,7 +34,7 @@ _WRITER = """
 import sys
 from pipeline.settings import Settings
 from pipeline.store.writes import parse_records, write
-s = WorkerSettings(data_dir=sys.argv[1], embedding_model="hash-64", _env_file=None)
+s = Settings(data_dir=sys.argv[1], embedding_model="hash-64", _env_file=None)
 tag = sys.argv[2]
 i = 0
 print("ready", flush=True)
@@ -54,7 +54,7 @@ _COMPACTOR = """
 import sys
 from pipeline.settings import Settings
 from pipeline.store.compact import compact
-s = WorkerSettings(data_dir=sys.argv[1], embedding_model="hash-64", _env_file=None)
+s = Settings(data_dir=sys.argv[1], embedding_model="hash-64", _env_file=None)
 print("ready", flush=True)
 compact(s, wait=True)
 print("done", flush=True)

@@ -107,7 +107,7 @@ def consumed_queues(timeout: float = CONSUMER_CHECK_S) -> set[str]:
 def build_app(settings: WorkerSettings) -> Celery:
     """A Celery app for ``settings`` with dimple's tasks (``workers.tasks``) and
     its worker steps: the warm-up, the lease renewal, the audit outbox drain."""
-    app = Celery("dimple", set_as_current=False)
+    app = Celery("dimple")
     app.conf.update(conf_for(settings))
     tasks.register(app)
     install_warmup(app)
