@@ -48,7 +48,7 @@ def test_hybrid_leans_on_the_leg_that_matches(embedded, tmp_path):
 
     def served(text):
         query = make_query(text, {}, embedded)
-        state = run_local(Batch(states=[{"query": query}]), resources).states[0]
+        state = run_local(Batch(states=[{"query": query}]), resources.current()).states[0]
         return state
 
     full = served("incident zq7731")

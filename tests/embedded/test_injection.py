@@ -149,7 +149,7 @@ def _bm25_hits(settings: Settings, text: str, mode: str) -> tuple[bool, list[tup
     from workers import resources
 
     query = make_query(text, {"mode": mode, "max_units": 100}, settings)
-    leg = run_local(Batch(states=[{"query": query}]), resources).states[0].legs["fts"]
+    leg = run_local(Batch(states=[{"query": query}]), resources.current()).states[0].legs["fts"]
     return leg.ran, [(h.id, h.score) for h in leg.hits]
 
 
