@@ -92,12 +92,12 @@ def main(argv=None) -> int:
 
 def _run(args: argparse.Namespace, run_dir: Path) -> int:
     import workers
-    from pipeline.settings import Settings
     from workers.api import search, search_many
     from workers.app import app, reconfigure
     from workers.cli.demo import build_demo_store, demo_settings, load_queries
+    from workers.settings import WorkerSettings
 
-    settings = demo_settings(Settings(data_dir=run_dir / "data"))
+    settings = demo_settings(WorkerSettings(data_dir=run_dir / "data"))
     files = build_demo_store(settings)
     queries, _ = load_queries(files)
 

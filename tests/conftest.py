@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from pipeline.settings import Settings
+from workers.settings import WorkerSettings
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh store under tmp_path, with the hash embedder (no model)."""
-    return Settings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None)
+    return WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
@@ -39,7 +40,7 @@ def embedded(settings: Settings):
     workers.configure(settings)
     yield settings
     audit.flush()  # this test's audit rows belong to its data dir
-    resources.close_store()
+    resources.current().close_store()
 
 
 _TIER_MARKS = {"slow": "slow", "integration": "integration"}

@@ -26,6 +26,7 @@ from pipeline.store import segments
 from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
 from pipeline.store.writes import get, parse_records, write
+from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +62,7 @@ print("done", flush=True)
 
 
 def settings_for(data_dir: Path) -> Settings:
-    return Settings(data_dir=data_dir, embedding_model="hash-64", _env_file=None)
+    return WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None)
 
 
 def _child(code: str, *args: str) -> subprocess.Popen:
@@ -172,7 +173,7 @@ class IngestWorkerKills:
         from workers.app import app
 
         self.stack.start_redis()
-        self.settings = Settings(data_dir=self.data_dir, broker_url=self.stack.broker_url, _env_file=None)
+        self.settings = WorkerSettings(data_dir=self.data_dir, broker_url=self.stack.broker_url, _env_file=None)
         workers.configure(self.settings)
         self.app = app
         self.start()
@@ -230,7 +231,7 @@ class IngestWorkerKills:
             i += 1
 
     def check(self) -> None:
-        check_store(Settings(data_dir=self.data_dir, _env_file=None), self.remembered - self.uncertain,
+        check_store(WorkerSettings(data_dir=self.data_dir, _env_file=None), self.remembered - self.uncertain,
                     self.forgotten - self.uncertain, self.uncertain | self.sent)
 
     def redeliver_unacked(self) -> int:

@@ -7,9 +7,11 @@ def configure(settings) -> None:
 
     Pending embedded audit rows are written first, under the settings they
     were made with."""
+    # here, not at the top: importing any workers module runs this file first, and would load the app,
+    # its tasks and the pipeline with it
     from . import audit, resources
     from .app import reconfigure
 
     audit.flush()
-    resources.configure(settings)
+    resources.current().configure(settings)
     reconfigure(settings)

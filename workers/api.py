@@ -35,12 +35,12 @@ from pipeline.errors import (
     StageLostError,
 )
 from pipeline.store.writes import WriteResult, parse_records, record_lines
+from pipeline.store.writes import get as read_live
 
 from . import broker_epoch, presence, resources
-from .app import CONSUMER_CHECK_S, START_WORKER, app, consumed_queues
+from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
-from .tasks import forget_task, get_task, remember_task
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
@@ -107,7 +107,7 @@ class _DecodesResults:
                 f"task {self.id} was lost {self._since()}: the broker restarted without its data "
                 "(or was flushed), so its queued stages and results are gone; send the query again") from None
         except BROKER_DOWN as exc:
-            reset_connections(app)  # abandons the backend, its waiters with it
+            reset_connections(get_app())  # abandons the backend, its waiters with it
             raise BrokerUnavailableError(
                 f"lost the broker or result backend while waiting for task {self.id}: {exc}") from None
         except CeleryTimeoutError:  # still waiting: get() may be called again
@@ -141,7 +141,16 @@ class _DecodesResults:
 
 
 _QUERY_QUEUES = ("embed", "search")
-_last_check: tuple[str, float, set[str]] = ("", float("-inf"), set())  # broker, when, queues consumed
+
+
+class _ConsumerCheck:
+    """The last answer to which queues live workers consume: (broker, when, queues)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[str, float, set[str]] = ("", float("-inf"), set())
+
+
+_CONSUMERS = _ConsumerCheck()
 
 
 def _ask_consumers() -> set[str]:
@@ -162,15 +171,15 @@ def _why_no_answer() -> str:
     """After a timeout only (an answered query never pays for it): which of
     the query's queues no worker consumes, asked once per few seconds however
     many batches timed out together."""
-    global _last_check
-    broker, checked_at, consumed = _last_check
+    app = get_app()
+    broker, checked_at, consumed = _CONSUMERS.last
     if broker != app.conf.broker_url or time.monotonic() - checked_at > 5 * CONSUMER_CHECK_S:
         try:
             consumed = _ask_consumers()
         except BROKER_DOWN as exc:
             return (f"are workers running for the embed and search queues? (asking them failed: "
                     f"{type(exc).__name__}: {exc})")
-        _last_check = (app.conf.broker_url, time.monotonic(), consumed)
+        _CONSUMERS.last = (app.conf.broker_url, time.monotonic(), consumed)
     missing = [q for q in _QUERY_QUEUES if q not in consumed]
     if missing:
         return (f"no worker is consuming the {' and '.join(repr(q) for q in missing)} queue"
@@ -186,7 +195,7 @@ class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
     epoch: str | None = None  # the broker's epoch when the canvas was sent (broker_epoch)
 
     def _lost(self) -> bool:
-        return broker_epoch.lost_since(self.broker, self.epoch)
+        return broker_epoch.epochs().lost_since(self.broker, self.epoch)
 
     def release(self) -> None:
         """Stop waiting on this query's canvas: Celery would otherwise keep
@@ -200,7 +209,7 @@ class EagerSearchResult(_DecodesResults, EagerResult):
 
 
 def _batch(items: Iterable[tuple[str, Any]]) -> Batch:
-    settings = resources.settings()
+    settings = resources.current().settings()
     states = []
     for text, options in items:
         states.append({"query": make_query(text, options, settings).model_dump(mode="json")})
@@ -216,17 +225,18 @@ def _dispatch(model: Batch, single: bool):
     discarded unrun, audit row included. A batch that needs no embedding
     (keyword) does not wait on the ``embed`` queue."""
     batch, embed = model.model_dump(mode="json"), model.needs_embedding()
+    app = get_app()
     if app.conf.task_always_eager:
-        res = query_canvas(batch, embed=embed).apply()
+        res = query_canvas(app, batch, embed=embed).apply()
         out = EagerSearchResult(res.id, res.get(), res.state)
     else:
-        budget = resources.settings().task_timeout_s
+        budget = resources.current().settings().task_timeout_s
         expires = (datetime.now(UTC) + timedelta(seconds=budget)).isoformat()
         broker = app.conf.broker_url
         try:
-            epoch = broker_epoch.current(broker)
+            epoch = broker_epoch.epochs().current(broker)
             sent_at = time.monotonic()
-            res = query_canvas(batch, expires=expires, embed=embed).apply_async()
+            res = query_canvas(app, batch, expires=expires, embed=embed).apply_async()
         except (*BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
@@ -250,7 +260,7 @@ def search(query: str, **options: Any) -> Results:
     """Run one query and return its ``Results``."""
     handle = search_async(query, **options)
     try:
-        return handle.get(timeout=resources.settings().task_timeout_s)
+        return handle.get(timeout=resources.current().settings().task_timeout_s)
     except QueryTimeoutError:
         handle.release()
         raise
@@ -300,7 +310,7 @@ def search_many(
     Embedded, batches run one after the other (each is done when dispatched),
     so each ``total_ms`` is its own batch's time, not the whole call's.
     """
-    settings = resources.settings()
+    settings = resources.current().settings()
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
         raise InputError("queries", "must be a list of queries")
     items = [_split(q) for q in queries]
@@ -338,7 +348,7 @@ def search_many(
                 raise
             return exc
 
-    if app.conf.task_always_eager:
+    if get_app().conf.task_always_eager:
         for first, chunk in chunks:
             collect(first, len(chunk), dispatch(chunk))
     elif in_flight:
@@ -370,14 +380,14 @@ class _DecodesWrite:
     def get(self, *args: Any, **kwargs: Any) -> WriteResult:
         timeout = kwargs.pop("timeout", args[0] if args else None)
         try:
-            value = _wait(super().get, timeout, lambda: broker_epoch.lost_since(self.broker, self.epoch),  # type: ignore[misc]
+            value = _wait(super().get, timeout, lambda: broker_epoch.epochs().lost_since(self.broker, self.epoch),  # type: ignore[misc]
                           **kwargs)
         except _Lost:
             raise StageLostError(
                 f"write {self.id} was lost: the broker restarted without its data; it may have been applied "
                 "before (a write is idempotent: send it again)") from None
         except BROKER_DOWN as exc:
-            reset_connections(app)
+            reset_connections(get_app())
             raise BrokerUnavailableError(f"lost the broker or result backend while waiting: {exc}") from None
         except CeleryTimeoutError:
             raise IngestTimeoutError(
@@ -409,7 +419,9 @@ class EagerWriteResult(_DecodesWrite, EagerResult):
     """The embedded counterpart: the write is on disk when returned."""
 
 
-def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
+def _send(name: str, *args: Any) -> WriteAsyncResult | EagerWriteResult:
+    app = get_app()
+    task = app.tasks[name]
     if app.conf.task_always_eager:
         res = task.apply(args=list(args))
         if res.failed():
@@ -419,7 +431,7 @@ def _send(task, *args: Any) -> WriteAsyncResult | EagerWriteResult:
     try:
         if not _ingest_consumed(broker):
             raise NoWorkerError("ingest", START_WORKER["ingest"])
-        epoch = broker_epoch.current(broker)
+        epoch = broker_epoch.epochs().current(broker)
         handle = task.apply_async(args=list(args))
     except (*BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
         reset_connections(app)
@@ -448,18 +460,18 @@ def remember_async(records: Any, *, skip_invalid: bool = False) -> WriteAsyncRes
     ``skip_invalid`` every record goes to the writer, which skips the bad ones
     and reports each in ``skipped`` under the caller's own number.
     """
-    settings = resources.settings()
+    settings = resources.current().settings()
     parsed = parse_records(records, settings)
     if parsed.errors and not skip_invalid:  # checks against the store (edge targets) run on the worker
         raise IngestValidationError(sorted(parsed.errors, key=lambda e: (e.line, e.field)))
     if parsed.errors:  # the writer numbers and reports them: send the caller's records as given
-        return _send(remember_task, [json.loads(line) for line in record_lines(records)], skip_invalid)
-    return _send(remember_task, [r.model_dump(mode="json", exclude_none=True) for r in parsed.records], skip_invalid)
+        return _send("ingest.remember", [json.loads(line) for line in record_lines(records)], skip_invalid)
+    return _send("ingest.remember", [r.model_dump(mode="json", exclude_none=True) for r in parsed.records], skip_invalid)
 
 
 def remember(records: Any, *, skip_invalid: bool = False) -> WriteResult:
     """``remember_async(...).get()``, waiting up to ``DIMPLE_TASK_TIMEOUT_S``."""
-    return remember_async(records, skip_invalid=skip_invalid).get(timeout=resources.settings().task_timeout_s)
+    return remember_async(records, skip_invalid=skip_invalid).get(timeout=resources.current().settings().task_timeout_s)
 
 
 def forget_async(ids: str | Iterable[str], reason: str | None = None) -> WriteAsyncResult | EagerWriteResult:
@@ -474,24 +486,24 @@ def forget_async(ids: str | Iterable[str], reason: str | None = None) -> WriteAs
             raise InputError(f"ids[{i}]", "must be a memory id (1-512 characters)")
     if reason is not None and (not isinstance(reason, str) or len(reason) > 10_000):
         raise InputError("reason", "text of at most 10,000 characters")
-    return _send(forget_task, wanted, reason)
+    return _send("ingest.forget", wanted, reason)
 
 
 def forget(ids: str | Iterable[str], reason: str | None = None) -> WriteResult:
     """``forget_async(...).get()``, waiting up to ``DIMPLE_TASK_TIMEOUT_S``."""
-    return forget_async(ids, reason).get(timeout=resources.settings().task_timeout_s)
+    return forget_async(ids, reason).get(timeout=resources.current().settings().task_timeout_s)
 
 
 def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
     """The live memories among ``ids`` as written (fields of an ingest line),
     in the order asked; unknown and forgotten ids are left out."""
     wanted = [ids] if isinstance(ids, str) else list(ids)
+    app = get_app()
     if app.conf.task_always_eager:
-        from pipeline.store.writes import get as read
-
-        return read(resources.settings(), wanted, reader=resources.reader())
+        res = resources.current()
+        return read_live(res.settings(), wanted, reader=res.reader())
     try:
-        return get_task.apply_async(args=[wanted]).get(timeout=resources.settings().task_timeout_s)
+        return app.tasks["store.get"].apply_async(args=[wanted]).get(timeout=resources.current().settings().task_timeout_s)
     except BROKER_DOWN as exc:
         reset_connections(app)
         raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None

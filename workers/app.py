@@ -2,20 +2,27 @@
 
 ``celery -A workers.app worker -Q embed,search`` starts a worker; with no
 ``DIMPLE_BROKER_URL`` the same tasks run in-process (the embedded default).
+
+Importing this module builds nothing: ``get_app()`` builds the process's app
+(``build_app``) and installs the JSON-only guard on the broker's queue items,
+once, at its first call (the worker's start, the API's first call). Celery's
+``-A workers.app`` finds it as this module's ``app`` attribute (``__getattr__``).
 """
 
 from __future__ import annotations
 
 import atexit
+import threading
 
 from celery import Celery
 
 from pipeline.errors import StageError
-from pipeline.settings import Settings, get_settings
 
+from . import audit, resources, tasks
 from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit, tell_senders_of_refused
 from .leases import install as install_leases
 from .presence import install as install_presence
+from .settings import WorkerSettings
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
@@ -39,7 +46,7 @@ ROUTES = {
 }
 
 
-def conf_for(settings: Settings) -> dict:
+def conf_for(settings: WorkerSettings) -> dict:
     """Celery configuration derived from dimple's settings."""
     broker = settings.broker_url.get_secret_value()
     return dict(
@@ -94,39 +101,64 @@ def consumed_queues(timeout: float = CONSUMER_CHECK_S) -> set[str]:
     """The queues some live worker consumes now: asks every worker through
     the broker and waits ``timeout`` s for answers. Kombu's errors (broker
     down) propagate."""
-    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    replies = get_app().control.inspect(timeout=timeout).active_queues() or {}
     return {queue["name"] for queues in replies.values() for queue in queues or ()}
 
 
-def make_app(settings: Settings) -> Celery:
-    app = Celery("dimple", include=["workers.tasks"])
+def build_app(settings: WorkerSettings) -> Celery:
+    """A Celery app for ``settings`` with dimple's tasks (``workers.tasks``) and
+    its worker steps: the warm-up, the lease renewal, the audit outbox drain."""
+    app = Celery("dimple")
     app.conf.update(conf_for(settings))
+    tasks.register(app)
+    install_warmup(app)
+    install_presence(app)  # writes check for an ingest worker in one Redis read (workers/presence.py)
+    install_leases(app)  # a lost worker's messages come back within the visibility timeout
+    audit.install(app)
     return app
 
 
-def reconfigure(settings: Settings) -> None:
+class _ProcessApp:
+    """This process's app, built once (``get_app``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.app: Celery | None = None
+
+
+_PROCESS = _ProcessApp()
+
+
+def get_app() -> Celery:
+    """This process's app, built at the first call from the process's settings,
+    with the JSON-only guard installed: a worker survives any item on its
+    queues, and a refused message's sender learns it at once."""
+    with _PROCESS.lock:
+        if _PROCESS.app is None:
+            app = build_app(resources.current().settings())
+            guard_queue_items()
+            tell_senders_of_refused(lambda task_id, task, reason: app.backend.mark_as_failure(
+                task_id, StageError(f"task {task} {task_id} was not run: {reason}")))
+            # Handles never collected (a timed-out or abandoned search_async) must not
+            # unsubscribe from inside a half torn-down interpreter.
+            atexit.register(stop_waiting_at_exit, app)
+            _PROCESS.app = app
+        return _PROCESS.app
+
+
+def reconfigure(settings: WorkerSettings) -> None:
     """Point the process-wide app at another broker (or embedded) at run time.
 
     Drops Celery's cached connection pool and result backend so the next call
     uses the new URLs.
     """
+    app = get_app()
     app.conf.update(conf_for(settings))
     reset_connections(app)
 
 
-app = make_app(get_settings())
-install_warmup(app)
-install_presence(app)  # writes check for an ingest worker in one Redis read (workers/presence.py)
-install_leases(app)  # a lost worker's messages come back within the visibility timeout
-guard_queue_items()  # a worker survives any item on its queues
-
-
-def _refused(task_id: str, task: str, reason: str) -> None:
-    """A refused message's sender learns it at once: its task fails with a StageError."""
-    app.backend.mark_as_failure(task_id, StageError(f"task {task} {task_id} was not run: {reason}"))
-
-
-tell_senders_of_refused(_refused)
-# Handles never collected (a timed-out or abandoned search_async) must not
-# unsubscribe from inside a half torn-down interpreter.
-atexit.register(stop_waiting_at_exit, app)
+def __getattr__(name: str) -> Celery:
+    """``app`` (and ``celery``, which Celery's ``-A`` also looks for): the process's app."""
+    if name in ("app", "celery"):
+        return get_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,38 +23,32 @@ import threading
 import time
 from typing import Any
 
-from celery import signals
+from celery import Celery, signals
 from pydantic import ValidationError
 
 from pipeline.audit.letters import dead_letter, drain_outbox, outbox_done, outbox_put, quarantine
 from pipeline.audit.record import AuditRecord, build_record, log_line
 from pipeline.contracts import Batch
 from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
-from pipeline.settings import Settings
 
 from . import resources
-from .app import app
+from .settings import WorkerSettings
 
 search_log = logging.getLogger("dimple.search")
 log = logging.getLogger("dimple.audit")
 
-_queue: queue.Queue[tuple[Settings, list[dict]]] = queue.Queue()
-_thread: threading.Thread | None = None
-_lock = threading.Lock()
-
-
-def emit(batch: Batch) -> None:
+def emit(app: Celery, batch: Batch) -> None:
     """One ``hybrid.search`` INFO line per query (synchronous), then the batch's
     rows as one asynchronous write."""
-    settings = resources.settings()
+    settings = resources.current().settings()
     records = [build_record(state, settings.rrf_k, settings.store_query_text) for state in batch.states]
     for record in records:
         search_log.info(log_line(record))
     if settings.audit_enabled and records:
-        send(records)
+        send(app, records)
 
 
-def valid_records(settings: Settings, records: Any) -> tuple[list[AuditRecord], int]:
+def valid_records(settings: WorkerSettings, records: Any) -> tuple[list[AuditRecord], int]:
     """The rows of an ``audit.write`` message that can be written, each
     validated on its own; a malformed one is quarantined with the field named
     and logged at ERROR, and the rest are written. Returns (rows, refused)."""
@@ -72,13 +66,13 @@ def valid_records(settings: Settings, records: Any) -> tuple[list[AuditRecord], 
     return rows, refused
 
 
-def backoff_s(settings: Settings, retries: int) -> float:
+def backoff_s(settings: WorkerSettings, retries: int) -> float:
     """Exponential backoff with full jitter in [0.5, 1] of the step, capped."""
     step = min(settings.audit_backoff_max_s, settings.audit_backoff_base_s * 2.0**retries)
     return step * random.uniform(0.5, 1.0)
 
 
-def give_up(settings: Settings, records: list[AuditRecord], exc: Exception, retries: int) -> AuditRetriesExhausted:
+def give_up(settings: WorkerSettings, records: list[AuditRecord], exc: Exception, retries: int) -> AuditRetriesExhausted:
     """Keep the rows as dead letters, say so at ERROR, and return the typed error to raise."""
     for record in records:
         dead_letter(settings.dead_letter_dir, record, str(exc))
@@ -90,13 +84,12 @@ def give_up(settings: Settings, records: list[AuditRecord], exc: Exception, retr
     return AuditRetriesExhausted(f"queries {ids}: {exc}")
 
 
-def send(records: list[AuditRecord]) -> None:
+def send(app: Celery, records: list[AuditRecord]) -> None:
     payload = [r.model_dump(mode="json") for r in records]
+    settings = resources.current().settings()
     if app.conf.task_always_eager:
-        _ensure_thread()
-        _queue.put((resources.settings(), payload))
+        _EMBEDDED.put(settings, payload)
         return
-    settings = resources.settings()
     try:
         name: str | None = outbox_put(settings.audit_outbox_dir, payload)
     except OSError as exc:  # a read-only audit dir: the message alone carries the rows
@@ -113,37 +106,47 @@ def send(records: list[AuditRecord]) -> None:
                     type(exc).__name__, exc)
 
 
-def done(settings: Settings, outbox: object) -> None:
+def done(settings: WorkerSettings, outbox: object) -> None:
     """The rows of outbox file ``outbox`` (from a message) are in the log or dead-lettered."""
     if outbox is not None:
         outbox_done(settings.audit_outbox_dir, outbox)
 
 
 # -- the outbox drain, in the audit worker's process ------------------------------------
-_drainer: threading.Thread | None = None
-
-
-def drain_once(settings: Settings, older_than_s: float) -> tuple[int, int]:
+def drain_once(settings: WorkerSettings, older_than_s: float) -> tuple[int, int]:
     """Write the outbox files at least ``older_than_s`` old; returns (files, rows inserted)."""
     return drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
-                        lambda rows: resources.audit_writer().write(settings.audit_path, rows),
+                        lambda rows: resources.current().audit_writer().write(settings.audit_path, rows),
                         older_than_s=older_than_s)
+
+
+class _Drainer:
+    """This process's outbox drain: one thread, started once (again in a forked child)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        with self.lock:
+            if self.thread is not None and self.thread.is_alive():
+                return
+            self.thread = threading.Thread(target=_drain_forever, name="dimple-audit-outbox", daemon=True)
+            self.thread.start()
+
+
+_DRAINER = _Drainer()
 
 
 def start_drainer() -> None:
     """Start this process's outbox drain (once; again in a forked child)."""
-    global _drainer
-    with _lock:
-        if _drainer is not None and _drainer.is_alive():
-            return
-        _drainer = threading.Thread(target=_drain_forever, name="dimple-audit-outbox", daemon=True)
-        _drainer.start()
+    _DRAINER.start()
 
 
 def _drain_forever() -> None:
     failing = False
     while True:
-        settings = resources.settings()
+        settings = resources.current().settings()
         after = settings.audit_outbox_after_s
         time.sleep(min(1.0, after / 2))
         try:
@@ -162,37 +165,51 @@ def _drain_forever() -> None:
                      "or a worker)", rows, files)
 
 
-@signals.worker_process_init.connect
-def _drain_in_audit_workers(**_: Any) -> None:
-    """Each pool process of a worker consuming the audit queue drains the outbox."""
-    if "audit" in (app.amqp.queues.consume_from or app.amqp.queues):  # queue names, as workers.warmup reads them
-        start_drainer()
+def install(app: Celery) -> None:
+    """Each pool process of ``app``'s workers that consume the audit queue drains the outbox."""
+
+    def drain_in_audit_workers(**_: Any) -> None:
+        if "audit" in (app.amqp.queues.consume_from or app.amqp.queues):  # queue names, as workers.warmup reads them
+            start_drainer()
+
+    signals.worker_process_init.connect(drain_in_audit_workers, weak=False)
 
 
-def _ensure_thread() -> None:
-    global _thread
-    with _lock:
-        if _thread is None or not _thread.is_alive():
-            _thread = threading.Thread(target=_run, name="dimple-audit-writer", daemon=True)
-            _thread.start()
+# -- embedded: a background thread writes the rows ----------------------------------------
+class _EmbeddedWriter:
+    """The embedded audit rows waiting to be written, and the thread writing them."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[tuple[WorkerSettings, list[dict]]] = queue.Queue()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def put(self, settings: WorkerSettings, payload: list[dict]) -> None:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="dimple-audit-writer", daemon=True)
+                self.thread.start()
+        self.queue.put((settings, payload))
+
+    def _run(self) -> None:
+        while True:
+            settings, payload = self.queue.get()
+            try:
+                write_embedded(settings, [AuditRecord.model_validate(p) for p in payload])
+            except Exception:  # never let one row stop the writer
+                log.exception("embedded audit writer failed on a row")
+            finally:
+                self.queue.task_done()
 
 
-def _run() -> None:
-    while True:
-        settings, payload = _queue.get()
-        try:
-            write_embedded(settings, [AuditRecord.model_validate(p) for p in payload])
-        except Exception:  # never let one row stop the writer
-            log.exception("embedded audit writer failed on a row")
-        finally:
-            _queue.task_done()
+_EMBEDDED = _EmbeddedWriter()
 
 
-def write_embedded(settings: Settings, records: list[AuditRecord]) -> int:
+def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
     """The embedded counterpart of ``audit.write``: same retries, same give-up."""
     for retries in range(settings.audit_max_retries + 1):
         try:
-            return resources.audit_writer().write(settings.audit_path, records)
+            return resources.current().audit_writer().write(settings.audit_path, records)
         except AuditWriteError as exc:
             if retries == settings.audit_max_retries:
                 give_up(settings, records, exc, retries)
@@ -206,13 +223,13 @@ def flush(timeout: float = 30.0) -> bool:
     done = threading.Event()
 
     def waiter() -> None:
-        _queue.join()
+        _EMBEDDED.queue.join()
         done.set()
 
     threading.Thread(target=waiter, daemon=True).start()
     finished = done.wait(timeout)
     if finished:
-        resources.release_audit()  # written rows are on disk and the file is free for others
+        resources.current().release_audit()  # written rows are on disk and the file is free for others
     return finished
 
 
@@ -221,7 +238,7 @@ def _drain_at_exit() -> None:
         return
     while True:  # the writer is stuck (e.g. a broken audit store): keep the rest as dead letters
         try:
-            settings, payload = _queue.get_nowait()
+            settings, payload = _EMBEDDED.queue.get_nowait()
         except queue.Empty:
             return
         for p in payload:

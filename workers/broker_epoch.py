@@ -29,58 +29,66 @@ KEY = "dimple:broker-epoch"
 # A waiting caller reads the epoch at most this often per broker, however many queries wait.
 CHECK_EVERY_S = 0.5
 
-_lock = threading.Lock()
-_clients: dict[str, redis.Redis] = {}
-_seen: dict[str, tuple[float, str | None]] = {}  # url -> (monotonic time read, epoch)
+class Epochs:
+    """The brokers' epochs as this process last read them, and a client per broker URL."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[str, redis.Redis] = {}
+        self._seen: dict[str, tuple[float, str | None]] = {}  # url -> (monotonic time read, epoch)
 
-def _client(url: str) -> redis.Redis | None:
-    if not url.startswith(("redis://", "rediss://")):
-        return None
-    with _lock:
-        client = _clients.get(url)
+    def _client(self, url: str) -> redis.Redis | None:
+        if not url.startswith(("redis://", "rediss://")):
+            return None
+        with self._lock:
+            client = self._clients.get(url)
+            if client is None:
+                client = self._clients[url] = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+            return client
+
+    def current(self, url: str) -> str | None:
+        """The broker's epoch, set now if it has none (a first use, or a broker
+        that lost its data). Raises redis' ``ConnectionError`` when unreachable;
+        None for a broker this module does not check."""
+        client = self._client(url)
         if client is None:
-            client = _clients[url] = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
-        return client
+            return None
+        pipe = client.pipeline(transaction=False)
+        pipe.set(KEY, uuid.uuid4().hex, nx=True)
+        pipe.get(KEY)
+        _, value = pipe.execute()
+        epoch = value.decode() if isinstance(value, bytes) else value
+        with self._lock:
+            self._seen[url] = (time.monotonic(), epoch)
+        return epoch
 
-
-def current(url: str) -> str | None:
-    """The broker's epoch, set now if it has none (a first use, or a broker
-    that lost its data). Raises redis' ``ConnectionError`` when unreachable;
-    None for a broker this module does not check."""
-    client = _client(url)
-    if client is None:
-        return None
-    pipe = client.pipeline(transaction=False)
-    pipe.set(KEY, uuid.uuid4().hex, nx=True)
-    pipe.get(KEY)
-    _, value = pipe.execute()
-    epoch = value.decode() if isinstance(value, bytes) else value
-    with _lock:
-        _seen[url] = (time.monotonic(), epoch)
-    return epoch
-
-
-def lost_since(url: str, epoch: str | None) -> bool:
-    """True when the broker's data is no longer the data of ``epoch`` (read at
-    most every ``CHECK_EVERY_S``). An unreachable broker is not (yet) known to
-    have lost anything: False."""
-    if epoch is None:
-        return False
-    with _lock:
-        read_at, known = _seen.get(url, (float("-inf"), None))
-    if time.monotonic() - read_at >= CHECK_EVERY_S:
-        try:
-            known = current(url)
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
+    def lost_since(self, url: str, epoch: str | None) -> bool:
+        """True when the broker's data is no longer the data of ``epoch`` (read at
+        most every ``CHECK_EVERY_S``). An unreachable broker is not (yet) known to
+        have lost anything: False."""
+        if epoch is None:
             return False
-    return known != epoch
+        with self._lock:
+            read_at, known = self._seen.get(url, (float("-inf"), None))
+        if time.monotonic() - read_at >= CHECK_EVERY_S:
+            try:
+                known = self.current(url)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                return False
+        return known != epoch
+
+    def forget(self) -> None:
+        """Drop cached clients (tests, a reconfigured process)."""
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+            self._seen.clear()
 
 
-def forget() -> None:
-    """Drop cached clients (tests, a reconfigured process)."""
-    with _lock:
-        for client in _clients.values():
-            client.close()
-        _clients.clear()
-        _seen.clear()
+_PROCESS = Epochs()
+
+
+def epochs() -> Epochs:
+    """This process's ``Epochs`` (every waiting caller shares its reads)."""
+    return _PROCESS

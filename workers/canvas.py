@@ -18,14 +18,15 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from celery import chain, chord, group
+from celery import Celery, chain, chord, group
 
 from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, VECTOR_LEG
 
-from .tasks import STAGE_TASKS, stage_task_id
+from .tasks import stage_task_id
 
 
-def query_canvas(batch: dict, expires: str | None = None, canvas_id: str | None = None, *, embed: bool = True):
+def query_canvas(app: Celery, batch: dict, expires: str | None = None, canvas_id: str | None = None, *,
+                 embed: bool = True):
     """The canvas for ``batch``; its last stage's task id is ``canvas_id`` (new
     by default) and every other stage's derives from it (``tasks.stage_task_id``),
     so a stage delivered again after its query was answered is not run again.
@@ -35,7 +36,7 @@ def query_canvas(batch: dict, expires: str | None = None, canvas_id: str | None 
 
     def sig(name: str, *args):
         options = {"task_id": stage_task_id(cid, name)} | ({"expires": expires} if expires else {})
-        return STAGE_TASKS[name].s(*args).set(**options)
+        return app.tasks[name].s(*args).set(**options)
 
     def leg(names: tuple[str, ...]):
         first, *rest = names

@@ -49,10 +49,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
-from celery import Celery
+import kombu.transport.redis as transport
+from celery import Celery, signals
+from celery.backends.redis import RedisBackend, ResultConsumer
 from celery.result import AsyncResult
+from kombu.transport.virtual.base import QoS
 
 log = logging.getLogger("dimple.queue")
 
@@ -174,17 +178,10 @@ def has_private_api() -> dict[str, bool]:
     app: Any = Celery("probe", set_as_current=False)
     found = {f"Celery.{a}": hasattr(app, a) or a in type(app).__dict__ for a in APP_ATTRIBUTES}
     found |= {f"AsyncResult.{m}": callable(getattr(AsyncResult, m, None)) for m in RESULT_METHODS}
-    from celery.backends.redis import RedisBackend, ResultConsumer
-
     backend = RedisBackend(app=app, url="redis://127.0.0.1:1/0")  # connects lazily: nothing is reached
     found |= {f"RedisBackend.{a}": hasattr(backend, a) for a in BACKEND_ATTRIBUTES}
     found |= {f"ResultConsumer.{a}": hasattr(backend.result_consumer, a) for a in RESULT_CONSUMER_ATTRIBUTES}
     found["ResultConsumer.cancel_for"] = callable(getattr(ResultConsumer, "cancel_for", None))
-    from types import SimpleNamespace
-
-    import kombu.transport.redis as transport
-    from kombu.transport.virtual.base import QoS
-
     qos = QoS(SimpleNamespace(do_restore=False))  # its bookkeeping only; nothing to restore at exit
     found |= {f"QoS.{a}": hasattr(qos, a) for a in QOS_ATTRIBUTES}
     for name in ("unacked_index_key", "visibility_timeout", "conn_or_acquire"):
@@ -266,8 +263,6 @@ def tell_senders_of_refused(on_refused: Any) -> None:
     """Call ``on_refused(task_id, task_name, reason)`` for every refused item
     or message Celery rejects as invalid (its ``task_rejected`` signal: a
     pickle, a body that is not JSON) that names its task id. Idempotent."""
-    from celery import signals
-
     if on_refused in _on_refused:
         return
     _on_refused.append(on_refused)
@@ -282,8 +277,6 @@ def _on_task_rejected(sender: Any = None, message: Any = None, exc: Any = None, 
 
 def guard_queue_items() -> None:
     """Make workers survive any item on a Redis queue (see the module docstring). Idempotent."""
-    import kombu.transport.redis as transport
-
     if getattr(transport.loads, "_dimple_guard", False):
         return
     original_loads = transport.loads

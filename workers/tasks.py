@@ -1,5 +1,6 @@
-"""Task registrations: each stage of ``pipeline.stages.registry.STAGES`` as a
-Celery task of the same name, plus ``audit.write``, the writes (``ingest.batch``, ``ingest.remember``,
+"""Task registrations (``register``, called by ``workers.app.build_app``): each
+stage of ``pipeline.stages.registry.STAGES`` as a Celery task of the same name,
+plus ``audit.write``, the writes (``ingest.batch``, ``ingest.remember``,
 ``ingest.forget``, ``ingest.compact``) and ``store.get``.
 
 A stage task validates its message into a ``Batch`` (a malformed one is a
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import Celery, Task
 from celery.exceptions import Ignore
 from pydantic import ValidationError
 
@@ -23,7 +25,6 @@ from pipeline.store.ingest import parse_lines
 from pipeline.store.writes import get, parse_records, write
 
 from . import audit, resources
-from .app import app
 
 log = logging.getLogger("dimple.worker")
 
@@ -36,7 +37,7 @@ def _in(batch: object, stage: str) -> Batch:
     except ValidationError as exc:
         where, msg, _ = problems(exc)[0]
         raise StageError(f"{stage} got a malformed batch: {where}: {msg}") from None
-    limits = resources.settings().limits
+    limits = resources.current().settings().limits
     for state in out.states:  # the API's limits, whoever sent the message
         check_query(state.query, limits)
     return out
@@ -54,7 +55,7 @@ def stage_task_id(canvas_id: str, stage: str) -> str:
     return canvas_id if stage == LAST else f"{canvas_id}:{stage}"
 
 
-def already_answered(request: Any) -> bool:
+def already_answered(app: Celery, request: Any) -> bool:
     """Whether ``request`` is a stage delivered again (its worker died before
     acknowledging it) of a canvas whose answer is already stored: the stage
     ran before and its query was answered, so running it again is only waste."""
@@ -65,9 +66,9 @@ def already_answered(request: Any) -> bool:
     return app.backend.get_task_meta(task_id.partition(":")[0]).get("status") == "SUCCESS"
 
 
-def _register(stage: Stage):
+def _register(app: Celery, stage: Stage) -> Task:
     def run(payload):
-        if already_answered(getattr(app.current_task, "request", None)):
+        if already_answered(app, getattr(app.current_task, "request", None)):
             log.info("%s delivered again after its query was answered: not run again", stage.name)
             raise Ignore()
         batch: Batch | list[Batch]
@@ -77,9 +78,9 @@ def _register(stage: Stage):
             batch = [_in(p, stage.name) for p in payload]
         else:
             batch = _in(payload, stage.name)
-        out = stage.run(batch, resources)
+        out = stage.run(batch, resources.current())
         if stage.name == LAST:
-            audit.emit(out)
+            audit.emit(app, out)
         return out.model_dump(mode="json")
 
     run.__name__ = run.__qualname__ = stage.name.rpartition(".")[2]
@@ -87,18 +88,15 @@ def _register(stage: Stage):
     return app.task(name=stage.name, ignore_result=stage.name != LAST)(run)
 
 
-STAGE_TASKS = {name: _register(stage) for name, stage in STAGES.items()}
-
-
-@app.task(name="audit.write", bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
     """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed.
     ``outbox`` names the file keeping the same rows (``workers.audit``), removed once they are in."""
-    settings = resources.settings()
+    res = resources.current()
+    settings = res.settings()
     audit.start_drainer()  # pools without worker_process_init (solo, threads) drain too
     rows, refused = audit.valid_records(settings, records)
     try:
-        inserted = resources.audit_writer().write(settings.audit_path, rows)
+        inserted = res.audit_writer().write(settings.audit_path, rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             error = audit.give_up(settings, rows, exc, self.request.retries)
@@ -109,7 +107,7 @@ def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
     return {"rows": len(rows), "inserted": inserted, "refused": refused}
 
 
-def _written(run) -> dict:
+def _written(app: Celery, run) -> dict:
     """A write's report as JSON (bad records come back as data, numbered as the
     caller numbered them); a compaction is sent when the deltas passed a threshold."""
     try:
@@ -117,7 +115,7 @@ def _written(run) -> dict:
     except IngestValidationError as exc:
         return {"ok": False, "errors": [str(e) for e in exc.errors]}
     if report.compact_due:
-        compact_task.apply_async()
+        app.tasks["ingest.compact"].apply_async()
     return {"ok": True, **report.as_dict()}
 
 
@@ -125,40 +123,55 @@ def _written(run) -> dict:
 # A message delivered again after its write was published is not applied
 # twice (the task id is the write id: ``replayed``); one whose write did not
 # land is applied when delivered again.
-@app.task(name="ingest.batch", bind=True, acks_late=True, reject_on_worker_lost=True)
 def ingest_batch(self, lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
     """Remember JSONL lines (``dimple ingest --via-broker``), numbered from ``first_line``."""
-    settings = resources.settings()
+    res = resources.current()
+    settings = res.settings()
     parsed = parse_lines(lines, settings.limits, start=first_line)
-    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=resources.embedder,
-                                  reader=resources.reader(), write_id=self.request.id))
+    return _written(self.app, lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=res.embedder,
+                                            reader=res.reader(), write_id=self.request.id))
 
 
-@app.task(name="ingest.remember", bind=True, acks_late=True, reject_on_worker_lost=True)
 def remember_task(self, records: list[dict], skip_invalid: bool = False) -> dict:
     """``workers.api.remember`` through the broker."""
-    settings = resources.settings()
+    res = resources.current()
+    settings = res.settings()
     parsed = parse_records(records, settings)
-    return _written(lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=resources.embedder,
-                                  reader=resources.reader(), write_id=self.request.id))
+    return _written(self.app, lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=res.embedder,
+                                            reader=res.reader(), write_id=self.request.id))
 
 
-@app.task(name="ingest.forget", bind=True, acks_late=True, reject_on_worker_lost=True)
 def forget_task(self, ids: list[str], reason: str | None = None) -> dict:
     """``workers.api.forget`` through the broker."""
-    settings = resources.settings()
-    return _written(lambda: write(settings, forget=ids, reason=reason, reader=resources.reader(),
-                                  write_id=self.request.id))
+    res = resources.current()
+    settings = res.settings()
+    return _written(self.app, lambda: write(settings, forget=ids, reason=reason, reader=res.reader(),
+                                            write_id=self.request.id))
 
 
-@app.task(name="ingest.compact", acks_late=True, reject_on_worker_lost=True)
 def compact_task(rebuild: bool = False) -> dict:
     """Merge the deltas into a new base (``pipeline.store.compact``); returns at
     once when another compaction is running."""
-    return compact(resources.settings(), rebuild=rebuild).as_dict()
+    return compact(resources.current().settings(), rebuild=rebuild).as_dict()
 
 
-@app.task(name="store.get")
 def get_task(ids: list[str]) -> list[dict]:
     """``workers.api.get`` through the broker: the live memories among ``ids``."""
-    return get(resources.settings(), ids, reader=resources.reader())
+    res = resources.current()
+    return get(res.settings(), ids, reader=res.reader())
+
+
+def register(app: Celery) -> dict[str, Task]:
+    """Register every task on ``app``; returns them by name."""
+    out = {name: _register(app, stage) for name, stage in STAGES.items()}
+    late = {"acks_late": True, "reject_on_worker_lost": True}
+    for name, fn, options in (
+        ("audit.write", audit_write, {"bind": True, "max_retries": None, **late}),
+        ("ingest.batch", ingest_batch, {"bind": True, **late}),
+        ("ingest.remember", remember_task, {"bind": True, **late}),
+        ("ingest.forget", forget_task, {"bind": True, **late}),
+        ("ingest.compact", compact_task, late),
+        ("store.get", get_task, {}),
+    ):
+        out[name] = app.task(name=name, **options)(fn)
+    return out

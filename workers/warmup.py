@@ -1,7 +1,7 @@
 """A worker loads what its queues need before it consumes, and says when it is ready.
 
 ``WarmUp`` is a worker bootstep that starts after the pool and before the
-consumer. Each pool process loads its resources (``resources.warm``) in
+consumer. Each pool process loads its resources (``resources.current().warm``) in
 Celery's ``worker_process_init`` -- in the process itself, so no DuckDB
 connection crosses a fork -- and reports what it loaded through a pipe the
 worker opened before forking. The step waits for every process's report (at
@@ -43,7 +43,7 @@ def _load(queues: tuple[str, ...]) -> dict[str, Any]:
     """Load ``queues``' resources here; a failure is reported, not raised (the
     tasks that need the resource will raise it themselves, to their callers)."""
     try:
-        return {"pid": os.getpid(), "loaded": resources.warm(queues)}
+        return {"pid": os.getpid(), "loaded": resources.current().warm(queues)}
     except Exception as exc:  # noqa: BLE001 - reported in the worker's log and ready line
         log.error("process %s could not load what queues %s need: %s: %s",
                   os.getpid(), ",".join(queues), type(exc).__name__, exc)
@@ -82,7 +82,7 @@ class WarmUp(bootsteps.StartStopStep):
     def start(self, worker: Any) -> None:
         global _pipe, _ready
         assert _queues is not None and _pipe is not None
-        timeout = resources.settings().worker_warmup_timeout_s
+        timeout = resources.current().settings().worker_warmup_timeout_s
         if isinstance(worker.pool, PreforkPool):
             expected = worker.pool.num_processes
             reports = _read_reports(_pipe[0], expected, timeout)

@@ -10,12 +10,12 @@ def embedded_demo(work: Path):
     """Quiet logs, the demo store under ``work`` (built if absent), the process
     pointed at it embedded. Returns ``(settings, queries)``."""
     import workers
-    from pipeline.settings import Settings
     from workers.cli.demo import build_demo_store, demo_settings, load_queries
+    from workers.settings import WorkerSettings
 
     logging.getLogger("dimple").setLevel(logging.WARNING)
     logging.getLogger("celery").setLevel(logging.WARNING)
-    settings = demo_settings(Settings(_env_file=None).replace(data_dir=work))
+    settings = demo_settings(WorkerSettings(_env_file=None).replace(data_dir=work))
     workers.configure(settings)
     queries, _ = load_queries(build_demo_store(settings))
     return settings, queries

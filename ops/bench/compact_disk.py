@@ -34,13 +34,13 @@ def _size(folder: Path) -> int:
 
 
 def run(store: Path, work: Path, kind: str, times: int = 1) -> dict:
-    from pipeline.settings import Settings
     from pipeline.store.compact import compact
     from pipeline.store.writes import parse_records, write
+    from workers.settings import WorkerSettings
 
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(store, work)
-    settings = Settings(data_dir=work, _env_file=None)
+    settings = WorkerSettings(data_dir=work, _env_file=None)
     ids = [r[0] for r in __import__("duckdb").connect(str(store / "store.duckdb"), read_only=True)
            .execute("SELECT id FROM memories ORDER BY id LIMIT 2").fetchall()]
     out: dict = {"store": str(store), "write": kind, "load_before": os.getloadavg(), "rounds": []}

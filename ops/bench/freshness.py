@@ -44,16 +44,16 @@ class _Fixed:
 
 def measure(store_dir: Path, batch: int, log=print) -> dict:
     from ops.bench import synth
-    from pipeline.settings import Settings
     from pipeline.store.database import Store
     from pipeline.store.ingest import MemoryRecord, ingest_records
+    from workers.settings import WorkerSettings
 
     with tempfile.TemporaryDirectory(dir=store_dir.parent) as scratch:
         t = time.perf_counter()
         path = Path(scratch) / "store.duckdb"
         shutil.copyfile(store_dir / "store.duckdb", path)
         copy_s = time.perf_counter() - t
-        settings = Settings(data_dir=Path(scratch), _env_file=None)
+        settings = WorkerSettings(data_dir=Path(scratch), _env_file=None)
         store = Store.open(path, read_only=False)
         n, namespaces = store.con.execute("SELECT count(*), list(DISTINCT namespace ORDER BY namespace) FROM memories").fetchone()
         rng = np.random.default_rng(5)

@@ -94,13 +94,13 @@ def run(store_dir: Path, n_queries: int, n_ref: int, bm25s_on: bool = True, *, r
     from ops.bench import synth
     from ops.bench.bm25_reference import match_bm25, same_ranking
     from pipeline.contracts import Scope
-    from pipeline.settings import Settings
     from pipeline.store import fulltext
     from pipeline.store.database import Store
     from pipeline.store.fulltext import Postings
+    from workers.settings import WorkerSettings
 
     load_before = loadavg()
-    fts = Settings(_env_file=None).fulltext
+    fts = WorkerSettings(_env_file=None).fulltext
     store = Store.open(store_dir / "store.duckdb", read_only=True)
     con = store.con
     if threads is not None:

@@ -42,6 +42,7 @@ from pipeline.settings import Settings
 from pipeline.stages.fuse import LegWeighting, counted_ranks, lexical_match, rrf
 from pipeline.stages.fuse import convex as fuse_convex
 from pipeline.store.fulltext import idf as term_idf
+from workers.settings import WorkerSettings
 
 LEG_NAMES = ("vector", "fts")
 METRICS = ("ndcg@10", "recall@10")
@@ -57,9 +58,8 @@ def cache(args) -> dict[str, Any]:
     from workers.cli.eval import load_source
 
     os.environ["DIMPLE_DATA_DIR"] = str(args.data_dir)
-    from pipeline.settings import Settings
 
-    settings = Settings()
+    settings = WorkerSettings()
     beir = args.beir
     if args.probe:
         from pipeline.datasets.probes import SETS, write_beir
@@ -72,7 +72,7 @@ def cache(args) -> dict[str, Any]:
     out: dict[str, Any] = {"set": args.probe or qset.name, "depth": args.depth, "queries": []}
     specs = qset.queries[: args.limit] if args.limit else qset.queries
     t0 = time.perf_counter()
-    with resources.view() as v:
+    with resources.current().view() as v:
         postings = v.postings() if v is not None else None
         if v is None or postings is None:
             raise SystemExit(f"no store with a full-text index in {run_settings.data_dir}")

@@ -34,11 +34,11 @@ CONFIGS: dict[str, dict] = {
 def run(data_dir: Path, rounds: int, configs: tuple[str, ...] = ("seed", "default")) -> dict:
     import workers
     from pipeline.datasets.demo import write_demo
-    from pipeline.settings import Settings
     from workers.api import search
     from workers.cli.common import ingest_file
+    from workers.settings import WorkerSettings
 
-    base = Settings(data_dir=data_dir, _env_file=None)
+    base = WorkerSettings(data_dir=data_dir, _env_file=None)
     files = write_demo(data_dir / "files")
     if not (data_dir / "MANIFEST").exists():
         ingest_file(files["memories"], base, progress=False)

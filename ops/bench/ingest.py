@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pipeline.embedders import make_embedder
 from pipeline.settings import Settings
+from workers.settings import WorkerSettings
 
 
 def corpus(n: int, locomo: Path) -> list[dict]:
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-ingest-bench"))
     p.add_argument("--locomo", type=Path, default=Path(__file__).resolve().parents[3] / "shared/data/locomo/locomo10.json")
     args = p.parse_args(argv)
-    settings = Settings().replace(data_dir=args.work)
+    settings = WorkerSettings().replace(data_dir=args.work)
     out = measure(settings, corpus(args.n, args.locomo))
     print(json.dumps(out, indent=2))
     return 0

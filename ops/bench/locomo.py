@@ -22,14 +22,16 @@ from pipeline.datasets.locomo import load_locomo
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from pipeline.store.vector import VectorIndex, descend, exact
+from workers.settings import WorkerSettings
 
 
 def build(settings: Settings, data: Path, reuse: bool) -> dict:
     """Ingest LoCoMo into a fresh store, timing it against raw embedding."""
     from ops.bench.ingest import measure
 
-    if reuse and settings.store_path.exists():
+    if reuse and store_path(settings.data_dir).exists():
         return {}
     return {"ingest": measure(settings, load_locomo(data).records)}
 
@@ -61,8 +63,8 @@ def descent_recall(settings: Settings, data: Path, limit: int | None) -> dict:
 
     loco = load_locomo(data)
     queries = loco.queries[:limit] if limit else loco.queries
-    embedder = resources.embedder()
-    with Store.open(settings.store_path, read_only=True) as store:
+    embedder = resources.current().embedder()
+    with Store.open(store_path(settings.data_dir), read_only=True) as store:
         index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
     vectors = embedder.embed([q["text"] for q in queries])
     recalls, scored, t_desc, t_exact = [], [], [], []
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
     if not args.data.is_file():
         print(f"LoCoMo not found at {args.data}", file=sys.stderr)
         return 2
-    settings = Settings().replace(data_dir=args.work)
+    settings = WorkerSettings().replace(data_dir=args.work)
     report = {"settings": {"tree": settings.tree.model_dump(), "rrf_k": settings.rrf_k,
                            "weights": [settings.vector_weight, settings.fts_weight]}}
     report.update(build(settings, args.data, args.reuse))

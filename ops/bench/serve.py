@@ -48,25 +48,25 @@ def main(argv: list[str] | None = None) -> int:
 
     import workers
     from ops.bench import synth
-    from pipeline.settings import Settings
     from pipeline.store.database import Store
     from workers import resources
     from workers.api import search
+    from workers.settings import WorkerSettings
 
     logging.getLogger("dimple").setLevel(logging.WARNING)
     logging.getLogger("celery").setLevel(logging.WARNING)
     with Store.open(args.store / "store.duckdb", read_only=True) as st:
         dim = st.info.embedding_dim
         n = st.count()
-    settings = Settings(_env_file=None).replace(
+    settings = WorkerSettings(_env_file=None).replace(
         data_dir=args.store, embedding_model=f"hash-{dim}", audit_enabled=False
     )
     workers.configure(settings)
     result = {"n": n, "start": memory()}
     t = time.perf_counter()
-    resources.store()
+    resources.current().store()
     result["opened"] = memory()
-    resources.index()
+    resources.current().index()
     result["index_load_s"] = round(time.perf_counter() - t, 1)
     result["index_loaded"] = memory()
     print(f"{n} memories; store open {result['opened']}, index loaded in {result['index_load_s']}s {result['index_loaded']}")
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         result["broker"] = _through_broker(settings, queries, args.batch)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
-    resources.close_store()
+    resources.current().close_store()
     return 0
 
 

@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
 
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--n", type=int, required=True)
@@ -295,12 +295,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "store.duckdb"
     if args.retree:
-        retree(path, args.n, Settings(data_dir=args.out, _env_file=None), namespaces=args.namespaces, seed=args.seed)
+        retree(path, args.n, WorkerSettings(data_dir=args.out, _env_file=None), namespaces=args.namespaces, seed=args.seed)
         return 0
     if path.exists():
         print(f"{path} exists")
         return 0
-    settings = Settings(data_dir=args.out, _env_file=None)
+    settings = WorkerSettings(data_dir=args.out, _env_file=None)
     seconds = build_store(path, args.n, settings, namespaces=args.namespaces, seed=args.seed)
     (args.out / "build.json").write_text(json.dumps({"n": args.n, "seconds": seconds}, indent=1))
     return 0

@@ -44,7 +44,7 @@ def _pool_rss_mib(main_pid: int) -> float:
 def one_round(queues: str, concurrency: int, batch: int) -> dict[str, float]:
     import workers
     from ops.stack import Stack
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings
 
     root = Path(tempfile.mkdtemp(prefix="dimple-worker-start-"))
     stack = Stack(root / "run")
@@ -58,7 +58,7 @@ def one_round(queues: str, concurrency: int, batch: int) -> dict[str, float]:
         if "ingest" in queues.split(","):
             from workers.api import remember
 
-            workers.configure(Settings(data_dir=data, broker_url=stack.broker_url, _env_file=None))
+            workers.configure(WorkerSettings(data_dir=data, broker_url=stack.broker_url, _env_file=None))
             t1 = time.perf_counter()
             remember({"id": "first", "namespace": "bench", "content": "the agent's first memory of the session"})
             out["first_write_ms"] = (time.perf_counter() - t1) * 1000

@@ -49,13 +49,13 @@ def run(work: Path, seconds: int) -> dict:
     import workers
     from ops.stack import Stack
     from pipeline.datasets.demo import write_demo
-    from pipeline.settings import Settings
     from workers.api import remember, search
     from workers.app import app
     from workers.cli.common import ingest_file
+    from workers.settings import WorkerSettings
 
     data = work / "data"
-    settings = Settings(data_dir=data, _env_file=None)
+    settings = WorkerSettings(data_dir=data, _env_file=None)
     if not (data / "MANIFEST").exists():
         files = write_demo(data / "files")
         ingest_file(files["memories"], settings, progress=False)

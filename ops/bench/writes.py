@@ -60,10 +60,10 @@ while True:
 
 
 def _settings(data_dir: Path, direct: bool):
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings  # the settings workers.configure takes
 
     extra = {"compact_delta_memories": 1} if direct else {}
-    return Settings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
+    return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
 
 
 def _template(work: Path, n: int) -> Path:
@@ -90,7 +90,7 @@ def _records(prefix: str, n: int, token: str = "") -> list[dict]:
 
 def _write(settings, records, reader=None):
     """One write, timed; ``reader`` is the writer's view kept between writes, as
-    the ingest worker keeps its own (``workers.resources.reader``)."""
+    the ingest worker keeps its own (``workers.resources.current().reader``)."""
     from pipeline.embedders import HashEmbedder
     from pipeline.store.writes import parse_records, write
 
@@ -168,7 +168,7 @@ def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds
                 t = time.perf_counter()
                 search(q)
                 times[name]["hybrid"].append(time.perf_counter() - t)
-            resources.close_store()
+            resources.current().close_store()
     for r in readers.values():
         r.close()
     out = {name: {f"{leg}_p50_ms": round(statistics.median(v) * 1000, 3) for leg, v in legs.items()}

@@ -161,6 +161,11 @@ def base_path(data_dir: Path) -> Path | None:
     return data_dir / manifest.base
 
 
+def store_path(data_dir: Path) -> Path:
+    """The published base, or where a first one would be (``LEGACY_FILE``)."""
+    return base_path(data_dir) or data_dir / LEGACY_FILE
+
+
 def exists(data_dir: Path) -> bool:
     """Whether a store was ever published here (a base, or deltas only)."""
     manifest = read_manifest(data_dir)

@@ -87,7 +87,7 @@ def test_query_text_can_be_left_out(embedded, tmp_path):
     from workers.api import search
 
     _store(embedded, tmp_path)
-    resources.configure(embedded.replace(store_query_text=False))
+    resources.current().configure(embedded.replace(store_query_text=False))
     res = search("secret plans")
     audit.flush()
     assert pa.get(embedded.audit_path, res.query_id).query_text is None
@@ -122,7 +122,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
     from workers.api import search_many
 
     _store(embedded, tmp_path)
-    resources.configure(embedded.replace(audit_max_retries=2, audit_backoff_base_s=0.01))
+    resources.current().configure(embedded.replace(audit_max_retries=2, audit_backoff_base_s=0.01))
     embedded.audit_path.mkdir(parents=True)  # a folder where the file should be: nothing can be written
     caplog.set_level(logging.ERROR, logger="dimple.audit")
     results = search_many([f"deploy {i}" for i in range(20)])
@@ -135,7 +135,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -166,7 +166,7 @@ def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     from pipeline.errors import AuditRetriesExhausted
     from workers import resources
     from workers.api import search
-    from workers.tasks import audit_write
+    from workers.app import get_app
 
     _store(embedded, tmp_path)
     res = search("deploy")
@@ -176,10 +176,10 @@ def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     row = pa.get(embedded.audit_path, res.query_id).model_dump(mode="json")
     row["query_id"] = "other-id"
     row = [row]
-    resources.configure(embedded.replace(audit_max_retries=1, audit_backoff_base_s=0.01, data_dir=tmp_path / "elsewhere"))
+    resources.current().configure(embedded.replace(audit_max_retries=1, audit_backoff_base_s=0.01, data_dir=tmp_path / "elsewhere"))
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "audit.duckdb").mkdir()
-    result = audit_write.apply(args=[row], retries=1, throw=False)  # the last allowed attempt
+    result = get_app().tasks["audit.write"].apply(args=[row], retries=1, throw=False)  # the last allowed attempt
     assert result.state == "FAILURE"
     assert isinstance(result.result, AuditRetriesExhausted)
     assert [row.query_id for _, _, row in pa.dead_letters(tmp_path / "elsewhere" / "audit-dead-letters")] == ["other-id"]
@@ -336,13 +336,13 @@ def _logged_row(embedded, tmp_path) -> dict:
 
 
 def test_a_malformed_row_is_quarantined_with_its_field_and_the_rest_written(embedded, tmp_path):
-    from workers.tasks import audit_write
+    from workers.app import get_app
 
     good = _logged_row(embedded, tmp_path)
     fresh = {**good, "query_id": "f" * 32}
     bad_text = {**good, "query_id": "b" * 32, "query_text": "lone \ud800 surrogate"}
     missing = {k: v for k, v in good.items() if k != "rrf_k"} | {"query_id": "c" * 32}
-    out = audit_write.apply(args=[[fresh, bad_text, missing, good]]).get()
+    out = get_app().tasks["audit.write"].apply(args=[[fresh, bad_text, missing, good]]).get()
     assert out == {"rows": 2, "inserted": 1, "refused": 2}  # `good` was already there
     assert pa.get(embedded.audit_path, "f" * 32) is not None
     assert pa.get(embedded.audit_path, "b" * 32) is None and pa.get(embedded.audit_path, "c" * 32) is None
@@ -412,7 +412,7 @@ def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the
     # listing them names the file that is not a row, lists the others and moves nothing
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:

@@ -12,6 +12,7 @@ from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from tests.unit.test_augment import _state  # noqa: F401  (helpers and fixtures shared with the unit tests)
 
 
@@ -25,7 +26,7 @@ def test_candidates_past_max_units_are_counted_not_carried(embedded):
 
     records = [{"id": f"m{i}", "namespace": "a", "content": f"deploy item{i}"} for i in range(5)]
     records.append({"id": "x", "namespace": "b", "content": "deploy elsewhere"})
-    store = Store.open(embedded.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64)
+    store = Store.open(store_path(embedded.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64)
     parsed = ingest.parse_lines([json.dumps(r) for r in records], embedded.limits)
     ingest.ingest_records(store, parsed.records, HashEmbedder(64), embedded)
     try:

@@ -22,8 +22,8 @@ def _mem(i: int, ns: str = "alpha", **extra) -> dict:
 def cli_env(settings, monkeypatch):
     """The CLI pointed at ``settings`` through the environment, as a user runs it."""
     import workers
-    from pipeline.settings import get_settings
     from workers import audit, resources
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", settings.embedding_model)
@@ -33,7 +33,7 @@ def cli_env(settings, monkeypatch):
     levels = root.level, celery.level
     yield get_settings()
     audit.flush()
-    resources.close_store()
+    resources.current().close_store()
     root.setLevel(levels[0])
     celery.setLevel(levels[1])
     get_settings.cache_clear()
@@ -61,15 +61,15 @@ def test_search_prints_no_log_lines_unless_verbose(cli_store, capsys):
 
 
 def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
-    from pipeline.settings import Settings
     from workers.cli.commands import worker_argv
     from workers.cli.common import log_level
+    from workers.settings import WorkerSettings
 
-    s = Settings(_env_file=None)
+    s = WorkerSettings(_env_file=None)
     assert s.log_level == "INFO" and log_level(0, s.log_level) == logging.INFO  # a worker's log is for operators
     assert log_level(0) == logging.WARNING and log_level(1) == logging.INFO and log_level(2) == logging.DEBUG
     assert log_level(1, "ERROR") == logging.INFO and log_level(0, "DEBUG") == logging.DEBUG
-    assert Settings(_env_file=None, log_level="debug").log_level == "DEBUG"
+    assert WorkerSettings(_env_file=None, log_level="debug").log_level == "DEBUG"
     argv = worker_argv(s, "search", None, None)
     assert argv[argv.index("--loglevel") + 1] == "INFO"
 
@@ -88,7 +88,7 @@ def test_celery_task_lines_stay_out_of_every_log_but_debug(cli_env):
 
 
 def test_bad_log_level_is_a_user_error(cli_env, monkeypatch, capsys):
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_LOG_LEVEL", "chatty")
     get_settings.cache_clear()
@@ -232,7 +232,7 @@ def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
     audit.flush()
     assert rows.count(cli_store.audit_path) == before == (1, 1)
     assert rows.get(cli_store.audit_path, replay["replay_query_id"]) is None
-    assert resources.settings().audit_enabled  # searches after it are logged again
+    assert resources.current().settings().audit_enabled  # searches after it are logged again
     assert main(["search", "deploy"]) == 0
     audit.flush()
     assert rows.count(cli_store.audit_path) == (2, 2)
@@ -309,10 +309,10 @@ def test_model_loading_is_not_counted_in_a_cli_search(cli_store, monkeypatch, ca
         time.sleep(2.0)
         return HashEmbedder(64)
 
-    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(resources.current(), "_embedders", {})
     monkeypatch.setattr(pipeline.embedders, "make_embedder", slow_model)
     monkeypatch.setattr(resources, "make_embedder", slow_model, raising=False)
-    resources.close_store()
+    resources.current().close_store()
     capsys.readouterr()
     assert main(["search", "billing", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
@@ -330,7 +330,7 @@ def test_keyword_search_loads_no_model(cli_store, monkeypatch):
     def no_model(*args, **kwargs):
         raise AssertionError("a keyword search loaded a model")
 
-    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(resources.current(), "_embedders", {})
     monkeypatch.setattr(pipeline.embedders, "make_embedder", no_model)
     monkeypatch.setattr(resources, "make_embedder", no_model, raising=False)
     assert main(["search", "billing", "--mode", "keyword"]) == 0

@@ -40,8 +40,8 @@ def test_write_demo_round_trips(tmp_path: Path, corpus: list[dict], judged: tupl
 def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, tmp_path, monkeypatch, capsys):
     """The main job end to end (hash embedder): store built once, showcase
     results with graph marks, the quality table for every mode."""
-    from pipeline.settings import get_settings
     from workers.cli import main
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")

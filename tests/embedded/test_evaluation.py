@@ -43,7 +43,7 @@ def _write(path: Path, lines: list[str]) -> Path:
 @pytest.fixture
 def cli_env(embedded, tmp_path, monkeypatch):
     """A small store, the CLI reading the same settings as the test."""
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     ingest_file(write_jsonl(tmp_path / "m.jsonl", _corpus()), embedded, progress=False)
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
@@ -110,9 +110,9 @@ def test_compare_finds_the_better_run_and_reports_rank_changes(cli_env, tmp_path
 
 # -- replay ------------------------------------------------------------------------------------
 def test_replay_reports_the_queries_a_settings_change_changed(cli_env, tmp_path, monkeypatch):
-    from pipeline.settings import get_settings
     from workers import audit
     from workers.api import search_many
+    from workers.settings import get_settings
 
     asks = [{"query": f"{topic} {extra}", "max_units": 10}
             for topic in TOPICS for extra in ("note", "item-1-2 detail", "about")]
@@ -316,7 +316,7 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
     assert json.loads((out / "b2" / "report.json").read_text())["metrics"]["mrr@10"] == 1.0
     from workers import resources
 
-    resources.close_store()
+    resources.current().close_store()
     from pipeline.store.reader import Reader
     from pipeline.store.stats import store_stats
 
@@ -354,13 +354,13 @@ def test_locomo_file_runs_with_the_loader_protocol(cli_env, tmp_path):
 
 
 def test_demo_set_runs_in_a_store_of_its_own_with_the_demo_figures(cli_env, tmp_path):
-    from pipeline.settings import Settings
     from workers.cli.demo import build_demo_store, demo_settings, load_queries
+    from workers.settings import WorkerSettings
 
     out = tmp_path / "out"
     assert main(["eval", "--demo", "--out", str(out), "--name", "d", "--no-progress"]) == 0
     report = json.loads((out / "d" / "report.json").read_text())
-    settings = demo_settings(Settings(data_dir=cli_env.data_dir, embedding_model="hash-64", _env_file=None))
+    settings = demo_settings(WorkerSettings(data_dir=cli_env.data_dir, embedding_model="hash-64", _env_file=None))
     queries, qrels = load_queries(build_demo_store(settings))  # the store eval built, reused
     assert report["answered"] == report["queries"] == len([q for q in queries if q["id"] in qrels])
     assert 0 < report["metrics"]["ndcg@10"] <= 1

@@ -28,14 +28,14 @@ def test_query_idf_counts_live_dfs_and_skips_stopwords(embedded, tmp_path):
     from workers.api import remember
 
     ingest_file(write_jsonl(tmp_path / "m.jsonl", _records()), embedded, progress=False)
-    with resources.view() as v:
+    with resources.current().view() as v:
         n = v.overlay.live_stats()[0]
         assert n == 31
         for postings in (v.postings(), None):  # in memory, and by SQL
             got = query_idf(v.cursor, "the weekly zq7731 of nowhereword", embedded.fulltext, v.overlay, postings)
             assert got == pytest.approx(bm25_idf(30, n) + bm25_idf(1, n) + bm25_idf(0, n))
     remember([{"id": "late", "namespace": "n", "content": "zq7731 reopened"}])  # a delta
-    with resources.view() as v:
+    with resources.current().view() as v:
         n = v.overlay.live_stats()[0]
         assert n == 32
         got = query_idf(v.cursor, "zq7731", embedded.fulltext, v.overlay, v.postings())
@@ -49,7 +49,7 @@ def test_hybrid_leans_on_the_leg_that_matches(embedded, tmp_path):
 
     def served(text):
         query = make_query(text, {}, embedded)
-        state = run_local(Batch(states=[{"query": query}]), resources).states[0]
+        state = run_local(Batch(states=[{"query": query}]), resources.current()).states[0]
         return state
 
     full = served("incident zq7731")

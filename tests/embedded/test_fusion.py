@@ -56,7 +56,7 @@ def test_audit_explain_prints_a_convex_query_without_rrf_terms(readme_store, mon
     audit.flush()
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", readme_store.embedding_model)
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:

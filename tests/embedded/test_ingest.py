@@ -19,7 +19,7 @@ def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp
     from workers.api import search
 
     assert search("ZEBRA_4471", mode="keyword").results == []
-    resources.close_store()
+    resources.current().close_store()
     ingest_file(write_jsonl(tmp_path / "z.jsonl", [_mem(500, content="saw ZEBRA_4471 in the logs")]),
                 store_with_base, progress=False)
     res = search("ZEBRA_4471", mode="keyword")
@@ -29,7 +29,7 @@ def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp
 def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -60,7 +60,7 @@ def test_context_is_searchable_by_keyword_but_not_content(settings, tmp_path, em
     res = search("Louvre", mode="keyword")
     assert [r.id for r in res.results] == ["m1"]
     assert res.results[0].content == "Yes, twice last week!"
-    resources.close_store()
+    resources.current().close_store()
     # a changed context alone is re-indexed, not re-embedded
     recs[0]["context"] = "Did you see the Colosseum?"
     report = ingest_file(write_jsonl(tmp_path / "c2.jsonl", recs[:1]), settings, progress=False)
@@ -86,7 +86,7 @@ def test_stats_count_the_pending_writes_and_forgets_as_a_compaction_would(settin
     deltas merged; before, it counted the base alone until a compaction."""
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     def stats() -> dict:
         capsys.readouterr()

@@ -20,9 +20,11 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.settings import Settings, TreeSettings
+from pipeline.store.segments import store_path
 from tests.conftest import write_jsonl
 from tests.figures import case, count, refused
 from tests.hostile import EVIL, REFUSED
+from workers.settings import WorkerSettings
 
 # Labels must fit the ingest limits (namespace 256, content type 128 characters).
 LABELS = sorted({s[:120] for s in EVIL if s.strip()})
@@ -54,7 +56,7 @@ def hostile_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("inject")
     # Beam and leaves wide enough that the vector leg scores every in-scope memory,
     # so a scoped hybrid query must return exactly the memories inside the scope.
-    settings = Settings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
+    settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
                         tree=TreeSettings(beam_width=64, max_leaf_items=64))
     ingest_file(write_jsonl(data / "hostile.jsonl", RECORDS), settings, progress=False)
     return settings
@@ -66,10 +68,10 @@ def hs(hostile_store):
     from workers import resources
 
     workers.configure(hostile_store)
-    before = _checksum(hostile_store.store_path)
+    before = _checksum(store_path(hostile_store.data_dir))
     yield hostile_store
-    resources.close_store()
-    assert _checksum(hostile_store.store_path) == before  # nothing was written, dropped or altered
+    resources.current().close_store()
+    assert _checksum(store_path(hostile_store.data_dir)) == before  # nothing was written, dropped or altered
 
 
 def _expected(field: str, value: str) -> set[str]:
@@ -147,7 +149,7 @@ def _bm25_hits(settings: Settings, text: str, mode: str) -> tuple[bool, list[tup
     from workers import resources
 
     query = make_query(text, {"mode": mode, "max_units": 100}, settings)
-    leg = run_local(Batch(states=[{"query": query}]), resources).states[0].legs["fts"]
+    leg = run_local(Batch(states=[{"query": query}]), resources.current()).states[0].legs["fts"]
     return leg.ran, [(h.id, h.score) for h in leg.hits]
 
 
@@ -200,7 +202,7 @@ def test_stats_and_audit_show_hostile_labels_verbatim(hs, monkeypatch, capsys):
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(hs.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:

@@ -45,7 +45,7 @@ def test_search_many_batch_size_is_checked(embedded):
 def test_cli_bad_arguments_are_one_line_and_exit_2(embedded, monkeypatch, capsys, argv, needle):
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -132,7 +132,7 @@ def test_regression_search_many_of_a_non_list(embedded):
 )
 def test_regression_cli_error_is_one_printable_line(embedded, monkeypatch, capsys, argv, needle):
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:

@@ -21,7 +21,7 @@ def test_run_local_answers_as_the_canvas_does(embedded, tmp_path):
             ("ERR_2 deploy", {"content_type": "code", "max_units": 3}), ("note", {"max_chars": 60})]
     for text, options in asks:
         query = make_query(text, {**options, "now": "2026-01-01T00:00:00"}, embedded)
-        local = Results.from_state(run_local(Batch(states=[{"query": query}]), resources).states[0])
+        local = Results.from_state(run_local(Batch(states=[{"query": query}]), resources.current()).states[0])
         canvas = search(text, **options, now="2026-01-01T00:00:00")
         assert local.results, text
         assert [(r.id, r.score, r.ranks) for r in local.results] == [(r.id, r.score, r.ranks) for r in canvas.results]

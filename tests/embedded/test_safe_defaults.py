@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import os
 
-from pipeline.settings import Settings
 from tests.unit.test_safe_defaults import SECRET, _mode  # noqa: F401  (helpers and fixtures shared with the unit tests)
 from workers.cli.commands import worker_argv
+from workers.settings import WorkerSettings
 
 
 def test_worker_arguments_carry_no_secret():
-    s = Settings(_env_file=None, broker_url=f"redis://:{SECRET}@h:6379/0", flower_password=SECRET)
+    s = WorkerSettings(_env_file=None, broker_url=f"redis://:{SECRET}@h:6379/0", flower_password=SECRET)
     assert SECRET not in " ".join(worker_argv(s, "search", None, None))
 
 
@@ -42,7 +42,7 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
     from workers.api import search
     from workers.cli.common import ingest_file
 
-    settings = Settings(data_dir=tmp_path / "nested" / "data", audit_dir=tmp_path / "audit",
+    settings = WorkerSettings(data_dir=tmp_path / "nested" / "data", audit_dir=tmp_path / "audit",
                         embedding_model="hash-64", _env_file=None)
     old = os.umask(0)
     try:
@@ -54,7 +54,7 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
         letter = audit_rows.dead_letter(settings.dead_letter_dir, audit_rows.get(settings.audit_path, res.query_id), "test")
     finally:
         os.umask(old)
-        resources.close_store()
+        resources.current().close_store()
     for folder in (settings.data_dir, settings.data_dir / "segments", settings.audit_dir, settings.dead_letter_dir):
         assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
     assert letter.exists()

@@ -17,7 +17,7 @@ def test_scoped_search_through_the_pipeline_hand_picked(embedded, tmp_path):
     from workers import api, resources
 
     settings, membership = _ingest(tmp_path / "hand", HAND_PICKED)
-    resources.configure(settings)
+    resources.current().configure(settings)
     # Unscoped, m0 carries its links: superseded by m1 and m2, in conflict with m2 and m3.
     out = api.search("deploy window tuesday", max_units=100)
     m0 = next(r for r in out.results if r.id == "m0")
@@ -35,7 +35,7 @@ def test_scoped_search_through_the_pipeline_hand_picked(embedded, tmp_path):
     leaf_of_m2 = next(k for k in membership["m2"] if not k.startswith("ns:"))
     out = api.search("deploy window", topics=[leaf_of_m2], max_units=100)
     assert [r.id for r in out.results] == ["m2"]
-    resources.configure(embedded)
+    resources.current().configure(embedded)
 
 
 @hsettings(max_examples=10, **_PROPERTY)

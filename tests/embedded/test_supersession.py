@@ -84,8 +84,8 @@ def test_a_scope_the_successor_is_outside_of_leaves_the_superseded_one_as_annota
 
 
 def test_cli_search_takes_the_option_and_explain_names_the_promotion(readme_store, monkeypatch, capsys):
-    from pipeline.settings import get_settings
     from workers import audit
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")

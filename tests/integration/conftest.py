@@ -10,6 +10,7 @@ import pytest
 
 from ops.stack import Stack, redis_binary
 from pipeline.settings import Settings
+from workers.settings import WorkerSettings
 
 
 @dataclass
@@ -28,7 +29,7 @@ def demo_store(tmp_path_factory) -> DemoStore:
     from workers.cli.common import ingest_file
 
     data_dir = tmp_path_factory.mktemp("demo-store")
-    settings = Settings(data_dir=data_dir, _env_file=None)
+    settings = WorkerSettings(data_dir=data_dir, _env_file=None)
     files = write_demo(data_dir / "files")
     ingest_file(files["memories"], settings, progress=False)
     return DemoStore(settings, files)

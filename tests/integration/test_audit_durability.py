@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from ops.stack import Stack
-from pipeline.settings import Settings
+from pipeline.store.segments import store_path
 from tests.integration.test_audit_workers import _asks, _ids_logged
+from workers.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -28,11 +29,11 @@ def audit_stack(demo_store, tmp_path_factory):
     from workers.app import app, reconfigure
 
     data = tmp_path_factory.mktemp("audit-durable")
-    (data / "store.duckdb").symlink_to(demo_store.settings.store_path)
+    (data / "store.duckdb").symlink_to(store_path(demo_store.settings.data_dir))
     run = Stack(tmp_path_factory.mktemp("stack-durable"))
     run.start_redis()
     run.env_for_workers = {"DIMPLE_DATA_DIR": str(data)}
-    run.settings = Settings(data_dir=data, broker_url=run.broker_url, _env_file=None)
+    run.settings = WorkerSettings(data_dir=data, broker_url=run.broker_url, _env_file=None)
     try:
         workers.configure(run.settings)
         run.start_query_workers(app, "d", run.env_for_workers, audit=True, timeout=120)

@@ -17,7 +17,8 @@ import redis
 from ops.stack import Stack
 from pipeline.contracts import Results
 from pipeline.errors import BrokerUnavailableError, DimpleError, QueryTimeoutError, StageLostError
-from pipeline.settings import Settings
+from pipeline.store.segments import store_path
+from workers.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +64,7 @@ def fault_stack(demo_store, tmp_path_factory):
     run.start_redis()
     env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir)}
     settings = demo_store.with_broker(run.broker_url)
-    assert settings == Settings(data_dir=settings.data_dir, broker_url=run.broker_url, _env_file=None)
+    assert settings == WorkerSettings(data_dir=settings.data_dir, broker_url=run.broker_url, _env_file=None)
     run.env_for_workers = env
     run.settings = settings
     try:
@@ -195,8 +196,8 @@ def test_a_query_its_caller_gave_up_on_never_runs_later(demo_store, bare_broker,
 
     data = tmp_path / "data"
     data.mkdir()
-    (data / "store.duckdb").symlink_to(demo_store.settings.store_path)
-    settings = Settings(data_dir=data, broker_url=bare_broker.broker_url, task_timeout_s=2, _env_file=None)
+    (data / "store.duckdb").symlink_to(store_path(demo_store.settings.data_dir))
+    settings = WorkerSettings(data_dir=data, broker_url=bare_broker.broker_url, task_timeout_s=2, _env_file=None)
     workers.configure(settings)
     handle = search_async("deploy window")
     with pytest.raises(QueryTimeoutError):

@@ -60,8 +60,8 @@ def test_an_ingest_worker_takes_an_agents_writes_without_torch(cli_stack, tmp_pa
     an agent's memory a turn embeds there, and only a write of more new texts
     than one batch loads torch (the bulk embedder) in the process that runs it."""
     import workers
-    from pipeline.settings import Settings
     from workers.api import remember
+    from workers.settings import WorkerSettings
 
     data = tmp_path / "data"
     cli_stack.start_worker("agent-ingest", "ingest", concurrency=2, env={"DIMPLE_DATA_DIR": str(data)})
@@ -70,12 +70,12 @@ def test_an_ingest_worker_takes_an_agents_writes_without_torch(cli_stack, tmp_pa
     pool = children(cli_stack.procs["agent-ingest"].pid)
     assert len(pool) == 2 and not any(_holds_torch(p) for p in pool)
 
-    workers.configure(Settings(data_dir=data, broker_url=cli_stack.broker_url, _env_file=None))
+    workers.configure(WorkerSettings(data_dir=data, broker_url=cli_stack.broker_url, _env_file=None))
     for turn in range(4):
         memory = {"id": f"turn-{turn}", "namespace": "agent", "content": f"what the agent learnt in turn {turn}"}
         assert remember(memory).embedded == 1
     assert not any(_holds_torch(p) for p in pool)
-    batch = Settings(_env_file=None).embed_batch_size + 1
+    batch = WorkerSettings(_env_file=None).embed_batch_size + 1
     assert remember([{"id": f"bulk-{i}", "namespace": "agent", "content": f"imported note {i}"}
                      for i in range(batch)]).embedded == batch
     assert sum(_holds_torch(p) for p in pool) == 1  # the process that ran it

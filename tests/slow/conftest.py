@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.datasets.locomo import load_locomo
-from pipeline.settings import Settings
+from workers.settings import WorkerSettings
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo10.json"
 
@@ -25,7 +25,7 @@ def locomo_store(tmp_path_factory):
     work = tmp_path_factory.mktemp("locomo")
     path = work / "locomo.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in loco.records), encoding="utf-8")
-    settings = Settings(data_dir=work / "data", _env_file=None)
+    settings = WorkerSettings(data_dir=work / "data", _env_file=None)
     ingest_file(path, settings, progress=False)
     return settings, loco
 

@@ -23,10 +23,10 @@ def _has(*modules: str) -> bool:
 
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory):
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings
 
     folder = tmp_path_factory.mktemp("bench")
-    settings = Settings(data_dir=folder, _env_file=None)
+    settings = WorkerSettings(data_dir=folder, _env_file=None)
     synth.build_store(folder / "store.duckdb", 1500, settings, dim=32, log=lambda *_: None)
     return folder
 

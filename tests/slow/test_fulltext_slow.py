@@ -37,9 +37,9 @@ def test_rankings_equal_match_bm25_at_20k(tmp_path):
     """500+ queries drawn from the store's own texts (so they cannot pass on empty
     answers), 96 scope combinations that each hold memories, top-10 identical to
     ``match_bm25`` on every one."""
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings
 
-    settings = Settings(data_dir=tmp_path, embedding_model="hash-64", _env_file=None)
+    settings = WorkerSettings(data_dir=tmp_path, embedding_model="hash-64", _env_file=None)
     fts = settings.fulltext
     path = tmp_path / "store.duckdb"
     labels = random.Random(9)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.datasets import probes
-from pipeline.settings import Settings
+from workers.settings import WorkerSettings
 
 METRICS = ("ndcg@10", "recall@10")
 
@@ -43,7 +43,7 @@ def _figures(qset, settings, defaults):
 
 
 def test_demo_hybrid_is_at_least_the_better_leg(tmp_path):
-    qset, settings = _source(Settings(data_dir=tmp_path, _env_file=None), demo=True)
+    qset, settings = _source(WorkerSettings(data_dir=tmp_path, _env_file=None), demo=True)
     figures = {mode: _figures(qset, settings, {"mode": mode}) for mode in ("keyword", "semantic", "hybrid")}
     print(figures)
     for m in METRICS:
@@ -53,7 +53,7 @@ def test_demo_hybrid_is_at_least_the_better_leg(tmp_path):
 @pytest.mark.parametrize("name", sorted(probes.SETS))
 def test_probe_set_default_is_at_least_the_fixed_weights(tmp_path, name):
     folder = probes.write_beir(probes.SETS[name](probes.SEED), tmp_path / "sets")
-    qset, settings = _source(Settings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
+    qset, settings = _source(WorkerSettings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
     now = _figures(qset, settings, {"mode": "hybrid"})
     before = _figures(qset, settings.replace(fusion_weights="fixed", vector_weight=0.4, fts_weight=1.0,
                                              fts_tie_tolerance=0.0, fts_floor=0.0), {"mode": "hybrid"})
@@ -75,7 +75,7 @@ def test_default_is_at_least_the_better_leg(tmp_path, name):
         folder = DOCS_QA
     else:
         folder = probes.write_beir(probes.SETS[name](probes.SEED), tmp_path / "sets")
-    qset, settings = _source(Settings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
+    qset, settings = _source(WorkerSettings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
     figures = {mode: _figures(qset, settings, {"mode": mode}) for mode in ("keyword", "semantic", "hybrid")}
     print(name, figures)
     for m in METRICS:

@@ -38,7 +38,7 @@ def _compaction_runs(kills: IngestWorkerKills, within: float = 300.0) -> float:
     merge (one ran before it): wait for theirs, write one memory if nothing is
     left, and send ours again."""
     from workers.api import remember
-    from workers.tasks import compact_task
+    from workers.app import get_app
 
     deadline = time.monotonic() + within
     while True:
@@ -50,7 +50,7 @@ def _compaction_runs(kills: IngestWorkerKills, within: float = 300.0) -> float:
             remember({"id": mid, "namespace": "k", "content": f"delta memory {mid}"})
             kills.remembered.add(mid)
         t0 = time.perf_counter()
-        if compact_task.apply_async().get(timeout=within)["ran"]:
+        if get_app().tasks["ingest.compact"].apply_async().get(timeout=within)["ran"]:
             return time.perf_counter() - t0
         assert time.monotonic() < deadline, "no compaction merged the deltas"
 
@@ -59,7 +59,7 @@ def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
     rng = random.Random(18)
     with IngestWorkerKills(tmp_path / "run", tmp_path / "data", rng) as kills:
         from workers.api import forget, remember
-        from workers.tasks import compact_task
+        from workers.app import get_app
 
         base = [{"id": f"base-{i}", "namespace": "k", "content": f"base memory {i} about the kill test"}
                 for i in range(1500)]
@@ -89,7 +89,7 @@ def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
             if span is None:
                 span = _compaction_runs(kills)
                 continue
-            compact_task.apply_async()
+            get_app().tasks["ingest.compact"].apply_async()
             deadline = time.monotonic() + 60
             while True:  # until the compaction holds its lock
                 with segments.compact_lock(kills.data_dir, wait=False) as free:

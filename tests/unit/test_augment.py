@@ -19,6 +19,7 @@ from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from tests.unit.test_scope import CONCEPTS, NAMESPACES, TOPICS, TYPES, _ingest, stores
 
 options = st.fixed_dictionaries({
@@ -64,7 +65,7 @@ def _run(con, state: QueryState, trim: bool) -> tuple[QueryState, int]:
 def test_trimmed_augment_gives_the_answer_of_carrying_everything(records, cases):
     with tempfile.TemporaryDirectory() as tmp:
         settings, _ = _ingest(Path(tmp), records)
-        store = Store.open(settings.store_path, read_only=True)
+        store = Store.open(store_path(settings.data_dir), read_only=True)
         try:
             con = store.cursor()
             for opts, budget, rnd in cases:

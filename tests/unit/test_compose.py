@@ -15,8 +15,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from pipeline.settings import Settings
 from workers.app import QUEUES
+from workers.settings import WorkerSettings
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose" / "docker-compose.yml"
 
@@ -101,7 +101,7 @@ def test_flower_has_auth_and_stays_on_loopback():
 
 
 def test_environment_names_are_real_settings():
-    fields = {f"DIMPLE_{name.upper()}" for name in Settings.model_fields}
+    fields = {f"DIMPLE_{name.upper()}" for name in WorkerSettings.model_fields}
     for name, svc in _doc()["services"].items():
         for key in svc.get("environment", {}):
             if key.startswith("DIMPLE_"):

@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from pipeline.audit.explain import explain
 from pipeline.audit.record import AuditRecord, build_record
 from pipeline.contracts import Hit, LegRun, QueryState, Result, make_query
-from pipeline.settings import Settings
 from pipeline.stages.fuse import LegWeighting, counted_ranks, fuse_state, rrf, tie_ranks
+from workers.settings import WorkerSettings
 
-SETTINGS = Settings(_env_file=None)
+SETTINGS = WorkerSettings(_env_file=None)
 
 
 def test_hits_under_the_floor_are_not_counted():
@@ -105,7 +105,7 @@ def test_the_audit_row_says_what_was_not_counted():
 @pytest.mark.parametrize("value", [-0.1, 1.0])
 def test_a_floor_outside_zero_to_one_is_refused_by_name(value):
     with pytest.raises(ValidationError, match="fts_floor"):
-        Settings(_env_file=None, fts_floor=value)
+        WorkerSettings(_env_file=None, fts_floor=value)
 
 
 def test_the_text_table_shows_an_uncounted_rank_in_brackets():

@@ -26,9 +26,11 @@ from hypothesis import strategies as st
 from pipeline.contracts import QueryOptions, Results
 from pipeline.errors import DimpleError, IngestValidationError, InputError
 from pipeline.settings import Settings
+from pipeline.store.segments import store_path
 from tests import hostile
 from tests.conftest import write_jsonl
 from tests.figures import case, count, refused
+from workers.settings import WorkerSettings
 
 # Measured on a shared 2-core machine: a query that honours max_ms returns
 # within the deadline plus the stages that always run (fuse, augment, scope,
@@ -70,12 +72,12 @@ def _checksum(path: Path) -> str:
 def fuzz_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("fuzz")
     # audit rows are tested elsewhere; here they would only add a background writer
-    settings = Settings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
+    settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
     from workers.cli.common import ingest_file
 
     ingest_file(write_jsonl(data / "seed.jsonl", SEED), settings, progress=False)
     MEMBERSHIP.clear()
-    MEMBERSHIP.update(_membership(settings.store_path))
+    MEMBERSHIP.update(_membership(store_path(settings.data_dir)))
     return settings
 
 
@@ -104,11 +106,11 @@ def fz(fuzz_store):
     from workers import resources
 
     workers.configure(fuzz_store)
-    path = fuzz_store.store_path
+    path = store_path(fuzz_store.data_dir)
     before = _checksum(path)
     yield fuzz_store
-    resources.close_store()
-    assert fuzz_store.store_path == path and _checksum(path) == before
+    resources.current().close_store()
+    assert store_path(fuzz_store.data_dir) == path and _checksum(path) == before
 
 
 # -- strategies ------------------------------------------------------------------------
@@ -341,7 +343,7 @@ def ingest_store(tmp_path):
     """A small store of its own: successful fuzz ingests change it."""
     from workers.cli.common import ingest_file
 
-    settings = Settings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
+    settings = WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
     ingest_file(write_jsonl(tmp_path / "seed.jsonl", SEED[:8]), settings, progress=False)
     return settings
 
@@ -449,7 +451,7 @@ def cli_env(fz, monkeypatch):
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(fz.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
     monkeypatch.setenv("DIMPLE_AUDIT_ENABLED", "false")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     yield fz

@@ -12,6 +12,7 @@ from pipeline.embedders import HashEmbedder
 from pipeline.errors import IngestValidationError, InputError
 from pipeline.store import ingest
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from pipeline.store.stats import store_stats
 from tests.conftest import write_jsonl
 from tests.stores import compacted, published
@@ -78,7 +79,7 @@ def test_duplicate_id_in_one_file_names_both_lines(settings, tmp_path):
         ingest_file(path, settings, progress=False)
     (err,) = info.value.errors
     assert (err.line, err.field) == (3, "id") and "first on line 1" in err.reason
-    assert not settings.store_path.exists()
+    assert not store_path(settings.data_dir).exists()
 
 
 def test_all_errors_are_collected_not_just_the_first(settings, tmp_path):
@@ -159,7 +160,7 @@ def test_ingest_reopen_stats(settings, tmp_path):
 def test_config_masks_secrets(settings, monkeypatch, capsys):
     monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://:hunter2@10.0.0.5:6379/0")
     monkeypatch.setenv("DIMPLE_RESULT_BACKEND", "rediss://user:s3cret@cache.internal:6380/1")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -171,7 +172,7 @@ def test_config_masks_secrets(settings, monkeypatch, capsys):
     assert "hunter2" not in out and "s3cret" not in out
     assert data["broker_url"] == "redis://:****@10.0.0.5:6379/0"
     assert data["result_backend"] == "rediss://user:****@cache.internal:6380/1"
-    from pipeline.settings import mask_url
+    from workers.settings import mask_url
 
     assert mask_url("redis://10.0.0.5:6379/0?password=hunter2&db=1") == "redis://10.0.0.5:6379/0?password=****&db=1"
     assert mask_url("redis://h/0?socket_timeout=5&Password=x#f") == "redis://h/0?socket_timeout=5&Password=****#f"
@@ -185,7 +186,7 @@ def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_p
     ingest_file(write_jsonl(tmp_path / "more.jsonl", more), settings, progress=False)
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     def tree_rows():
         with Store.open(compacted(settings), read_only=True) as store:

@@ -149,11 +149,10 @@ def test_no_module_above_500_lines_of_code(package):
 
 
 def test_each_seed_stage_is_a_task_declared_in_a_module_named_after_it():
-    import workers.tasks  # noqa: F401  (registers the tasks)
     from pipeline.stages.registry import STAGES
-    from workers.app import app
+    from workers.app import get_app
 
-    names = {name for name in app.tasks if name.startswith("search.")}
+    names = {name for name in get_app().tasks if name.startswith("search.")}
     assert names == {f"search.{stage}" for stage in TASK_STAGES} == set(STAGES)
     for stage in TASK_STAGES:
         module = importlib.import_module(f"pipeline.stages.{stage}")
@@ -313,3 +312,64 @@ def test_every_package_and_data_file_is_installed():
     for folder in (ROOT / "pipeline").rglob("*_data"):
         package = ".".join(folder.parent.relative_to(ROOT).parts)
         assert f"{folder.name}/*.json" in data.get(package, []), folder
+
+
+def _function_imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The imports inside functions (and methods) of the file at ``path``."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out += [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return out
+
+
+def _has_reason(lines: list[str], node: ast.stmt) -> bool:
+    """A comment on the import's own line(s), or on the line above it or above
+    the block of imports it stands in."""
+    if any("#" in line for line in lines[node.lineno - 1 : node.end_lineno]):
+        return True
+    above = node.lineno - 2
+    while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
+        above -= 1
+    return above >= 0 and lines[above].strip().startswith("#")
+
+
+def test_the_unexplained_import_finder_finds_one(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    import os\n\n\ndef g():\n    # lazy: costs 1 s\n    import sys\n    import json\n\n\n"
+                    "def h():\n    import re  # lazy: a circle\n\n\ndef k():\n    x = 1  # a comment\n    import ast\n",
+                    encoding="utf-8")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert [n.lineno for n in _function_imports(path) if not _has_reason(lines, n)] == [2, 17]
+
+
+def test_every_function_level_import_in_workers_says_why():
+    """Imports stand at the top of a module, where a reader sees what it depends
+    on; one inside a function carries its reason (a measured start-up cost, a
+    circle) in a comment on its line or the line above."""
+    unexplained = []
+    for name, path in _modules().items():
+        if not name.startswith("workers"):
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        unexplained += [f"{name}:{n.lineno}" for n in _function_imports(path) if not _has_reason(lines, n)]
+    assert unexplained == []
+
+
+def test_nothing_but_the_command_line_imports_it():
+    """``workers.cli`` sits on top: the API, the Celery side and the pipeline
+    never import it (its entry point and the tests do)."""
+    graph = _graph()
+    assert graph["workers.cli.commands"], "the walk sees the command line's imports"
+    importers = {name for name, targets in graph.items()
+                 if not name.startswith("workers.cli") and any(t == "workers.cli" or t.startswith("workers.cli.")
+                                                              for t in targets)}
+    assert importers == set()
+
+
+def test_settings_import_no_other_module_of_the_project():
+    """Settings are data: they read the environment and do no I/O of their own
+    (where the published store is, the store says)."""
+    graph = _graph()
+    assert graph["pipeline.settings"] == set()
+    assert graph["workers.settings"] == {"pipeline.settings"}

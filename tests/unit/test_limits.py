@@ -18,6 +18,7 @@ import pytest
 from pipeline.contracts import make_query
 from pipeline.errors import IngestValidationError, InputError
 from pipeline.store import ingest
+from pipeline.store.segments import store_path
 from tests.conftest import write_jsonl
 from workers.cli.common import ingest_file
 
@@ -59,10 +60,10 @@ def test_default_limits_are_bounded(settings):
 
 
 def test_limits_are_read_from_the_environment(monkeypatch):
-    from pipeline.settings import Settings
+    from workers.settings import WorkerSettings
 
     monkeypatch.setenv("DIMPLE_LIMITS__MAX_RESULT_UNITS", "7")
-    assert Settings(_env_file=None).limits.max_result_units == 7
+    assert WorkerSettings(_env_file=None).limits.max_result_units == 7
 
 
 
@@ -117,13 +118,13 @@ BAD_INGEST_LINES = [
 @pytest.mark.parametrize("line,field", BAD_INGEST_LINES)
 def test_regression_bad_ingest_line_is_reported_and_nothing_written(settings, tmp_path, line, field):
     _store(settings, tmp_path)
-    before = _checksum(settings.store_path)
+    before = _checksum(store_path(settings.data_dir))
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"namespace": "a", "content": "fine"}) + "\n" + line + "\n", encoding="utf-8")
     with pytest.raises(IngestValidationError) as info:
         ingest_file(path, settings, progress=False)
     assert [(e.line, e.field) for e in info.value.errors] == [(2, field)]
-    assert _checksum(settings.store_path) == before
+    assert _checksum(store_path(settings.data_dir)) == before
 
 
 def test_metadata_with_escaped_nul_is_stored_as_json(settings, tmp_path):
@@ -139,7 +140,7 @@ def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_pat
     file with ``str.splitlines`` (which splits there), so the batch sent to the
     worker held two broken lines where validation had seen one good record."""
     from pipeline.store.ingest import read_lines
-    from workers.tasks import ingest_batch
+    from workers.app import get_app
 
     path = tmp_path / "sep.jsonl"
     path.write_text('{"id": "m-sep", "namespace": "a", "content": "first\u2028second\x85third"}\n'
@@ -149,7 +150,7 @@ def test_regression_line_separator_inside_a_record_is_one_line(settings, tmp_pat
     import workers
 
     workers.configure(settings)
-    out = ingest_batch(lines, 1, False)  # what the ingest worker runs for one batch
+    out = get_app().tasks["ingest.batch"](lines, 1, False)  # what the ingest worker runs for one batch
     assert out["ok"] and out["inserted"] == 2, out
 
 

@@ -13,7 +13,7 @@ from workers import api
 def ask(monkeypatch):
     """Replace the workers' answer with a script of outcomes (a set, an exception,
     or a callable returning one); return the list of asks made."""
-    monkeypatch.setattr(api, "_last_check", ("", float("-inf"), set()))
+    monkeypatch.setattr(api._CONSUMERS, "last", ("", float("-inf"), set()))
     asks: list[int] = []
 
     def script(*outcomes):

@@ -19,10 +19,10 @@ from kombu.exceptions import ContentDisallowed
 from kombu.serialization import dumps, loads, prepare_accept_content
 
 from pipeline.errors import InputError
-from pipeline.settings import Settings
 from workers.app import conf_for
 from workers.cli import main
 from workers.cli.commands import flower_argv
+from workers.settings import WorkerSettings
 
 SECRET = "Tr0ub4dor-and-3"
 
@@ -30,7 +30,7 @@ SECRET = "Tr0ub4dor-and-3"
 # -- JSON only -------------------------------------------------------------------------
 @pytest.mark.parametrize("broker", ["", "redis://127.0.0.1:6379/0"])
 def test_only_json_is_accepted_embedded_or_on_a_broker(broker):
-    conf = conf_for(Settings(_env_file=None, broker_url=broker))
+    conf = conf_for(WorkerSettings(_env_file=None, broker_url=broker))
     assert conf["task_serializer"] == conf["result_serializer"] == conf["event_serializer"] == "json"
     assert conf["accept_content"] == ["json"] and conf["result_accept_content"] == ["json"]
 
@@ -38,7 +38,7 @@ def test_only_json_is_accepted_embedded_or_on_a_broker(broker):
 def test_a_non_json_message_is_refused_by_the_configured_decoder():
     """kombu's decoder, with the accept list dimple's workers and result
     consumers use, refuses a pickle-serialised body and reads a JSON one."""
-    conf = conf_for(Settings(_env_file=None, broker_url="redis://127.0.0.1:6379/0"))
+    conf = conf_for(WorkerSettings(_env_file=None, broker_url="redis://127.0.0.1:6379/0"))
     for accept in (prepare_accept_content(conf["accept_content"]), prepare_accept_content(conf["result_accept_content"])):
         ctype, enc, body = dumps({"states": []}, serializer="pickle")
         assert ctype == "application/x-python-serialize"
@@ -50,7 +50,7 @@ def test_a_non_json_message_is_refused_by_the_configured_decoder():
 
 # -- Flower ---------------------------------------------------------------------------------
 def test_flower_refuses_to_start_without_credentials():
-    s = Settings(_env_file=None, broker_url="redis://127.0.0.1:6379/0")
+    s = WorkerSettings(_env_file=None, broker_url="redis://127.0.0.1:6379/0")
     with pytest.raises(InputError) as info:
         flower_argv(s, insecure=False)
     assert "FLOWER" in info.value.field
@@ -69,7 +69,7 @@ def test_config_output_has_no_secret(monkeypatch, capsys):
     monkeypatch.setenv("DIMPLE_RESULT_BACKEND", f"redis://:{SECRET}@redis.internal:6379/1")
     monkeypatch.setenv("DIMPLE_FLOWER_USER", "ops")
     monkeypatch.setenv("DIMPLE_FLOWER_PASSWORD", SECRET)
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     get_settings.cache_clear()
     try:
@@ -86,7 +86,7 @@ def test_config_shows_the_result_backend_celery_uses(monkeypatch, capsys):
     (masked), the value ``conf_for`` hands to Celery, not the empty setting."""
     import json
 
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     broker = f"redis://:{SECRET}@redis.internal:6379/0"
     monkeypatch.setenv("DIMPLE_BROKER_URL", broker)
@@ -101,9 +101,9 @@ def test_config_shows_the_result_backend_celery_uses(monkeypatch, capsys):
     assert SECRET not in out
     assert json.loads(out)["result_backend"] == "redis://:****@redis.internal:6379/0"
     assert settings.effective_result_backend == conf_for(settings)["result_backend"] == broker
-    own = Settings(_env_file=None, broker_url=broker, result_backend="redis://127.0.0.1:6379/5")
+    own = WorkerSettings(_env_file=None, broker_url=broker, result_backend="redis://127.0.0.1:6379/5")
     assert own.effective_result_backend == conf_for(own)["result_backend"] == "redis://127.0.0.1:6379/5"
-    embedded = Settings(_env_file=None, broker_url="")
+    embedded = WorkerSettings(_env_file=None, broker_url="")
     assert embedded.effective_result_backend == "" and embedded.masked()["result_backend"] == ""
 
 

@@ -20,7 +20,9 @@ from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.scope import in_scope, scope_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from pipeline.store.vector import load_tree
+from workers.settings import WorkerSettings
 
 
 def _link(mid, ns="a", ctype="code", topics=(), concepts=()):
@@ -193,8 +195,8 @@ def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, se
     closed after. Returns the settings and each memory's tree topics (leaf and ancestors)."""
     # audit rows are not what is tested here; without them nothing writes into
     # data_dir in the background while the temporary directory is removed
-    settings = Settings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
-    store = Store.open(settings.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64)
+    settings = WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
+    store = Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64)
     try:
         parsed = ingest.parse_lines([json.dumps(r) for r in records], settings.limits)
         ingest.validate(parsed, store, skip_invalid=False)
@@ -239,11 +241,11 @@ def _check_store(records: list[dict], qs: list[dict]) -> int:
     from workers import api, resources
 
     seen = 0
-    before = resources.settings()
+    before = resources.current().settings()
     with tempfile.TemporaryDirectory() as tmp:
         settings, membership = _ingest(Path(tmp), records)
         tree_keys = sorted(set().union(*membership.values()))
-        resources.configure(settings)
+        resources.current().configure(settings)
         try:
             by_id = {r["id"]: r for r in records}
             for q in qs:
@@ -251,7 +253,7 @@ def _check_store(records: list[dict], qs: list[dict]) -> int:
                 out = api.search(q["text"], max_units=100, **_options(q))
                 seen += _check_answer(out, q, by_id, membership)
         finally:
-            resources.configure(before)  # closes the store; points back where it was
+            resources.current().configure(before)  # closes the store; points back where it was
     return seen
 
 
@@ -288,13 +290,13 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
     from workers import audit as worker_audit
 
     checked = 0
-    before = resources.settings()
+    before = resources.current().settings()
     with tempfile.TemporaryDirectory() as tmp:
         settings, membership = _ingest(Path(tmp), records)
         if audit:
             settings = settings.replace(audit_enabled=True)
         tree_keys = sorted(set().union(*membership.values()))
-        resources.configure(settings)
+        resources.current().configure(settings)
         try:
             by_id = {r["id"]: r for r in records}
             asks = [_resolve(q, tree_keys) for q in qs]
@@ -319,7 +321,7 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
                         assert o["scope"]["concepts"] == sorted(set(q["concepts"]))
                         assert [s["id"] for s in row.sources] == [r.id for r in out.results]
         finally:
-            resources.configure(before)
+            resources.current().configure(before)
     return checked
 
 

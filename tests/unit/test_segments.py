@@ -130,7 +130,7 @@ def test_forgotten_memories_leave_results_links_and_after_compaction_the_files(e
     assert api.get(["new", "old"])[0]["id"] == "old"
     api.forget("old")
     assert api.get(["old"]) == []
-    compact(resources.settings(), wait=True)
+    compact(resources.current().settings(), wait=True)
     for path in (embedded.data_dir / "segments").glob("base-*.duckdb"):
         assert b"SECRET_TOKEN_42" not in path.read_bytes()
     assert api.search("SECRET_TOKEN_42", mode="keyword").results == []
@@ -374,7 +374,9 @@ def test_a_write_delivered_twice_is_published_once(settings):
 
 
 def test_the_ingest_tasks_use_their_task_id_as_the_write_id(settings, embedded):
-    from workers.tasks import forget_task, remember_task
+    from workers.app import get_app
+
+    remember_task, forget_task = get_app().tasks["ingest.remember"], get_app().tasks["ingest.forget"]
 
     rec = {"id": "t1", "namespace": "n", "content": "a memory sent twice"}
     remember_task.apply(args=[[rec]], task_id="same-message")

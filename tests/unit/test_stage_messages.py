@@ -9,7 +9,9 @@ import pytest
 from pipeline.contracts import Batch, make_query
 from pipeline.errors import InputError, StageError
 from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, STAGES, VECTOR_LEG
-from workers.tasks import STAGE_TASKS
+from workers.app import get_app
+
+STAGE_TASKS = {name: get_app().tasks[name] for name in STAGES}
 
 
 def test_every_declared_stage_is_a_registered_task():

@@ -15,6 +15,7 @@ from pipeline.embedders import HashEmbedder
 from pipeline.settings import TreeSettings
 from pipeline.store import ingest
 from pipeline.store.database import Store
+from pipeline.store.segments import store_path
 from pipeline.store.vector import ROOT, Tree, drop_stale_words, load_tree, namespace_key, save_namespaces
 from pipeline.store.vector.tree import spherical_kmeans
 
@@ -395,7 +396,7 @@ def test_ingested_tree_loads_back_as_built(small_tree_settings):
     s = small_tree_settings
     records = _records({"alpha": 70, "beta": 25})
     emb = HashEmbedder(64)
-    with Store.open(s.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+    with Store.open(store_path(s.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
         ingest.ingest_records(store, records, emb, s)
         loaded = load_tree(store.con, s.tree)
     # the same tree, built here directly from the same vectors and texts
@@ -415,7 +416,7 @@ def test_save_namespaces_round_trips_a_changed_tree(small_tree_settings):
     s = small_tree_settings
     records = _records({"alpha": 40, "beta": 20})
     emb = HashEmbedder(64)
-    with Store.open(s.store_path, read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+    with Store.open(store_path(s.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
         ingest.ingest_records(store, records, emb, s)
         tree = load_tree(store.con, s.tree)
         # change alpha in memory: drop ten memories (rows stay in the memories table;

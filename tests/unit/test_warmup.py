@@ -1,4 +1,4 @@
-"""What a worker loads before it consumes (resources.warm), the ready line it
+"""What a worker loads before it consumes (resources.current().warm), the ready line it
 logs (workers/warmup.py), and that a forked pool process starts without its
 parent's DuckDB connection."""
 
@@ -15,18 +15,18 @@ from workers.cli.common import ingest_file
 def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
     ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": f"m{i}", "namespace": "a", "content": f"memory {i}"}
                                                    for i in range(5)]), embedded, progress=False)
-    loaded = dict(resources.warm(["embed", "search", "audit"]))
+    loaded = dict(resources.current().warm(["embed", "search", "audit"]))
     assert set(loaded) == {"query embedder hash-64 (64-d)", "the descent's compiled loops",
                            "store version 1 with its vector index (5 memories) and full-text postings (0.0 MiB)",
                            "DuckDB's parameter binding"}
-    assert resources.snapshot().postings() is not None  # loaded, held for the first query
+    assert resources.current().snapshot().postings() is not None  # loaded, held for the first query
     assert all(seconds >= 0 for seconds in loaded.values())
-    assert [what for what, _ in resources.warm(["audit"])] == ["DuckDB's parameter binding"]
-    assert resources.warm(["other"]) == []
+    assert [what for what, _ in resources.current().warm(["audit"])] == ["DuckDB's parameter binding"]
+    assert resources.current().warm(["other"]) == []
 
 
 def test_search_before_any_store_says_so(embedded):
-    (kernels, _), (what, _) = resources.warm(["search"])
+    (kernels, _), (what, _) = resources.current().warm(["search"])
     assert kernels == "the descent's compiled loops"
     assert what.startswith("no store in ") and "yet" in what
 
@@ -63,15 +63,15 @@ def test_reports_are_read_until_every_process_answered_or_the_timeout():
 def test_a_forked_child_does_not_inherit_the_store_connection(embedded, tmp_path):
     ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": "m1", "namespace": "a", "content": "one"}]),
                 embedded, progress=False)
-    parent_store = resources.store()
+    parent_store = resources.current().store()
     assert parent_store is not None
     pid = os.fork()
     if pid == 0:  # the child: its own connection, never the parent's
-        code = 0 if resources._reader is None and resources.store() is not parent_store else 1
+        code = 0 if resources.current()._reader is None and resources.current().store() is not parent_store else 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert resources.store() is parent_store  # the parent's is untouched
+    assert resources.current().store() is parent_store  # the parent's is untouched
 
 
 def test_an_ingest_worker_loads_the_query_embedder_and_a_big_batch_the_bulk_one(embedded, monkeypatch):
@@ -87,9 +87,9 @@ def test_an_ingest_worker_loads_the_query_embedder_and_a_big_batch_the_bulk_one(
         made.append(bulk)
         return HashEmbedder(64)
 
-    monkeypatch.setattr(resources, "_embedders", {})
+    monkeypatch.setattr(resources.current(), "_embedders", {})
     monkeypatch.setattr(resources, "make_embedder", make)
-    assert [what for what, _ in resources.warm(["ingest"])] == ["query embedder hash-64 (64-d)",
+    assert [what for what, _ in resources.current().warm(["ingest"])] == ["query embedder hash-64 (64-d)",
                                                                 "DuckDB's parameter binding"]
     batch = embedded.embed_batch_size
     remember([{"id": "one", "namespace": "a", "content": "a single memory"}])
@@ -107,7 +107,7 @@ def test_the_first_bound_duckdb_parameter_is_paid_at_warm_up():
     import sys
 
     code = ("import sys; from workers import resources; assert 'pandas' not in sys.modules; "
-            "resources.warm(['audit']); print('pandas' in sys.modules)")
+            "resources.current().warm(['audit']); print('pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"

@@ -29,7 +29,7 @@ from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
 from workers.api import forget, search
-from workers.app import QUEUES, app
+from workers.app import QUEUES, get_app
 from workers.supervise import supervise
 
 from .common import (
@@ -519,7 +519,7 @@ def cmd_worker(args) -> int:
         warnings.filterwarnings("ignore", message="You're running the worker with superuser privileges")
         logging.getLogger("dimple.worker").warning(
             "running as root: run workers as an unprivileged user (SECURITY.md, 'Operator duties')")
-    app.worker_main(argv)
+    get_app().worker_main(argv)
     return 0
 
 
@@ -544,7 +544,7 @@ def cmd_flower(args) -> int:
     need_broker(settings)
     argv = flower_argv(settings, args.insecure)
     try:
-        app.start(argv)
+        get_app().start(argv)
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

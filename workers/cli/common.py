@@ -23,7 +23,6 @@ from pipeline.errors import (
     StageError,
     StoreError,
 )
-from pipeline.settings import get_settings
 from pipeline.store import ingest, segments, writes
 from pipeline.store.compact import compact
 from pipeline.store.reader import Reader
@@ -31,9 +30,9 @@ from pipeline.store.stats import store_stats
 from pipeline.store.writes import LiveView
 from workers import resources
 from workers.api import BROKER_DOWN, search
-from workers.app import START_WORKER, consumed_queues
+from workers.app import START_WORKER, consumed_queues, get_app
 from workers.celery_compat import stop_waiting
-from workers.tasks import ingest_batch
+from workers.settings import get_settings
 
 
 def cli_settings():
@@ -155,7 +154,7 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     if not settings.embedded:
         return
 
-    snap = resources.snapshot()
+    snap = resources.current().snapshot()
     if snap is None:
         raise no_store(settings)
     check_namespace(snap.namespaces(), options.get("namespace"))
@@ -163,8 +162,8 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     if asked:
         check_held("--content-type", "content type", content_types(snap), [asked] if isinstance(asked, str) else asked)
     if wants_vectors:
-        resources.index()
-        resources.embedder()
+        resources.current().index()
+        resources.current().embedder()
 
 
 def ingest_file(path: Path, settings, *, skip_invalid: bool = False, progress: bool = True,
@@ -212,7 +211,7 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
         batch = f"the batch of {_lines(start + 1, end)}"
         rest = f"nothing after it was sent ({_lines(end + 1, len(lines))})" if end < len(lines) else "it was the last"
         try:
-            handle = ingest_batch.apply_async(args=[chunk, start + 1, skip_invalid])
+            handle = get_app().tasks["ingest.batch"].apply_async(args=[chunk, start + 1, skip_invalid])
         except BROKER_DOWN as exc:
             raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
         try:
@@ -246,7 +245,7 @@ def replay_row(row) -> dict[str, Any]:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
 
 
-    settings = resources.settings()
+    settings = resources.current().settings()
     unlogged = settings.embedded and settings.audit_enabled
     if unlogged:
         workers.configure(settings.replace(audit_enabled=False))

@@ -24,25 +24,25 @@ from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
 from pipeline.evaluation.queries import read_qrels
-from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.textfiles import read_lines
 from workers import resources
 from workers.api import get, search, search_many
 from workers.audit import flush
+from workers.settings import WorkerSettings
 
 from .common import demo_settings, ingest_file, local_settings
 from .render import UNCOUNTED_LEGEND, format_explain, format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
 
-def build_demo_store(settings: Settings, rebuild: bool = False) -> dict[str, Path]:
+def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
 
 
     files = write_demo(settings.data_dir / "files")
     if rebuild:
-        resources.close_store()
+        resources.current().close_store()
         segments.drop_all(settings.data_dir)
     if not segments.exists(settings.data_dir):
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
@@ -64,7 +64,7 @@ SHOWN = 3  # results printed per showcase query
 MAX_CHAIN = 10  # supersession links followed to spell out a promotion's chain
 
 
-def run_demo(settings: Settings, rebuild: bool = False) -> int:
+def run_demo(settings: WorkerSettings, rebuild: bool = False) -> int:
 
 
     # The demo prints its own summary; one INFO line per query (225 of them)
@@ -101,7 +101,7 @@ def run_demo(settings: Settings, rebuild: bool = False) -> int:
     for res in shown[:1]:
         _audit_trail(settings, res)
 
-    print(f"quality on the demo set ({len(queries)} judged queries, {settings.store_path}; "
+    print(f"quality on the demo set ({len(queries)} judged queries, {segments.store_path(settings.data_dir)}; "
           f"supersession {_default_supersession()}):")
     print(f"  {'mode':<9} {'nDCG@10':>8} {'R@5':>6} {'R@10':>6} {'MRR@10':>7} {'queries/s':>10}")
     for mode, f in figures.items():
@@ -272,7 +272,7 @@ def _supersedes(mid: str) -> list[str]:
     return [old for memory in get([mid]) for old in memory.get("supersedes", [])]
 
 
-def _audit_trail(settings: Settings, res) -> None:
+def _audit_trail(settings: WorkerSettings, res) -> None:
     """One showcase query's audit row, as ``dimple audit explain`` prints it."""
     if res is None:
         return

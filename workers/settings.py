@@ -1,0 +1,142 @@
+"""The settings of a dimple process: the pipeline's (``pipeline.settings``,
+retrieval and store) and, here, the broker, worker, task, Flower and audit
+worker knobs.
+
+One ``WorkerSettings`` object is read once per process from the environment
+(prefix ``DIMPLE_``, nested delimiter ``__``, an optional ``.env``: the same
+names for both parts) and passed down; the pipeline sees it as its
+``Settings``. ``python -m workers.settings_doc`` writes the reference,
+docs/SETTINGS.md, from both models.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from pipeline.settings import Settings
+
+LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+
+class WorkerSettings(Settings):
+    """Effective configuration of one dimple process: the pipeline's settings
+    and the broker, workers, tasks, Flower and the audit worker."""
+
+    broker_url: SecretStr = Field(
+        SecretStr(""), description="Celery broker, e.g. `redis://:password@host:6379/0`; empty: embedded (in-process)"
+    )
+    result_backend: SecretStr = Field(SecretStr(""), description="Celery result backend; empty: the broker URL")
+    task_timeout_s: float = Field(120.0, gt=0, description="how long `search` (a caller) waits for a query's result")
+    # Not task_timeout_s: a batch's cost follows the store, not the batch (BENCHMARKS.md,
+    # "Ingest freshness": ~47 s at 100k memories, ~450 s at 1M), far past a query's wait.
+    ingest_batch_timeout_s: float | None = Field(
+        None, gt=0,
+        description="how long `dimple ingest --via-broker` waits for each batch; "
+                    "unset: task_time_limit_s + 60 (by then its worker has stopped a batch that was running)",
+    )
+
+    flower_user: str = Field("", description="Flower basic-auth user (required, with the password, unless `--insecure`)")
+    flower_password: SecretStr = Field(SecretStr(""), description="Flower basic-auth password")
+    flower_address: str = Field("127.0.0.1", description="interface Flower listens on")
+    flower_port: int = Field(5555, ge=1, le=65535, description="port Flower listens on")
+    worker_concurrency: int = Field(0, ge=0, description="processes per `dimple worker`; 0: one per core")
+    worker_prefetch_multiplier: int = Field(
+        1, ge=1, le=64, description="messages each worker process reserves ahead (1: a long batch never holds a query back)"
+    )
+    # The ready line waits for it; 1M memories' index loads in ~20-30 s on a busy 2-core machine.
+    worker_warmup_timeout_s: float = Field(
+        300.0, gt=0,
+        description="how long a worker process may take to load what its queues need (model, store index) "
+                    "before the worker starts without it; a replacement process slower than this is killed",
+    )
+    task_soft_time_limit_s: int = Field(300, ge=1, description="a task is interrupted with an error after this long")
+    task_time_limit_s: int = Field(360, ge=1, description="a task's worker process is replaced after this long")
+    visibility_timeout_s: int = Field(
+        6, ge=1,
+        description="a message held by a worker that stopped renewing its lease (killed, lost) goes back "
+                    "on its queue after this long",
+    )
+    log_level: str = Field(
+        "INFO",
+        description="log level of `dimple worker` and `dimple flower` (the `hybrid.search` line is INFO); "
+                    "other commands show warnings (`-v`: INFO)",
+    )
+
+    audit_max_retries: int = Field(8, ge=0, le=100, description="`audit.write` retries before dead-lettering")
+    audit_backoff_base_s: float = Field(
+        1.0, gt=0, description="first `audit.write` retry delay: base x 2^retry, jittered, capped at audit_backoff_max_s"
+    )
+    audit_backoff_max_s: float = Field(60.0, gt=0, description="cap of the exponential `audit.write` retry backoff")
+    audit_hold_idle_ms: int = Field(
+        500, ge=0,
+        description="the audit writer keeps `audit.duckdb` open between writes and closes it after this long "
+                    "without writes, at once when a `dimple audit` reader is waiting (0: after each write)",
+    )
+    audit_hold_max_ms: int = Field(
+        5000, ge=0,
+        description="... and after this long open (0 with audit_hold_idle_ms 0: open and close per write)",
+    )
+    # Live workers renew the lease on what they hold (workers/leases.py), so this bounds how
+    # long a lost worker's messages stay away, not how long a task may run.
+    audit_outbox_after_s: float = Field(
+        5.0, gt=0,
+        description="the audit worker writes from the outbox (disk) any row whose `audit.write` message has not "
+                    "done so after this long (the message was lost with Redis, or with a killed worker)",
+    )
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        name = value.strip().upper()
+        if name not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return name
+
+    @model_validator(mode="after")
+    def _soft_limit_first(self) -> WorkerSettings:
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
+        return self
+
+    @property
+    def ingest_batch_wait_s(self) -> float:
+        """Seconds ``dimple ingest --via-broker`` waits for each batch (``ingest_batch_timeout_s``)."""
+        if self.ingest_batch_timeout_s is not None:
+            return self.ingest_batch_timeout_s
+        return self.task_time_limit_s + 60.0
+
+    @property
+    def embedded(self) -> bool:
+        return not self.broker_url.get_secret_value()
+
+    @property
+    def effective_result_backend(self) -> str:
+        """The result backend Celery uses: ``result_backend``, else the broker URL (empty when embedded)."""
+        return self.result_backend.get_secret_value() or self.broker_url.get_secret_value()
+
+    def masked(self) -> dict[str, Any]:
+        """Settings as JSON-able data with every secret and URL password masked
+        (``result_backend`` is the effective one)."""
+        data = self.model_dump(mode="json")
+        data["broker_url"] = mask_url(self.broker_url.get_secret_value())
+        data["result_backend"] = mask_url(self.effective_result_backend)  # as used, not as set
+        data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
+        return data
+
+
+def mask_url(url: str) -> str:
+    """Hide the password of a URL such as ``redis://:pw@host:6379/0``, and one
+    given as a query parameter (``redis://host:6379/0?password=pw``, which
+    redis-py and kombu read too)."""
+    url = re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
+    return re.sub(r"([?&](?:password|sentinel_password)=)[^&#]*", r"\1****", url, flags=re.IGNORECASE)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> WorkerSettings:
+    """The process-wide settings, built once."""
+    return WorkerSettings()
