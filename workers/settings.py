@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from typing import Any
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -30,6 +31,12 @@ class WorkerSettings(Settings):
         SecretStr(""), description="Celery broker, e.g. `redis://:password@host:6379/0`; empty: embedded (in-process)"
     )
     result_backend: SecretStr = Field(SecretStr(""), description="Celery result backend; empty: the broker URL")
+    broker_password: SecretStr = Field(
+        SecretStr(""),
+        description="the broker's password, given apart from `DIMPLE_BROKER_URL` (which then holds none): dimple "
+                    "puts it into the broker URL, and a Redis result backend's, URL-encoded, so any character works "
+                    "(the compose file passes DIMPLE_REDIS_PASSWORD here)",
+    )
     task_timeout_s: float = Field(120.0, gt=0, description="how long `search` (a caller) waits for a query's result")
     # Not task_timeout_s: a batch's cost follows the store, not the batch (BENCHMARKS.md,
     # "Ingest freshness": ~47 s at 100k memories, ~450 s at 1M), far past a query's wait.
@@ -102,6 +109,19 @@ class WorkerSettings(Settings):
             raise ValueError("task_soft_time_limit_s must be below task_time_limit_s")
         return self
 
+    @model_validator(mode="after")
+    def _password_into_urls(self) -> WorkerSettings:
+        password = self.broker_password.get_secret_value()
+        if not password:
+            return self
+        if not self.broker_url.get_secret_value():
+            raise ValueError("broker_password is set but broker_url is empty (embedded): set both, or neither")
+        self.broker_url = SecretStr(with_password(self.broker_url.get_secret_value(), password, "broker_url"))
+        backend = self.result_backend.get_secret_value()
+        if backend.startswith(("redis://", "rediss://")):
+            self.result_backend = SecretStr(with_password(backend, password, "result_backend"))
+        return self
+
     @property
     def ingest_batch_wait_s(self) -> float:
         """Seconds ``dimple ingest --via-broker`` waits for each batch (``ingest_batch_timeout_s``)."""
@@ -125,7 +145,22 @@ class WorkerSettings(Settings):
         data["broker_url"] = mask_url(self.broker_url.get_secret_value())
         data["result_backend"] = mask_url(self.effective_result_backend)  # as used, not as set
         data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
+        data["broker_password"] = "****" if self.broker_password.get_secret_value() else ""
         return data
+
+
+def with_password(url: str, password: str, name: str) -> str:
+    """``url`` with ``password`` in its user part, percent-encoded (kombu and
+    redis-py decode it); a URL that already holds that password is kept, one
+    that holds another is an error naming ``name``."""
+    parts = urlsplit(url)
+    if parts.password is not None:
+        if unquote(parts.password) == password:
+            return url
+        raise ValueError(f"{name} holds a password other than broker_password: give it in one place")
+    user = quote(unquote(parts.username), safe="") if parts.username else ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
 
 
 def mask_url(url: str) -> str:

@@ -106,3 +106,16 @@ def test_environment_names_are_real_settings():
         for key in svc.get("environment", {}):
             if key.startswith("DIMPLE_"):
                 assert key.split("__")[0] in fields, (name, key)
+
+
+def test_the_redis_password_reaches_dimple_apart_from_the_url():
+    """A password with `@ / : #` cannot be pasted into a URL: compose passes it as
+    DIMPLE_BROKER_PASSWORD, and the settings encode it into the URL they use."""
+    doc = _doc()
+    env = doc["services"]["worker-ingest"]["environment"]
+    assert env["DIMPLE_BROKER_URL"] == "redis://redis:6379/0"
+    assert env["DIMPLE_BROKER_PASSWORD"].startswith("${DIMPLE_REDIS_PASSWORD:?")
+    assert "DIMPLE_REDIS_PASSWORD" in " ".join(doc["services"]["redis"]["command"])
+    settings = WorkerSettings(_env_file=None, broker_url=env["DIMPLE_BROKER_URL"], broker_password="p@ss/w:rd#?%")
+    assert settings.broker_url.get_secret_value() == "redis://:p%40ss%2Fw%3Ard%23%3F%25@redis:6379/0"
+    assert "p@ss" not in json.dumps(settings.masked())
