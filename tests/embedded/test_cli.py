@@ -160,6 +160,16 @@ def test_a_budget_that_cuts_everything_says_so_not_no_results(cli_store, capsys)
     assert first.startswith("no results for 'billing' (hybrid): the maxChars budget (limit 3) cut all ")
 
 
+def test_a_keyword_query_of_stopwords_gets_a_hint(cli_store, capsys):
+    capsys.readouterr()
+    assert main(["search", "the second one", "--mode", "keyword"]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("no results for 'the second one' (keyword)")
+    assert "hint: every word of 'the second one' is a stopword (DIMPLE_FULLTEXT__STOPWORDS=english)" in out.err
+    assert main(["search", "billing", "--mode", "keyword"]) == 0  # a query with a term: no hint
+    assert "hint:" not in capsys.readouterr().err
+
+
 def test_many_namespaces_are_not_all_listed():
     from pipeline.errors import InputError
     from workers.cli.common import check_namespace

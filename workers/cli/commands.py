@@ -26,8 +26,10 @@ from pipeline.audit.letters import drain_outbox
 from pipeline.contracts import parse_leg_weights
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
 from pipeline.store.compact import compact
+from pipeline.store.fulltext import query_terms
 from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
+from workers import resources
 from workers.api import forget, search
 from workers.app import QUEUES, get_app
 from workers.supervise import supervise
@@ -397,7 +399,21 @@ def cmd_search(args) -> int:
         print(results.model_dump_json(indent=2))
     else:
         print(format_results(results))
+        if not results.results and results.legs.get("fts", {}).get("ran") and settings.embedded \
+                and not _query_terms(settings, args.query):
+            print(f"hint: every word of {args.query!r} is a stopword (DIMPLE_FULLTEXT__STOPWORDS="
+                  f"{settings.fulltext.stopwords}), which the full-text leg leaves out; the vector leg "
+                  "(--mode hybrid or semantic) still reads it", file=sys.stderr)
     return 0
+
+
+def _query_terms(settings, text: str) -> list[str]:
+    """The terms the full-text leg searches for ``text`` (its tokenizer,
+    stopwords and stemmer), read from this process's store."""
+    with resources.current().view() as view:
+        if view is None or view.cursor is None:
+            return [text]  # no index to ask: no hint
+        return query_terms(view.cursor, text, settings.fulltext)
 
 
 # -- audit ---------------------------------------------------------------------------
