@@ -430,7 +430,7 @@ def test_dataset_evals_run_embedded_on_their_own_store_when_a_broker_is_set(cli_
     """The demo set's store is built here: through a broker (here one that
     answers nothing) the workers' store would be queried and score zero. The
     run stays embedded, says so, and scores the demo set as without a broker."""
-    from pipeline.settings import get_settings
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://127.0.0.1:1/0")
     get_settings.cache_clear()
