@@ -6,7 +6,8 @@ memory id with its ranks and scores; never a memory's content. A forgotten
 memory can still be read there: its id in the rows that served it, and its
 words in query texts that quoted them. ``purge`` deletes every row that holds
 one of the given ids or texts anywhere (query text, options, profile, served
-ids), ignoring case, from the log, the outbox and the dead letters, then
+ids: an id as a whole value or word, a text ignoring case; never by the
+row's own query id), from the log, the outbox and the dead letters, then
 writes the log to a fresh file that replaces it: DuckDB keeps deleted rows in
 free blocks of a file it updates in place.
 
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline.audit.letters import OUTBOX_NAME, _put_json
-from pipeline.audit.writer import knocking
+from pipeline.audit.writer import knock_path, knocking
 from pipeline.errors import InputError
 from pipeline.store.database import one
 from pipeline.store.segments import fsync_dir, fsync_file
@@ -38,7 +41,10 @@ class PurgeReport:
 
 
 class _Needles:
-    """What a row must not hold: each id or text, as written and as JSON escapes it, in lower case."""
+    """What a row must not hold: a memory id as a whole value or a whole word
+    (``m1`` is not in ``m10``), case as written; a text anywhere, ignoring
+    case. The row's own ``query_id`` is not searched (a needle such as ``7``
+    would match most uuids)."""
 
     def __init__(self, ids: list[str], texts: list[str]):
         for field, values in (("ids", ids), ("texts", texts)):
@@ -47,11 +53,30 @@ class _Needles:
                     raise InputError(f"{field}[{i}]", "must be a non-empty string")
         if not ids and not texts:
             raise InputError("ids", "name at least one memory id or text to purge")
-        self.needles = sorted({form for v in ids + texts for form in (v.lower(), json.dumps(v)[1:-1].lower())})
+        self.ids = [re.compile(r"(?<![\w.-])" + re.escape(v) + r"(?![\w.-])") for v in ids]
+        self.texts = [v.lower() for v in texts]
 
-    def found_in(self, text: str) -> bool:
-        low = text.lower()
-        return any(n in low for n in self.needles)
+    def found_in(self, data: Any) -> bool:
+        """Whether any string in ``data`` (a row or letter as JSON data) holds a needle."""
+        for text in _strings(data):
+            low = text.lower()
+            if any(t in low for t in self.texts) or any(p.search(text) for p in self.ids):
+                return True
+        return False
+
+
+def _strings(data: Any) -> Iterator[str]:
+    """Every string in JSON data, keys and values, ``query_id`` fields left out."""
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            if key != "query_id":
+                yield str(key)
+                yield from _strings(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _strings(value)
 
 
 def purge(audit_path: Path, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
@@ -80,11 +105,11 @@ def _purge_outbox(folder: Path, needles: _Needles) -> int:
         except ValueError:
             data = None
         records: list[Any] = data.get("records", []) if isinstance(data, dict) else []
-        keep = [r for r in records if not needles.found_in(json.dumps(r, default=repr))]
+        keep = [r for r in records if not needles.found_in(r)]
         if data is None or not keep:
             dropped += len(records)
             path.unlink(missing_ok=True)
-        elif len(keep) < len(records):
+        elif len(keep) < len(records) and path.exists():  # not taken by its message meanwhile
             dropped += len(records) - len(keep)
             _put_json(path, {**data, "records": keep})
     return dropped
@@ -97,38 +122,65 @@ def _purge_letters(folder: Path, needles: _Needles) -> int:
             text = path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             continue
-        if needles.found_in(text):
+        try:
+            data: Any = json.loads(text)
+        except ValueError:
+            data = text  # not JSON (a damaged letter): searched as text
+        if needles.found_in(data):
             path.unlink(missing_ok=True)
             removed += 1
     return removed
 
 
-_ROW_TEXT = ("SELECT query_id, concat_ws(' ', query_id, query_text, options::VARCHAR, query_profile::VARCHAR, "
-             "sources::VARCHAR, truncation::VARCHAR) FROM retrieval_log")
+_ROWS = ("SELECT query_id, query_text, options::VARCHAR, query_profile::VARCHAR, sources::VARCHAR, "
+         "truncation::VARCHAR FROM retrieval_log")
+
+
+def _row_data(row: tuple) -> list[Any]:
+    """A log row's searchable fields as JSON data (its JSON columns parsed)."""
+    out: list[Any] = [row[1]]
+    for text in row[2:]:
+        try:
+            out.append(json.loads(text) if text is not None else None)
+        except ValueError:
+            out.append(text)
+    return out
 
 
 def _purge_log(path: Path, needles: _Needles) -> int:
     fresh = path.with_name(path.name + ".purge")
     for stale in (fresh, fresh.with_name(fresh.name + ".wal")):
         stale.unlink(missing_ok=True)
-    with knocking(path, read_only=False) as con:
-        if not one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'retrieval_log'")[0]:
-            return 0
-        doomed = [qid for qid, text in con.execute(_ROW_TEXT).fetchall() if needles.found_in(text)]
-        if not doomed:
-            return 0
-        con.execute("DELETE FROM retrieval_log WHERE query_id IN (SELECT unnest(?))", [doomed])
-        con.execute("CHECKPOINT")  # nothing left in the WAL beside the file that goes
-        name = one(con, "SELECT current_database()")[0]
-        # ATTACH takes no parameters: the path is ours (the audit dir), quoted
-        con.execute("ATTACH '" + str(fresh).replace("'", "''") + "' AS purged")
-        try:
-            con.execute('COPY FROM DATABASE "' + name.replace('"', '""') + '" TO purged')
-        finally:
-            con.execute("DETACH purged")
+    knock = knock_path(path)
+    try:
+        _touch(knock)  # audit writers stay away for the whole purge, the file's replacement included
+        with knocking(path, read_only=False) as con:
+            if not one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'retrieval_log'")[0]:
+                return 0
+            doomed = [row[0] for row in con.execute(_ROWS).fetchall() if needles.found_in(_row_data(row))]
+            if not doomed:
+                return 0
+            con.execute("DELETE FROM retrieval_log WHERE query_id IN (SELECT unnest(?))", [doomed])
+            con.execute("CHECKPOINT")  # nothing left in the WAL beside the file that goes
+            name = one(con, "SELECT current_database()")[0]
+            # ATTACH takes no parameters: the path is ours (the audit dir), quoted
+            con.execute("ATTACH '" + str(fresh).replace("'", "''") + "' AS purged")
+            try:
+                con.execute('COPY FROM DATABASE "' + name.replace('"', '""') + '" TO purged')
+            finally:
+                con.execute("DETACH purged")
+        # the old file closed (its WAL checkpointed) before the purged one takes its name
+        _touch(knock)
         fsync_file(fresh)
-        # replaced while the old file is still held (its lock kept writers
-        # out until now): the next writer opens the purged file
         os.replace(fresh, path)
         fsync_dir(path.parent)
-    return len(doomed)
+        return len(doomed)
+    finally:
+        knock.unlink(missing_ok=True)
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.touch()
+    except OSError:
+        pass  # no write access: the writer's bounded hold is waited out instead

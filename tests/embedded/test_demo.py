@@ -71,8 +71,8 @@ def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, t
 def test_dimple_demo_runs_embedded_on_its_own_store_when_a_broker_is_set(embedded, monkeypatch, capsys):
     """With DIMPLE_BROKER_URL exported (here a broker that answers nothing) the
     demo still queries its own store in this process, and says so on stderr."""
-    from workers.settings import get_settings
     from workers.cli import main
+    from workers.settings import get_settings
 
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")

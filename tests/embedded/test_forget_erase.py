@@ -185,6 +185,20 @@ def test_audit_purge_clears_log_outbox_and_dead_letters_and_the_log_stays_whole(
     assert pa.purge(log, outbox, letters, [SECRET_ID]).rows == 0
 
 
+def test_audit_purge_takes_an_id_whole_and_never_matches_query_ids(tmp_path):
+    """``purge m1`` removes the rows that served m1, not those that served m10,
+    and a short id never matches the uuid of a row's own query id."""
+    log, outbox, letters = tmp_path / "audit.duckdb", tmp_path / "audit-outbox", tmp_path / "audit-dead-letters"
+    rows = [_row("7f00aa7b", "about m1", ["m1"]), _row("77777777", "another", ["m10", "m2"]),
+            _row("a7a7a7a7", "deploy", ["m3"])]
+    assert pa.write_records(log, rows) == 3
+    assert pa.purge(log, outbox, letters, ["m1"]).rows == 1
+    assert [r.query_id for r in pa.tail(log, 10)] == ["a7a7a7a7", "77777777"]
+    assert pa.purge(log, outbox, letters, ["7"]).rows == 0  # in every query id, in no field
+    assert pa.purge(log, outbox, letters, [], ["DEPLOY"]).rows == 1  # a text, ignoring case
+    assert [r.query_id for r in pa.tail(log, 10)] == ["77777777"]
+
+
 def test_a_delta_written_while_an_erase_ran_goes_with_the_next_compaction(settings, monkeypatch):
     """A write during the compaction that erases is routed to the old base's
     topic keys, which may hold the forgotten word: the next compaction removes
