@@ -171,17 +171,28 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             now = segments.read_manifest(data_dir) or segments.Manifest()
             done = {d.seq for d in consumed}
+            left = [d for d in now.deltas if d.seq not in done]
             new = segments.Manifest(
                 version=now.version + 1, base=str(target.relative_to(data_dir)),
-                deltas=[d for d in now.deltas if d.seq not in done], next_seq=now.next_seq,
+                deltas=left, next_seq=now.next_seq,
                 compacted_base=start.base, consumed=consumed, recent_writes=now.recent_writes,
-                # the deltas written while the last erase ran were routed to
-                # that base's topic keys, which may hold a forgotten word: they
-                # go at once too
-                erased=bool(forget) or start.erased,
+                # the deltas written while an erase ran were routed to the old
+                # base's topic keys, which may hold a forgotten word: merging
+                # them erases too (their files go at once)
+                erased=bool(forget) or bool(done & set(start.erase_pending)),
+                erase_pending=sorted({d.seq for d in left} if forget
+                                     else {d.seq for d in left} & set(now.erase_pending)),
             )
             new.note_write(write_id)
             segments.publish(data_dir, new)
             removed = segments.remove_unreferenced(data_dir, new)
-    return CompactReport(version=new.version, base=new.base, merged_deltas=len(consumed), memories=len(records),
-                         forgotten=len(forget), removed=removed, seconds=time.perf_counter() - t0)
+    report = CompactReport(version=new.version, base=new.base, merged_deltas=len(consumed), memories=len(records),
+                           forgotten=len(forget), removed=removed, seconds=time.perf_counter() - t0)
+    if new.erase_pending:
+        # writes came in while this one erased: merge them now, so no file
+        # keeps a forgotten word past this compaction
+        after = compact(settings, wait=True)
+        report.version, report.base, report.removed = after.version, after.base, report.removed + after.removed
+        report.merged_deltas += after.merged_deltas
+        report.seconds = time.perf_counter() - t0
+    return report

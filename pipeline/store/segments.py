@@ -84,6 +84,10 @@ class Manifest:
     # next compaction; a reader still on ``compacted_base`` that had not read
     # them all loads the new base instead (``Reader._follow``)
     erased: bool = False
+    # seqs of deltas published while an erasing compaction ran: they were
+    # routed to the old base's topic keys, which may hold a forgotten word, so
+    # the compaction that merges them erases too (``compact``)
+    erase_pending: list[int] = field(default_factory=list)
     # [write id, version] of the last RECENT_WRITES writes that gave one (a
     # broker message's task id): a message delivered again after its write
     # was published is not applied twice (``note_write``)
@@ -106,8 +110,9 @@ class Manifest:
 
     def as_json(self) -> str:
         data = {"format": FORMAT, **asdict(self)}
-        if not self.erased:
-            del data["erased"]  # a manifest an earlier dimple still reads
+        for key in ("erased", "erase_pending"):
+            if not data[key]:
+                del data[key]  # a manifest an earlier dimple still reads
         return json.dumps(data, indent=1, sort_keys=True) + "\n"
 
     def files(self) -> set[str]:

@@ -199,25 +199,46 @@ def test_audit_purge_takes_an_id_whole_and_never_matches_query_ids(tmp_path):
     assert [r.query_id for r in pa.tail(log, 10)] == ["77777777"]
 
 
-def test_a_delta_written_while_an_erase_ran_goes_with_the_next_compaction(settings, monkeypatch):
+def test_a_delta_written_while_an_erase_ran_goes_with_the_same_compaction(settings, monkeypatch):
     """A write during the compaction that erases is routed to the old base's
-    topic keys, which may hold the forgotten word: the next compaction removes
-    it at once, not one compaction later."""
+    topic keys, which may hold the forgotten word: that compaction merges it
+    too before it returns (a second pass), so no file keeps the word."""
     from pipeline.store import compact as compaction
 
     write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
                                    {"id": "door", "namespace": "vault", "content": "it opens"}], settings))
     write(settings, forget=[SECRET_ID])
     relabel = compaction.relabel_topics
+    wrote = []
 
     def meanwhile(*args, **kwargs):
-        write(settings, parse_records([{"id": "during", "namespace": "vault", "content": "it opens too"}], settings))
+        if not wrote:  # the erasing pass only
+            wrote.append(write(settings, parse_records([{"id": "during", "namespace": "vault",
+                                                         "content": "it opens too"}], settings)))
         relabel(*args, **kwargs)
 
     monkeypatch.setattr(compaction, "relabel_topics", meanwhile)
-    compact(settings, wait=True)
+    done = compact(settings, wait=True)
     monkeypatch.undo()
-    assert traces(settings.data_dir, TOKEN) == ["segments/delta-00000004.json: zebraquokka91"]  # its route
-    compact(settings, wait=True)
+    assert wrote and wrote[0].delta is not None  # written as a delta while the erase ran
+    assert done.merged_deltas == 2  # the forget's delta, then (second pass) the one written meanwhile
     assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+    manifest = segments.read_manifest(settings.data_dir)
+    assert manifest.deltas == [] and manifest.erase_pending == []
     assert [m["id"] for m in get(settings, ["door", "during", SECRET_ID])] == ["door", "during"]
+
+
+def test_only_an_erasing_compaction_deletes_its_merged_deltas_at_once(settings):
+    """``erased`` describes the last compaction: after an erase, a compaction
+    with nothing forgotten keeps its merged deltas for readers still on the old
+    base, as every compaction did before."""
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   {"id": "door", "namespace": "vault", "content": "it opens"}], settings))
+    write(settings, forget=[SECRET_ID])
+    compact(settings, wait=True)
+    assert segments.read_manifest(settings.data_dir).erased
+    later = write(settings, parse_records([{"id": "later", "namespace": "vault", "content": "it shuts"}], settings))
+    compact(settings, wait=True)
+    manifest = segments.read_manifest(settings.data_dir)
+    assert not manifest.erased and [d.seq for d in manifest.consumed] == [later.delta]
+    assert (settings.data_dir / manifest.consumed[0].file).is_file()  # kept until the next compaction
