@@ -50,13 +50,15 @@ class Stack:
     run_dir: Path
     port: int = 0
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    log_start: dict[str, int] = field(default_factory=dict)  # a worker's log size when it was started
 
     @property
     def broker_url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ)
+        # this stack's redis-server has no password: one in the shell is not for it
+        env = {k: v for k, v in os.environ.items() if k != "DIMPLE_BROKER_PASSWORD"}
         env.update({"DIMPLE_BROKER_URL": self.broker_url, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         env.update(extra or {})
         return env
@@ -84,6 +86,7 @@ class Stack:
 
     def start_worker(self, name: str, queues: str, concurrency: int = 1, env: dict[str, str] | None = None) -> None:
         log = self.run_dir / f"{name}.log"
+        self.log_start[name] = log.stat().st_size if log.exists() else 0
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
              "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
@@ -95,7 +98,9 @@ class Stack:
 
     def start_cli_worker(self, name: str, queues: str, concurrency: int = 1, env: dict[str, str] | None = None) -> None:
         """A worker started the way ``dimple worker`` starts one; its output goes to ``NAME.log``."""
-        log = open(self.run_dir / f"{name}.log", "ab")
+        path = self.run_dir / f"{name}.log"
+        self.log_start[name] = path.stat().st_size if path.exists() else 0  # an earlier run's lines stay above
+        log = open(path, "ab")
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "workers.cli", "worker", "--queues", queues,
              "--concurrency", str(concurrency), "--name", f"{name}@%h"],
@@ -108,7 +113,11 @@ class Stack:
         log = self.run_dir / f"{name}.log"
         deadline = time.time() + timeout
         while time.time() < deadline:
-            text = log.read_text(errors="replace") if log.exists() else ""
+            text = ""
+            if log.exists():
+                with open(log, "rb") as f:
+                    f.seek(self.log_start.get(name, 0))  # this start's lines only
+                    text = f.read().decode(errors="replace")
             for line in text.splitlines():
                 if f"{name}@" in line and " ready: " in line:
                     return line

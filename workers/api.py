@@ -97,6 +97,7 @@ class _DecodesResults:
     id: str  # from AsyncResult / EagerResult
     sent_at: float | None = None  # monotonic time the canvas was sent
     deadline: float | None = None  # monotonic time its stages expire (DIMPLE_TASK_TIMEOUT_S after sending)
+    queues: tuple[str, ...] = ("embed", "search")  # the queues its canvas uses (no embed: keyword)
 
     def get(self, timeout: float | None = None, **kwargs: Any):
         try:
@@ -112,7 +113,7 @@ class _DecodesResults:
                 f"lost the broker or result backend while waiting for task {self.id}: {exc}") from None
         except CeleryTimeoutError:  # still waiting: get() may be called again
             raise QueryTimeoutError(f"no answer for task {self.id} {self._since(timeout)}; "
-                                    f"{_why_no_answer()}") from None
+                                    f"{_why_no_answer(self.queues)}") from None
         except DimpleError:
             self.release()
             raise
@@ -140,7 +141,6 @@ class _DecodesResults:
         """Stop waiting on this query's canvas; nothing to do embedded."""
 
 
-_QUERY_QUEUES = ("embed", "search")
 
 
 class _ConsumerCheck:
@@ -167,7 +167,7 @@ def _ask_consumers() -> set[str]:
     return consumed_queues()
 
 
-def _why_no_answer() -> str:
+def _why_no_answer(queues: tuple[str, ...]) -> str:
     """After a timeout only (an answered query never pays for it): which of
     the query's queues no worker consumes, asked once per few seconds however
     many batches timed out together."""
@@ -177,14 +177,14 @@ def _why_no_answer() -> str:
         try:
             consumed = _ask_consumers()
         except BROKER_DOWN as exc:
-            return (f"are workers running for the embed and search queues? (asking them failed: "
+            return (f"are workers running for the {' and '.join(queues)} queues? (asking them failed: "
                     f"{type(exc).__name__}: {exc})")
         _CONSUMERS.last = (app.conf.broker_url, time.monotonic(), consumed)
-    missing = [q for q in _QUERY_QUEUES if q not in consumed]
+    missing = [q for q in queues if q not in consumed]
     if missing:
         return (f"no worker is consuming the {' and '.join(repr(q) for q in missing)} queue"
                 f"{'s' if len(missing) > 1 else ''}; start: {'; '.join(START_WORKER[q] for q in missing)}")
-    return ("workers consume the embed and search queues but none answered in time "
+    return (f"workers consume the {' and '.join(queues)} queues but none answered in time "
             "(busy with other batches, or a stage is stuck: see their logs or Flower)")
 
 
@@ -243,6 +243,7 @@ def _dispatch(model: Batch, single: bool):
         out = SearchAsyncResult(res.id, app=app, parent=res.parent)
         out.broker, out.epoch, out.sent_at, out.deadline = broker, epoch, sent_at, sent_at + budget
     out.single = single
+    out.queues = ("embed", "search") if embed else ("search",)
     return out
 
 
@@ -442,8 +443,8 @@ def _send(name: str, *args: Any) -> WriteAsyncResult | EagerWriteResult:
 
 
 def _ingest_consumed(broker: str) -> bool:
-    """Whether a live worker consumes ``ingest``: one Redis read of the
-    workers' presence (``workers.presence``); when that says none (or cannot
+    """Whether a live worker consumes ``ingest``: the workers' presence in
+    Redis (``workers.presence``, two small commands); when that says none (or cannot
     tell), the workers are asked, as ``dimple ingest --via-broker`` asks them
     (a worker that has just started may not have announced itself yet)."""
     return bool(presence.consumes(broker, "ingest")) or "ingest" in _ask_consumers()

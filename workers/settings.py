@@ -34,7 +34,8 @@ class WorkerSettings(Settings):
     broker_password: SecretStr = Field(
         SecretStr(""),
         description="the broker's password, given apart from `DIMPLE_BROKER_URL` (which then holds none): dimple "
-                    "puts it into the broker URL, and a Redis result backend's, URL-encoded, so any character works "
+                    "puts it into the broker URL, and that of a result backend on the same Redis server, URL-encoded, "
+                    "so any character works "
                     "(the compose file passes DIMPLE_REDIS_PASSWORD here)",
     )
     task_timeout_s: float = Field(120.0, gt=0, description="how long `search` (a caller) waits for a query's result")
@@ -118,7 +119,8 @@ class WorkerSettings(Settings):
             raise ValueError("broker_password is set but broker_url is empty (embedded): set both, or neither")
         self.broker_url = SecretStr(with_password(self.broker_url.get_secret_value(), password, "broker_url"))
         backend = self.result_backend.get_secret_value()
-        if backend.startswith(("redis://", "rediss://")):
+        if backend.startswith(("redis://", "rediss://")) and _server(backend) == _server(self.broker_url.get_secret_value()):
+            # the broker's own Redis (another database of it): the same password
             self.result_backend = SecretStr(with_password(backend, password, "result_backend"))
         return self
 
@@ -147,6 +149,11 @@ class WorkerSettings(Settings):
         data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
         data["broker_password"] = "****" if self.broker_password.get_secret_value() else ""
         return data
+
+
+def _server(url: str) -> tuple[str | None, int | None]:
+    parts = urlsplit(url)
+    return parts.hostname, parts.port
 
 
 def with_password(url: str, password: str, name: str) -> str:

@@ -66,3 +66,22 @@ def test_stack_refuses_unknown_queue(tmp_path):
     assert out.returncode == 2
     assert "bogus not a queue" in out.stderr and "ingest" in out.stderr
     assert not list(tmp_path.glob("*.pid"))
+
+
+def test_a_ready_line_from_an_earlier_start_does_not_count(tmp_path):
+    """``stop`` keeps the logs; a second ``start`` in the same run dir waits
+    for this start's ready lines, not the last run's."""
+    from ops.stack import Stack
+
+    stack = Stack(tmp_path)
+    (tmp_path / "w-old.log").write_text("INFO dimple.worker w-old@host ready: queues embed; an earlier run\n")
+    stack.procs["w-old"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    stack.log_start["w-old"] = (tmp_path / "w-old.log").stat().st_size
+    try:
+        with pytest.raises(RuntimeError, match="logged no ready line within 1"):
+            stack.wait_for_ready("w-old", timeout=1)
+        with open(tmp_path / "w-old.log", "a") as log:
+            log.write("INFO dimple.worker w-old@host ready: queues embed; this run\n")
+        assert stack.wait_for_ready("w-old", timeout=5).endswith("this run")
+    finally:
+        stack.procs.pop("w-old").kill()

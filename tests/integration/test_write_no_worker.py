@@ -81,3 +81,36 @@ def test_a_write_finds_the_ingest_worker_without_asking(demo_store, stack, monke
     assert presence.consumes(stack.broker_url, "no-such-queue") is False
     monkeypatch.setattr(api, "consumed_queues", no_round_trip)
     assert remember({"id": "presence-1", "namespace": "presence", "content": "found at once"}).ids == ["presence-1"]
+
+
+def _until(check, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
+
+
+def test_an_ingest_worker_that_stops_consuming_leaves_the_roster(demo_store, stack):
+    """The RUNBOOK's drain (``cancel_consumer ingest``): writes are refused at
+    once again, as before presence; ``add_consumer`` brings it back."""
+    import socket
+
+    import workers
+    from pipeline.errors import NoWorkerError
+    from workers import presence
+    from workers.api import remember
+    from workers.app import get_app
+
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    node = [f"w-ingest@{socket.gethostname()}"]
+    assert presence.consumes(stack.broker_url, "ingest") is True
+    get_app().control.cancel_consumer("ingest", destination=node, reply=True)
+    try:
+        assert _until(lambda: presence.consumes(stack.broker_url, "ingest") is False, 4 * presence.EVERY_S)
+        with pytest.raises(NoWorkerError):
+            remember({"namespace": "drain", "content": "not while draining"})
+    finally:
+        get_app().control.add_consumer("ingest", destination=node, reply=True)
+    assert _until(lambda: presence.consumes(stack.broker_url, "ingest") is True, 4 * presence.EVERY_S)

@@ -4,6 +4,7 @@ under the environment names they always had."""
 
 from __future__ import annotations
 
+import pytest
 from pydantic import BaseModel
 
 from pipeline.settings import Settings
@@ -65,3 +66,17 @@ def test_both_parts_read_their_old_environment_names(monkeypatch):
 def test_a_copy_keeps_its_part(settings):
     assert type(settings.replace(rrf_k=5)) is WorkerSettings
     assert type(Settings(_env_file=None).replace(rrf_k=5)) is Settings
+
+
+def test_the_broker_password_goes_into_the_urls_of_the_broker_s_own_redis_only():
+    s = WorkerSettings(_env_file=None, broker_url="redis://h:6379/0", broker_password="p@ss/#",
+                       result_backend="redis://h:6379/1")
+    assert s.broker_url.get_secret_value() == "redis://:p%40ss%2F%23@h:6379/0"
+    assert s.result_backend.get_secret_value() == "redis://:p%40ss%2F%23@h:6379/1"
+    other = s.replace(result_backend="redis://elsewhere:6379/1")
+    assert other.result_backend.get_secret_value() == "redis://elsewhere:6379/1"  # not its password to send
+    assert s.replace(task_timeout_s=3).broker_url == s.broker_url  # applied once, whatever is re-read
+    with pytest.raises(ValueError, match="a password other than broker_password"):
+        WorkerSettings(_env_file=None, broker_url="redis://:else@h:6379/0", broker_password="p")
+    with pytest.raises(ValueError, match="broker_url is empty"):
+        WorkerSettings(_env_file=None, broker_password="p")

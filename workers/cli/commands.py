@@ -32,6 +32,7 @@ from pipeline.store.stats import store_stats
 from workers import resources
 from workers.api import forget, search
 from workers.app import QUEUES, get_app
+from workers.audit import flush as flush_audit
 from workers.supervise import supervise
 
 from .common import (
@@ -490,11 +491,8 @@ def cmd_audit_retry(args) -> int:
 
 
 def cmd_audit_purge(args) -> int:
-    from pipeline import audit
-    from workers.audit import flush
-
     settings = cli_settings()
-    flush()  # rows this process still holds go in first, and its writer lets go of the log
+    flush_audit()  # rows this process still holds go in first, and its writer lets go of the log
     done = audit.purge(settings.audit_path, settings.audit_outbox_dir, settings.dead_letter_dir, args.ids, args.text)
     print(f"purged {done.rows} audit row(s) from {settings.audit_path}"
           + (" (the file written afresh)" if done.rows else "")
@@ -562,10 +560,14 @@ def cmd_flower(args) -> int:
     try:
         get_app().start(argv)
     except OSError as exc:
-        if exc.errno != errno.EADDRINUSE:
-            raise
-        raise InputError("DIMPLE_FLOWER_PORT", f"{settings.flower_address}:{settings.flower_port} is in use "
-                         "(another Flower?): stop it, or choose another port") from None
+        where = f"{settings.flower_address}:{settings.flower_port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise InputError("DIMPLE_FLOWER_PORT", f"{where} is in use (another Flower?): stop it, or choose "
+                             "another port") from None
+        if exc.errno in (errno.EACCES, errno.EADDRNOTAVAIL):
+            raise InputError("DIMPLE_FLOWER_ADDRESS/DIMPLE_FLOWER_PORT",
+                             f"cannot listen on {where}: {exc.strerror}") from None
+        raise
     return 0
 
 

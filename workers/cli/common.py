@@ -95,7 +95,7 @@ def local_settings(settings, what: str, why: str = "its store is built here; the
         return settings
     print(f"dimple: {what} runs embedded, in this process, on the store in {settings.data_dir}: "
           f"DIMPLE_BROKER_URL is not used ({why})", file=sys.stderr, flush=True)
-    return settings.replace(broker_url="", result_backend="")
+    return settings.replace(broker_url="", result_backend="", broker_password="")
 
 
 def no_store(settings) -> StoreError:
