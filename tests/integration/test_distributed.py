@@ -90,7 +90,7 @@ def test_a_failing_stage_reaches_the_caller_as_an_error_not_a_hang(demo_store, s
 
     workers.configure(demo_store.with_broker(stack.broker_url))
     batch = api._batch([("deploy window", None)])
-    batch["states"][0]["query"]["top_k"] = "many"  # every stage's validation refuses it
+    batch.states[0].query.top_k = "many"  # not validated on assignment; every stage's validation refuses it
     handle = api._dispatch(batch, single=True)
     t0 = time.monotonic()
     with pytest.raises(DimpleError) as info:
