@@ -217,12 +217,18 @@ def test_a_query_its_caller_gave_up_on_never_runs_later(demo_store, bare_broker,
 
 
 def test_a_write_lost_with_redis_fails_at_once(demo_store, fault_stack):
-    """A write queued (no ingest worker up) when Redis restarts empty: its
-    caller learns at once that it was lost, not after DIMPLE_TASK_TIMEOUT_S."""
+    """A write queued (no ingest worker takes it) when Redis restarts empty:
+    its caller learns at once that it was lost, not after DIMPLE_TASK_TIMEOUT_S."""
+    import redis
+
     import workers
+    from workers import presence
     from workers.api import remember_async
 
     workers.configure(fault_stack.settings)
+    client = redis.Redis.from_url(fault_stack.broker_url)
+    # an ingest worker that announced itself and then hung: the write is sent and waits in the queue
+    client.zadd(presence.KEY.format(queue="ingest"), {"hung@host": client.time()[0]})
     handle = remember_async({"namespace": "faults", "content": "a write Redis will lose"})
     fault_stack.stop("redis", sig=signal.SIGKILL)
     fault_stack.start_redis()
