@@ -29,6 +29,7 @@ KEY = "dimple:broker-epoch"
 # A waiting caller reads the epoch at most this often per broker, however many queries wait.
 CHECK_EVERY_S = 0.5
 
+
 class Epochs:
     """The brokers' epochs as this process last read them, and a client per broker URL."""
 

@@ -190,7 +190,6 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
     worker runs it) and which were not (nothing after it is sent).
     """
 
-
     need_broker(settings)
     try:
         if "ingest" not in consumed_queues():

@@ -39,7 +39,6 @@ __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
 def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[str, Path]:
     """Write the demo files and ingest them unless the store already exists."""
 
-
     files = write_demo(settings.data_dir / "files")
     if rebuild:
         resources.current().close_store()
@@ -65,8 +64,6 @@ MAX_CHAIN = 10  # supersession links followed to spell out a promotion's chain
 
 
 def run_demo(settings: WorkerSettings, rebuild: bool = False) -> int:
-
-
     # The demo prints its own summary; one INFO line per query (225 of them)
     # and the model loader's chatter would bury it.
     for name in ("dimple.search", "sentence_transformers", "transformers"):

@@ -227,7 +227,6 @@ def _check_namespaces(path: Path, queries: list[ev.QuerySpec], settings) -> None
     """A query naming a namespace the store does not hold is refused, as by
     ``dimple search`` (embedded: through a broker the workers' store answers)."""
 
-
     asked = {q.options.get("namespace") for q in queries} - {None}
     if not settings.embedded or not asked:
         return
@@ -249,7 +248,6 @@ def _ensure_store(settings, records: list[dict], what: str) -> None:
     them is there already. A store built from other records of the set (the
     dataset's files changed since) is brought up to date: new and changed
     records written, records no longer in the set forgotten."""
-
 
     path = settings.data_dir / f"{what}-records.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
@@ -308,7 +306,6 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
             progress: bool, extra_config: dict | None = None,
             in_flight: int = 8) -> tuple[RunReport, list[ev.QueryRun]]:
     """Point this process at ``settings``, run the set, score it: (report, per-query runs)."""
-
 
     workers.configure(settings)
     if settings.embedded:  # thousands of descents in this process: the compiled loops pay for themselves
@@ -474,8 +471,6 @@ def parse_since(text: str | None, now: datetime | None = None) -> datetime | Non
 
 
 def cmd_replay(args) -> int:
-
-
     settings = cli_settings()
     _quiet()
     _check_numbers(args)
@@ -520,7 +515,6 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
     """Settings on a temporary copy of the published store whose tree is
     rebuilt with ``max_leaf_items``; the user's store is only read."""
 
-
     require_store(settings)
     copy = settings.replace(data_dir=work / f"leaf-{max_leaf_items}",
                             tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
@@ -537,8 +531,6 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
 
 
 def cmd_sweep(args) -> int:
-
-
     out = _need_out(args)
     settings = cli_settings()
     _quiet()
