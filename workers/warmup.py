@@ -33,10 +33,18 @@ from . import resources
 
 log = logging.getLogger("dimple.worker")
 
-# Set in the worker's process before the pool forks; inherited by its pool processes.
-_queues: tuple[str, ...] | None = None
-_pipe: tuple[int, int] | None = None  # (read, write), open only while the first pool starts
-_ready: tuple[int, str] | None = None  # (log level, line), logged on worker_ready
+class _Startup:
+    """A worker's start, set in its main process before the pool forks and
+    inherited by its pool processes: the queues it consumes, the pipe the
+    first pool reports through, the ready line it logs."""
+
+    def __init__(self) -> None:
+        self.queues: tuple[str, ...] | None = None
+        self.pipe: tuple[int, int] | None = None  # (read, write), open only while the first pool starts
+        self.ready: tuple[int, str] | None = None  # (log level, line), logged on worker_ready
+
+
+_STARTUP = _Startup()
 
 
 def _load(queues: tuple[str, ...]) -> dict[str, Any]:
@@ -53,15 +61,15 @@ def _load(queues: tuple[str, ...]) -> dict[str, Any]:
 @signals.worker_process_init.connect
 def _warm_pool_process(**_: Any) -> None:
     """In a freshly forked pool process, before it takes any task."""
-    if _queues is None:
+    if _STARTUP.queues is None:
         return
-    report = _load(_queues)
-    if _pipe is None:  # replacing a pool process that exited: the worker is consuming already
+    report = _load(_STARTUP.queues)
+    if _STARTUP.pipe is None:  # replacing a pool process that exited: the worker is consuming already
         if "loaded" in report:
             log.info("new pool process %s loaded %s", report["pid"],
                      "; ".join(f"{thing} in {seconds:.1f} s" for thing, seconds in report["loaded"]) or "nothing")
         return
-    read_fd, write_fd = _pipe
+    read_fd, write_fd = _STARTUP.pipe
     os.write(write_fd, (json.dumps(report) + "\n").encode())  # one small write: atomic on a pipe
     os.close(write_fd)
     os.close(read_fd)
@@ -74,25 +82,24 @@ class WarmUp(bootsteps.StartStopStep):
     label = "dimple warm-up"
 
     def __init__(self, worker: Any, **kwargs: Any):
-        global _queues, _pipe
         super().__init__(worker, **kwargs)
-        _queues = tuple(sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues))
-        _pipe = os.pipe()
+        _STARTUP.queues = tuple(sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues))
+        _STARTUP.pipe = os.pipe()
 
     def start(self, worker: Any) -> None:
-        global _pipe, _ready
-        assert _queues is not None and _pipe is not None
+        queues, pipe = _STARTUP.queues, _STARTUP.pipe
+        assert queues is not None and pipe is not None
         timeout = resources.current().settings().worker_warmup_timeout_s
         if isinstance(worker.pool, PreforkPool):
             expected = worker.pool.num_processes
-            reports = _read_reports(_pipe[0], expected, timeout)
+            reports = _read_reports(pipe[0], expected, timeout)
         else:  # tasks run in this process
             expected = 1
-            reports = [_load(_queues)]
-        for fd in _pipe:
+            reports = [_load(queues)]
+        for fd in pipe:
             os.close(fd)
-        _pipe = None  # pool processes forked from now on report to nobody
-        _ready = _describe(worker.hostname, _queues, expected, reports, timeout)
+        _STARTUP.pipe = None  # pool processes forked from now on report to nobody
+        _STARTUP.ready = _describe(worker.hostname, queues, expected, reports, timeout)
 
 
 def _read_reports(fd: int, expected: int, timeout: float) -> list[dict[str, Any]]:
@@ -131,8 +138,8 @@ def _describe(hostname: str, queues: tuple[str, ...], expected: int,
 
 def _announce(sender: Any = None, **_: Any) -> None:
     """On ``worker_ready`` (the consumer is taking messages): the ready line."""
-    if _ready is not None:
-        log.log(*_ready)
+    if _STARTUP.ready is not None:
+        log.log(*_STARTUP.ready)
 
 
 def install(app: Celery) -> None:
