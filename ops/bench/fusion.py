@@ -91,7 +91,7 @@ def cache(args) -> dict[str, Any]:
             for name, stages in (("vector", VECTOR_LEG), ("fts", FULLTEXT_LEG)):
                 part = Batch(states=[s.model_copy(deep=True) for s in states])
                 for stage in stages:
-                    part = STAGES[stage].run(part, resources)
+                    part = STAGES[stage].run(part, resources.current())
                 legs[name] = part
             for i, spec in enumerate(chunk):
                 terms = query_terms(v.cursor, spec.text, run_settings.fulltext)  # stopwords left out
