@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from pipeline.errors import InputError, problems
 from pipeline.identity import text_identity
@@ -421,6 +421,17 @@ class Result(_Strict):
     promoted_above: str | None = Field(
         None, description="supersession promote/hide: the superseded result this successor was placed directly above"
     )
+
+    @field_validator("created_at")
+    @classmethod
+    def _naive_utc(cls, value: datetime) -> datetime:
+        return naive_utc(value)  # type: ignore[return-value]
+
+    @field_serializer("created_at", when_used="json")
+    def _marked_utc(self, value: datetime) -> str:
+        """In UTC, and said so (``+00:00``): a time given with another zone
+        comes back converted, not bare."""
+        return value.replace(tzinfo=UTC).isoformat()
 
 
 class Truncation(_Strict):

@@ -172,3 +172,15 @@ def test_get_returns_times_in_utc_marked_as_such(embedded):
     got = {m["id"]: m["created_at"] for m in get(["tz-1", "tz-2"])}
     assert got == {"tz-1": "2025-06-02T09:00:00+00:00", "tz-2": "2025-06-02T09:00:00+00:00"}
     assert datetime.fromisoformat(got["tz-1"]) == datetime.fromisoformat("2025-06-02T11:00:00+02:00")
+
+
+def test_search_results_carry_times_in_utc_marked_as_such(embedded):
+    import json
+
+    from workers.api import remember, search
+
+    remember({"id": "tz-3", "namespace": "code", "content": "the berlin office ships on tuesdays",
+              "created_at": "2025-06-02T11:00:00+02:00"})
+    res = search("berlin office ships", mode="keyword")
+    assert json.loads(res.model_dump_json())["results"][0]["created_at"] == "2025-06-02T09:00:00+00:00"
+    assert res.results[0].created_at.tzinfo is None  # in process: naive UTC, as the store keeps it
