@@ -15,6 +15,7 @@ import atexit
 import threading
 
 from celery import Celery
+from celery.apps.worker import Worker as CeleryWorker
 
 from pipeline.errors import StageError
 
@@ -22,7 +23,7 @@ from . import audit, resources, tasks
 from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit, tell_senders_of_refused
 from .leases import install as install_leases
 from .presence import install as install_presence
-from .settings import WorkerSettings
+from .settings import WorkerSettings, mask_url
 from .warmup import install as install_warmup
 
 QUEUES = ("embed", "search", "audit", "ingest")
@@ -105,11 +106,22 @@ def consumed_queues(timeout: float = CONSUMER_CHECK_S) -> set[str]:
     return {queue["name"] for queues in replies.values() for queue in queues or ()}
 
 
+class _Worker(CeleryWorker):
+    """Celery's worker, whose start-up banner names the broker as ``dimple
+    config`` does: kombu's ``Connection.as_uri`` writes a masked password
+    (``redis://:**@host``) even for a broker that has none."""
+
+    def startup_info(self, artlines: bool = True) -> str:
+        text = super().startup_info(artlines)
+        return text.replace(self.app.connection().as_uri(), mask_url(self.app.conf.broker_url or ""), 1)
+
+
 def build_app(settings: WorkerSettings) -> Celery:
     """A Celery app for ``settings`` with dimple's tasks (``workers.tasks``) and
     its worker steps: the warm-up, the lease renewal, the audit outbox drain."""
     app = Celery("dimple")
     app.conf.update(conf_for(settings))
+    app.Worker = app.subclass_with_self(_Worker)
     tasks.register(app)
     install_warmup(app)
     install_presence(app)  # writes check for an ingest worker in one Redis read (workers/presence.py)

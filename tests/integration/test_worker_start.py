@@ -39,6 +39,7 @@ def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_s
     assert "with its vector index" in search_line
     log = (cli_stack.run_dir / "ready-embed.log").read_text()
     assert "superuser privileges" not in log  # Celery's eight lines, folded into one of ours when root
+    assert f"transport:   {cli_stack.broker_url}" in log and ":**@" not in log  # no password: none shown
     assert ("running as root: run workers as an unprivileged user" in log) == (os.geteuid() == 0)
 
     workers.configure(demo_store.with_broker(cli_stack.broker_url))
