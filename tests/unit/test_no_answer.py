@@ -32,14 +32,14 @@ def ask(monkeypatch):
 
 def test_a_failed_ask_is_asked_again_and_names_the_missing_queues(ask):
     asks = ask(RedisConnectionError("reset by peer"), {"audit"})
-    why = api._why_no_answer()
+    why = api._why_no_answer(("embed", "search"))
     assert len(asks) == 2
     assert why.startswith("no worker is consuming the 'embed' and 'search' queues; start: ")
 
 
 def test_two_failed_asks_say_what_failed(ask):
     asks = ask(RedisConnectionError("reset by peer"), RedisConnectionError("refused"))
-    why = api._why_no_answer()
+    why = api._why_no_answer(("embed", "search"))
     assert len(asks) == 2
     assert why == ("are workers running for the embed and search queues? "
                    "(asking them failed: ConnectionError: refused)")
@@ -47,7 +47,7 @@ def test_two_failed_asks_say_what_failed(ask):
 
 def test_workers_that_consume_both_queues_are_busy_or_stuck(ask):
     ask({"embed", "search", "audit"})
-    assert api._why_no_answer().startswith("workers consume the embed and search queues but none answered in time")
+    assert api._why_no_answer(("embed", "search")).startswith("workers consume the embed and search queues but none answered in time")
 
 
 
@@ -63,7 +63,7 @@ def test_an_ask_that_failed_slowly_is_not_asked_again(ask, monkeypatch):
         return RedisConnectionError("timed out")
 
     asks = ask(slow_failure, {"embed", "search"})
-    why = api._why_no_answer()
+    why = api._why_no_answer(("embed", "search"))
     assert len(asks) == 1
     assert why == ("are workers running for the embed and search queues? "
                    "(asking them failed: ConnectionError: timed out)")
@@ -78,5 +78,15 @@ def test_an_ask_that_failed_just_inside_its_wait_is_asked_again(ask, monkeypatch
         return RedisConnectionError("reset by peer")
 
     asks = ask(late_failure, {"embed", "search", "audit"})
-    assert api._why_no_answer().startswith("workers consume the embed and search queues")
+    assert api._why_no_answer(("embed", "search")).startswith("workers consume the embed and search queues")
     assert len(asks) == 2
+
+
+def test_a_keyword_query_s_timeout_names_only_the_search_queue(monkeypatch):
+    """A keyword canvas leaves search.embed out: a missing embed worker is not its cause."""
+    from workers import api
+
+    monkeypatch.setattr(api, "_ask_consumers", lambda: {"embed"})
+    api._CONSUMERS.last = ("", float("-inf"), set())
+    why = api._why_no_answer(("search",))
+    assert "no worker is consuming the 'search' queue" in why and "embed" not in why
