@@ -87,6 +87,6 @@ def test_a_keyword_query_s_timeout_names_only_the_search_queue(monkeypatch):
     from workers import api
 
     monkeypatch.setattr(api, "_ask_consumers", lambda: {"embed"})
-    api._CONSUMERS.last = ("", float("-inf"), set())
+    monkeypatch.setattr(api._CONSUMERS, "last", ("", float("-inf"), set()))
     why = api._why_no_answer(("search",))
     assert "no worker is consuming the 'search' queue" in why and "embed" not in why
