@@ -30,6 +30,13 @@ KEY = "dimple:broker-epoch"
 CHECK_EVERY_S = 0.5
 
 
+def redis_client(url: str) -> redis.Redis | None:
+    """A client for the Redis broker at ``url`` (None: not a ``redis://`` or ``rediss://`` URL)."""
+    if not url.startswith(("redis://", "rediss://")):
+        return None
+    return redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+
+
 class Epochs:
     """The brokers' epochs as this process last read them, and a client per broker URL."""
 
@@ -38,20 +45,21 @@ class Epochs:
         self._clients: dict[str, redis.Redis] = {}
         self._seen: dict[str, tuple[float, str | None]] = {}  # url -> (monotonic time read, epoch)
 
-    def _client(self, url: str) -> redis.Redis | None:
-        if not url.startswith(("redis://", "rediss://")):
-            return None
+    def client(self, url: str) -> redis.Redis | None:
+        """This process's client for the broker at ``url`` (``redis_client``), made once."""
         with self._lock:
             client = self._clients.get(url)
             if client is None:
-                client = self._clients[url] = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+                client = redis_client(url)
+                if client is not None:
+                    self._clients[url] = client
             return client
 
     def current(self, url: str) -> str | None:
         """The broker's epoch, set now if it has none (a first use, or a broker
         that lost its data). Raises redis' ``ConnectionError`` when unreachable;
         None for a broker this module does not check."""
-        client = self._client(url)
+        client = self.client(url)
         if client is None:
             return None
         pipe = client.pipeline(transaction=False)

@@ -24,6 +24,8 @@ from typing import Any
 import redis
 from celery import Celery, signals
 
+from .broker_epoch import epochs, redis_client
+
 log = logging.getLogger("dimple.worker")
 
 EVERY_S = 2.0
@@ -31,38 +33,15 @@ TTL_S = 10.0  # five missed refreshes: a worker this silent is taken for gone
 KEY = "dimple:consumers:{queue}"
 
 
-def _redis(url: str) -> redis.Redis | None:
-    if not url.startswith(("redis://", "rediss://")):
-        return None
-    return redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
-
-
 def _now(client: redis.Redis) -> float:
     seconds, micros = client.time()  # the broker's clock: hosts' clocks may differ
     return seconds + micros / 1e6
 
 
-class _Clients:
-    """One client per broker URL for this process (a forked child makes its own)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_url: dict[str, redis.Redis | None] = {}
-
-    def get(self, url: str) -> redis.Redis | None:
-        with self._lock:
-            if url not in self._by_url:
-                self._by_url[url] = _redis(url)
-            return self._by_url[url]
-
-
-_clients = _Clients()
-
-
 def consumes(url: str, queue: str) -> bool | None:
     """Whether some live worker consumes ``queue`` on the broker at ``url``
     (None: a broker this module does not read). Redis' errors propagate."""
-    client = _clients.get(url)
+    client = epochs().client(url)  # the caller's one client per broker
     if client is None:
         return None
     return client.zcount(KEY.format(queue=queue), _now(client) - TTL_S, "+inf") > 0
@@ -76,7 +55,7 @@ class Announcer:
 
     def __init__(self, url: str, name: str, queues: Callable[[], list[str]]):
         self.name, self.queues = name, queues
-        self._client = _redis(url)
+        self._client = redis_client(url)  # its own: a worker thread's
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dimple-presence", daemon=True)
         self._announced: set[str] = set()
