@@ -6,6 +6,10 @@
 - ``tests/slow``: LoCoMo, large fuzzing and scale checks; CI runs them, ``bash ops/test.sh`` does not.
 
 The ``slow`` and ``integration`` markers follow the directory (``-m "not slow"`` selects the rest).
+
+Under pytest-xdist (``-n 2 --dist loadgroup``, as CI runs), the tests that share
+an expensive session fixture run on one worker, so it is built once: the worker
+stack (``stack``: redis-server and four Celery workers) and the LoCoMo store.
 """
 
 from __future__ import annotations
@@ -46,14 +50,39 @@ def embedded(settings: Settings):
 _TIER_MARKS = {"slow": "slow", "integration": "integration"}
 
 
+# Session fixtures worth building once per run: a test that uses one joins its group.
+_SHARED_FIXTURES = {"stack": "stack", "locomo_store": "locomo"}
+
+
 def pytest_collection_modifyitems(items):
-    """Each test carries its directory's tier marker."""
+    """Each test carries its directory's tier marker, and the xdist group of the
+    shared session fixture it uses (ignored without xdist)."""
     root = Path(__file__).resolve().parent
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(root).parts
         mark = _TIER_MARKS.get(parts[0]) if len(parts) > 1 else None
         if mark:
             item.add_marker(getattr(pytest.mark, mark))
+        group = next((g for f, g in _SHARED_FIXTURES.items() if f in getattr(item, "fixturenames", ())), None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_sessionfinish(session):
+    """An xdist worker hands its hardening figures to the controller."""
+    from tests import figures
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["figures"] = figures.dump()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller adds each worker's hardening figures to its own (xdist only)."""
+    from tests import figures
+
+    figures.merge(getattr(node, "workeroutput", {}).get("figures", {}))
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -59,3 +59,19 @@ def lines() -> list[str]:
         extra = f", {t.extra} {t.extra_name}" if t.extra_name else ""
         out.append(f"{name}: {t.tried} cases, {t.refused} refused with a typed error, {t.failures} failures{extra}")
     return out
+
+
+def dump() -> dict[str, dict]:
+    """The counters as JSON-safe dicts (an xdist worker sends them to the controller)."""
+    return {name: vars(t) for name, t in TALLIES.items()}
+
+
+def merge(counters: dict[str, dict]) -> None:
+    """Add a worker's counters (``dump()``) to this process's."""
+    for name, fields in counters.items():
+        tally = TALLIES[name]
+        tally.tried += fields["tried"]
+        tally.refused += fields["refused"]
+        tally.failures += fields["failures"]
+        tally.extra += fields["extra"]
+        tally.extra_name = fields["extra_name"] or tally.extra_name
