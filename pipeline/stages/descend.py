@@ -20,11 +20,13 @@ from pipeline.timing import ms_since
 
 
 def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings,
-                  overlay: Overlay | None = None) -> Batch:
+                  overlay: Overlay | None = None, trace: dict[str, list] | None = None) -> Batch:
     """The ``search.descend`` stage: the vector leg for every query of a batch.
 
     With deltas (``overlay``) the base's beam descent skips dead rows and the
     live delta memories in scope are scored exactly; one ranking, ties by id.
+    ``trace`` (a dict) gets each query's beam, depth by depth, under its id
+    (``pipeline.store.vector.descend``'s ``trace``).
     """
     live = overlay is not None and not overlay.empty
     for state in batch.states:
@@ -53,6 +55,7 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
                 mask=index.row_mask(con, scope),
                 deadline=q.deadline,
                 exclude=overlay.dead_rows(index) if live and overlay is not None else None,
+                trace=trace.setdefault(q.id, []) if trace is not None else None,
             )
         if live and overlay is not None and q.vector is not None and not profile.get("timed_out", False):
             extra = delta_hits(overlay, np.asarray(q.vector, dtype=np.float32), q.scope, q.top_k)
@@ -68,11 +71,12 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
     return batch
 
 
-def run(batch: Batch, res: Resources) -> Batch:
+def run(batch: Batch, res: Resources, trace: dict[str, list] | None = None) -> Batch:
+    """``descend_batch`` over the published store; ``trace``: as there."""
     with res.view() as v:
         if v is None:
             return vectors_consumed(descend_batch(batch, None, None, res.settings().tree))
-        return vectors_consumed(descend_batch(batch, v.index(), v.cursor, res.settings().tree, v.overlay))
+        return vectors_consumed(descend_batch(batch, v.index(), v.cursor, res.settings().tree, v.overlay, trace))
 
 
 STAGE = Stage("search.descend", run)

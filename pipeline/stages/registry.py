@@ -26,16 +26,24 @@ FUSION = "search.fuse"
 AFTER_FUSION = ("search.augment", "search.scope", "search.budget")
 
 
-def run_local(batch: Batch, res: Resources) -> Batch:
+def run_local(batch: Batch, res: Resources, keep: dict[str, Batch] | None = None) -> Batch:
     """The query canvas in this process, without Celery: each leg gets its own
-    copy of the batch, as each gets its own message on the workers."""
+    copy of the batch, as each gets its own message on the workers. ``keep``
+    (a dict) gets a copy of each stage's output under its name, as that stage
+    handed it on (``pipeline.audit.whynot`` reads the legs' whole lists there,
+    which fusion cuts to their top hits)."""
+    def kept(name: str, out: Batch) -> Batch:
+        if keep is not None:
+            keep[name] = out.model_copy(deep=True)
+        return out
+
     legs = []
     for leg in (VECTOR_LEG, FULLTEXT_LEG):
         part = batch.model_copy(deep=True)
         for name in leg:
-            part = STAGES[name].run(part, res)
+            part = kept(name, STAGES[name].run(part, res))
         legs.append(part)
-    out = STAGES[FUSION].run(legs, res)
+    out = kept(FUSION, STAGES[FUSION].run(legs, res))
     for name in AFTER_FUSION:
-        out = STAGES[name].run(out, res)
+        out = kept(name, STAGES[name].run(out, res))
     return out

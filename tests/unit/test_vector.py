@@ -122,6 +122,31 @@ def test_leaf_in_the_frontier_competes_with_its_own_score():
     assert sorted(profile["reached"]) == ["J1", "J2", "L"]
 
 
+def test_a_traced_descent_ranks_every_candidate_at_each_depth():
+    """``trace`` (pipeline.audit.whynot reads it): per depth, every candidate
+    best first with its centroid score, the beam's first ``beam_width`` kept;
+    the hits are those of the untraced descent, numpy or compiled."""
+    index = hand_index(
+        [
+            (ROOT, None, False, None), ("ns:x", ROOT, False, E0),
+            ("L", "ns:x", True, _unit_at(0.5)), ("I", "ns:x", False, _unit_at(0.9)),
+            ("J1", "I", True, _unit_at(0.95)), ("J2", "I", True, _unit_at(0.7)),
+        ],
+        [("l", "x", "t", "L", _unit_at(0.5)), ("j1", "x", "t", "J1", _unit_at(0.95)), ("j2", "x", "t", "J2", _unit_at(0.7))],
+    )
+    trace: list = []
+    hits, profile = descend(index, E0, [0], beam_width=1, max_depth=12, top_k=10, trace=trace)
+    # depth 1: the root's child ns:x (the only one); 2: I .9 > L .5, I kept; 3: J1 .95 > J2 .7
+    assert [[(k, round(s, 4)) for k, s in ranked] for ranked in trace] == [
+        [("ns:x", 1.0)], [("I", 0.9), ("L", 0.5)], [("J1", 0.95), ("J2", 0.7)]]
+    assert profile["reached"] == ["J1"] and profile["depth"] == len(trace)
+    assert hits == _descend(index, beam=1)[0] == [("j1", pytest.approx(0.95))]
+    kernels = Kernels()
+    kernels.compile()
+    compiled, _ = descend(index, E0, [0], beam_width=1, max_depth=12, top_k=10, kernels=kernels)
+    assert compiled == hits
+
+
 def test_equal_memory_scores_are_ordered_by_id():
     index = hand_index(
         [(ROOT, None, False, None), ("ns:x", ROOT, False, E0), ("leaf", "ns:x", True, E0)],

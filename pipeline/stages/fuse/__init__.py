@@ -70,10 +70,16 @@ def counted_ranks(scores: list[float], tolerance: float, floor: float = 0.0) -> 
     ``floor`` times the best. The groups are formed before the floor, so a
     group the floor cuts keeps the rank it had."""
     ranks: list[float | None] = list(tie_ranks(scores, tolerance))
-    if floor > 0 and scores and scores[0] > 0:
-        cut = floor * scores[0]
+    cut = floor_cut(scores[0], floor) if scores else None
+    if cut is not None:
         ranks = [None if value < cut else r for r, value in zip(ranks, scores)]
     return ranks
+
+
+def floor_cut(best: float, floor: float) -> float | None:
+    """The BM25 under which a full-text hit counts nothing: ``floor`` times the
+    leg's ``best`` score (None: no floor, or no positive best)."""
+    return floor * best if floor > 0 and best > 0 else None
 
 
 def rrf(legs: dict[str, list[str]], weights: dict[str, float], k: int,

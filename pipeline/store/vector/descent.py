@@ -34,6 +34,7 @@ def descend(
     deadline: float | None = None,
     exclude: np.ndarray | None = None,
     kernels: Kernels | None = None,
+    trace: list[list[tuple[str, float]]] | None = None,
 ) -> tuple[list[tuple[str, float]], dict[str, Any]]:
     """Beam descent (the seed's ``resolve_topics``), then score only reached leaves.
 
@@ -42,6 +43,13 @@ def descend(
     leaf already in the frontier competes with its own score. Stops when the
     frontier is all leaves or at ``max_depth``. Memories scored is at most
     ``beam_width * max_leaf_items``. ``kernels``: the loops (this process's by default).
+
+    ``trace`` (a list) gets, per depth, every candidate the beam ranked there as
+    (topic key, centroid score), best first, the first ``beam_width`` being
+    those it kept (a start topic scores ``inf``): what ``pipeline.audit.whynot``
+    reads to say where a memory's leaf fell out of the beam. A traced descent
+    runs the numpy loops (the compiled ones keep the same candidates in the
+    same order, and rank none beyond the beam).
     """
     kernels = kernels if kernels is not None else KERNELS
     t0 = time.perf_counter()
@@ -51,7 +59,7 @@ def descend(
     query = np.ascontiguousarray(query, dtype=np.float32)
     allowed = index.allowed_topics(mask) if mask is not None else _NONE
     frontier = np.asarray([t for t in start if not len(allowed) or allowed[t]], dtype=np.int64)
-    if kernels.compiled is not None:
+    if kernels.compiled is not None and trace is None:
         return _descend_compiled(kernels.compiled[1], index, query, frontier, allowed, beam_width, max_depth, top_k,
                                  _NONE if mask is None else mask, _NONE if exclude is None else exclude,
                                  deadline, profile, t0)
@@ -67,8 +75,11 @@ def descend(
         # the frontier's children scored, then the best beam_width of them and
         # of the frontier's leaves (a leaf competes with its own score; ties go
         # to the smaller key), best first
+        ranked: list[np.ndarray] | None = [] if trace is not None else None
         n, scored = step(frontier, index.is_leaf, index.child_off, index.child_flat, index.child_centroids,
-                         allowed, query, index.key_rank, scores, kept)
+                         allowed, query, index.key_rank, scores, kept, ranked)
+        if trace is not None and ranked:
+            trace.append([(index.keys[t], float(scores[t])) for t in ranked[0].tolist()])
         profile["topics_scored"] += int(scored)
         frontier = kept[:n].copy()
         profile["depth"] = depth + 1
@@ -205,8 +216,9 @@ def _run_once(loops: tuple[Any, Any]) -> None:
              np.zeros(1, np.float32))
 
 
-def _beam_numpy(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out):
-    """``kernels.beam`` in numpy: every candidate sorted."""
+def _beam_numpy(frontier, is_leaf, child_off, child_flat, child_centroids, allowed, q, key_rank, topic_scores, out,
+                ranked=None):
+    """``kernels.beam`` in numpy: every candidate sorted (appended to ``ranked``, a list, when given)."""
     leaf = is_leaf[frontier]
     spans = [np.arange(child_off[t], child_off[t + 1]) for t in frontier[~leaf]]
     at = np.concatenate(spans) if spans else np.zeros(0, np.int64)
@@ -215,7 +227,10 @@ def _beam_numpy(frontier, is_leaf, child_off, child_flat, child_centroids, allow
     kids = child_flat[at]
     topic_scores[kids] = child_centroids[at] @ q
     candidates = np.concatenate([frontier[leaf], kids])
-    best = candidates[np.lexsort((key_rank[candidates], -topic_scores[candidates]))[: len(out)]]
+    order = candidates[np.lexsort((key_rank[candidates], -topic_scores[candidates]))]
+    if ranked is not None:
+        ranked.append(order)
+    best = order[: len(out)]
     out[: len(best)] = best
     return len(best), len(kids)
 
