@@ -1,5 +1,6 @@
 """The Python API: ``search``, ``search_async`` and ``search_many``; the
-writes ``remember``, ``forget`` (each with an ``_async`` form) and ``get``.
+writes ``remember``, ``forget`` (each with an ``_async`` form) and ``get``;
+``explain_miss``, why a memory was not among a logged query's results.
 
 Embedded (no broker configured) the canvas runs in-process; with
 ``DIMPLE_BROKER_URL`` set the same canvas runs on workers and
@@ -21,7 +22,9 @@ from celery.result import AsyncResult, EagerResult
 from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from pipeline.contracts import Batch, QueryOptions, Results, make_query
+from pipeline.audit.reader import find as find_row
+from pipeline.audit.whynot import WhyNot, why_not
+from pipeline.contracts import Batch, QueryOptions, Results, make_query, text_problem
 from pipeline.errors import (
     BrokerUnavailableError,
     DimpleError,
@@ -37,7 +40,7 @@ from pipeline.errors import (
 from pipeline.store.writes import WriteResult, parse_records, record_lines
 from pipeline.store.writes import get as read_live
 
-from . import broker_epoch, presence, resources
+from . import audit, broker_epoch, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
@@ -510,5 +513,30 @@ def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
         raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
 
 
+def explain_miss(query_id: str, memory_id: str) -> WhyNot:
+    """Why memory ``memory_id`` was not among the results of query ``query_id``
+    (its ``Results.query_id``, or a unique prefix of at least 4 characters):
+    the logged query (its audit row) replayed in this process, stage by stage,
+    on the store as it is now (``pipeline.audit.whynot``), naming the stage
+    that dropped the memory and the numbers behind it (or the rank it was
+    returned at). Embedded or through a broker, it reads the store and the
+    audit log here; the query embedder loads here for a vector leg.
+
+    Raises ``InputError`` naming ``query_id`` (no such row; its text was not
+    stored) or ``memory_id`` (not a memory id; not in the store).
+    """
+    if not isinstance(query_id, str) or not query_id.strip() or text_problem(query_id):
+        raise InputError("query_id", "must be a query id: a non-blank string, valid Unicode without NUL")
+    res = resources.current()
+    settings = res.settings()
+    row = find_row(settings.audit_path, query_id)
+    if row is None and settings.embedded and audit.flush():  # this process's rows may still be on their way
+        row = find_row(settings.audit_path, query_id)
+    if row is None:
+        off = "" if settings.audit_enabled else " (audit rows are off: DIMPLE_AUDIT_ENABLED=false)"
+        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}{off}")
+    return why_not(row, memory_id, res, res.snapshot())
+
+
 __all__ = ["search", "search_async", "search_many", "remember", "remember_async", "forget", "forget_async", "get",
-           "QueryOptions", "Results", "WriteResult"]
+           "explain_miss", "QueryOptions", "Results", "WriteResult", "WhyNot"]

@@ -30,7 +30,7 @@ from pipeline.store.fulltext import query_terms
 from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
 from workers import resources
-from workers.api import forget, search
+from workers.api import explain_miss, forget, search
 from workers.app import QUEUES, get_app
 from workers.audit import flush as flush_audit
 from workers.supervise import supervise
@@ -49,7 +49,7 @@ from .common import (
 )
 from .demo import run_demo
 from .eval import register as register_eval
-from .render import format_explain, format_results, one_line
+from .render import format_explain, format_results, format_why_not, one_line
 
 EXIT_USER = 2
 # stdout closed by its reader (``dimple stats | head``): 128 + SIGPIPE, the
@@ -203,6 +203,9 @@ def _parser() -> argparse.ArgumentParser:
     a = asub.add_parser("explain", help="why each result was served, and whether a re-run gives the same list")
     a.add_argument("query_id", help=QUERY_ID_HELP)
     a.add_argument("--no-replay", action="store_true", help="do not re-run the query")
+    a.add_argument("--why-not", metavar="MEMORY_ID", help="why this memory was not returned: the stage that dropped "
+                                                          "it and the numbers behind it (the query replayed here, "
+                                                          "stage by stage)")
     a.add_argument("--json", action="store_true", help="print the explanation as JSON")
     a.set_defaults(func=cmd_audit_explain)
     a = asub.add_parser("failed", help="rows whose writes ran out of retries (dead letters)")
@@ -449,6 +452,17 @@ def cmd_audit_show(args) -> int:
 
 def cmd_audit_explain(args) -> int:
     settings = cli_settings()
+    if args.why_not is not None:
+        if args.no_replay:
+            raise InputError("--no-replay", "--why-not replays the query: leave --no-replay out")
+        try:
+            answer = explain_miss(args.query_id, args.why_not)
+        except InputError as exc:
+            if exc.field != "memory_id":
+                raise
+            raise InputError("--why-not", exc.reason) from None
+        print(answer.model_dump_json(indent=2) if args.json else format_why_not(answer))
+        return 0
     row = _audit_row(settings, args.query_id)
     paths = audit.explain(row)
     replay = None if args.no_replay else replay_row(row)

@@ -120,3 +120,33 @@ def format_explain(row, paths: list[dict], replay: dict | None = None) -> str:
         for line in replay["changes"]:
             lines.append(f"    {line}")
     return "\n".join(lines)
+
+
+def format_why_not(answer) -> str:
+    """``dimple audit explain QUERY_ID --why-not MEMORY_ID``'s text
+    (``pipeline.audit.whynot.WhyNot``): the verdict, the stage that dropped the
+    memory with its numbers, then what each leg and the fusion did with it."""
+    lines = [f"query {answer.query_id}: {answer.query!r}"]
+    if answer.stage is None:
+        lines.append(f"why not {answer.memory_id}? {answer.summary}")
+    else:
+        lines.append(f"why not {answer.memory_id}? dropped by {answer.stage} ({answer.reason.value})")
+        lines += [f"  {d.stage}: {d.detail}" for d in answer.drops]
+    v, f, p = answer.vector, answer.fulltext, answer.placement
+    if v is not None:
+        at = f"rank {v.rank}, cosine {v.cosine:.4f}" if v.rank is not None else v.status.replace("_", " ")
+        leaf = f", leaf {v.leaf}" if v.leaf else ""
+        lines.append(f"  vector leg: {at} (top {v.top_k}, {v.hits} hits{leaf})")
+    if f is not None:
+        at = f"rank {f.rank}, BM25 {f.bm25:.4f}" if f.rank is not None else f.status.replace("_", " ")
+        floor = f", under the floor {f.floor_cut:.4f}: counted nothing" if f.floored and f.floor_cut is not None else ""
+        lines.append(f"  full-text leg: {at} (top {f.top_k}, {f.hits} hits{floor})")
+    if p is not None:
+        cut = f"; cut by {p.cut_by} (limit {p.limit})" if p.cut_by else ""
+        lines.append(f"  fused: rank {p.rank}, score {p.score:.5f}; {p.kept} kept{cut}")
+    version = f"store version {answer.replayed_version}"
+    lines.append(f"  replayed here on {version}: " + ("the same list as logged" if answer.replay_same
+                                                      else "a different list than logged"))
+    if answer.caveat:
+        lines.append(f"  note: {answer.caveat}")
+    return "\n".join(lines)
