@@ -27,7 +27,7 @@ from celery import Celery, signals
 from pydantic import ValidationError
 
 from pipeline.audit.letters import dead_letter, drain_outbox, outbox_done, outbox_put, quarantine
-from pipeline.audit.record import AuditRecord, build_record, log_line
+from pipeline.audit.record import AuditRecord, build_record, log_line, retrieval_settings
 from pipeline.contracts import Batch
 from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
 
@@ -41,7 +41,9 @@ def emit(app: Celery, batch: Batch) -> None:
     """One ``hybrid.search`` INFO line per query (synchronous), then the batch's
     rows as one asynchronous write."""
     settings = resources.current().settings()
-    records = [build_record(state, settings.rrf_k, settings.store_query_text) for state in batch.states]
+    ran_with = retrieval_settings(settings)
+    records = [build_record(state, settings.rrf_k, settings.store_query_text, settings=ran_with)
+               for state in batch.states]
     for record in records:
         search_log.info(log_line(record))
     if settings.audit_enabled and records:

@@ -65,8 +65,30 @@ def _strings(value: Any, where: str = "") -> list[tuple[str, str]]:
     return []
 
 
-def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None) -> AuditRecord:
-    """The audit row for a finished query state."""
+# The settings that shape what a query retrieves besides its own options (those
+# are in ``options``), recorded in ``query_profile["settings"]`` so a replay
+# (``pipeline.audit.whynot``) runs the stages as they ran: top level, then per section.
+RETRIEVAL_SETTINGS = ("fusion_weights", "lexical_match_scale", "lexical_match_power", "vector_weight", "fts_weight",
+                      "fts_tie_tolerance", "fts_floor", "convex_alpha")
+RETRIEVAL_SECTIONS = {"tree": ("beam_width", "max_depth"), "fulltext": ("k1", "b")}
+
+
+def retrieval_settings(settings: Any) -> dict[str, Any]:
+    """``settings``' values of ``RETRIEVAL_SETTINGS`` and ``RETRIEVAL_SECTIONS``
+    (those it has), as JSON values."""
+    fields = type(settings).model_fields
+    out: dict[str, Any] = {name: getattr(settings, name) for name in RETRIEVAL_SETTINGS if name in fields}
+    for section, names in RETRIEVAL_SECTIONS.items():
+        if section in fields:
+            part = getattr(settings, section)
+            out[section] = {n: getattr(part, n) for n in names if n in type(part).model_fields}
+    return out
+
+
+def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None,
+                 settings: dict[str, Any] | None = None) -> AuditRecord:
+    """The audit row for a finished query state; ``settings``: the
+    ``retrieval_settings`` the query ran with, kept in ``query_profile``."""
     q = state.query
     legs = {}
     for name, leg in sorted(state.legs.items()):
@@ -102,7 +124,8 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         query_text=q.text if store_text else None,
         options=q.recorded(),
         query_profile={"legs": legs, "weights": q.weights, "scope_dropped": state.scope_dropped,
-                       "store_version": state.store_version, "hidden_superseded": state.hidden_superseded},
+                       "store_version": state.store_version, "hidden_superseded": state.hidden_superseded,
+                       **({"settings": settings} if settings is not None else {})},
         sources=sources,
         result_count=len(state.results),
         truncated=state.truncated,

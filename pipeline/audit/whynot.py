@@ -36,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.audit.explain import replay_options, store_changed
-from pipeline.audit.record import AuditRecord
+from pipeline.audit.record import AuditRecord, retrieval_settings
 from pipeline.contracts import (
     Batch,
     Budget,
@@ -189,6 +189,8 @@ class WhyNot(_Strict):
     store_version: int | None = Field(description="the store version the logged query read")
     replayed_version: int | None = Field(description="the store version this replay read")
     replay_same: bool = Field(description="whether the replay served the row's list")
+    replayed_with: dict[str, Any] = Field(description="the retrieval settings the replay ran with: the row's, "
+                                                      "where it recorded them")
     caveat: str | None = Field(None, description="why the replay may not be the query as it ran")
 
 
@@ -218,7 +220,7 @@ class _Pinned:
 def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot | None) -> WhyNot:
     """Why ``memory_id`` was not among the results of the query logged in
     ``row``, replayed on ``snapshot`` (the store as this process reads it)
-    with ``res``'s settings (the row's RRF k). Raises ``InputError`` naming
+    with the settings the query ran with (``_as_logged``). Raises ``InputError`` naming
     ``memory_id`` for a bad id or one the store does not hold, and naming
     ``query_id`` for a row whose text was not stored."""
     if not isinstance(memory_id, str) or not memory_id.strip() or len(memory_id) > 512 or text_problem(memory_id):
@@ -227,9 +229,7 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
     if row.query_text is None:
         raise InputError("query_id", f"query {row.query_id} cannot be replayed: its text was not stored "
                                      "(DIMPLE_STORE_QUERY_TEXT=false)")
-    settings = res.settings()
-    if settings.rrf_k != row.rrf_k:
-        settings = settings.replace(rrf_k=row.rrf_k)
+    settings = _as_logged(res.settings(), row)
     pinned = _Pinned(res, snapshot, settings)
     query = make_query(row.query_text, replay_options(row), settings)
     start = Batch(states=[QueryState(query=query)])
@@ -241,6 +241,7 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
         "query_id": row.query_id, "memory_id": memory_id, "query": row.query_text,
         "store_version": row.query_profile.get("store_version"), "replayed_version": version,
         "replay_same": same, "caveat": _caveat(row, version, same),
+        "replayed_with": {"rrf_k": settings.rrf_k, **retrieval_settings(settings)},
     }
     served = next((r for r in final.results if r.id == memory_id), None)
     if served is not None:
@@ -283,6 +284,21 @@ def _answer(base: dict[str, Any], drops: list[Drop], **parts: Any) -> WhyNot:
     first = drops[0]
     summary = drops[0].detail if len(drops) == 1 else "no leg returned it: " + "; ".join(d.detail for d in drops)
     return WhyNot(**base, reason=first.reason, stage=first.stage, summary=summary, drops=drops, **parts)
+
+
+def _as_logged(current: Settings, row: AuditRecord) -> Settings:
+    """``current`` with the retrieval settings the logged query ran with (its
+    RRF k, and ``query_profile["settings"]``: ``pipeline.audit.record.retrieval_settings``;
+    a row written before that has none), less any this dimple no longer has."""
+    changes: dict[str, Any] = {"rrf_k": row.rrf_k}
+    for name, value in (row.query_profile.get("settings") or {}).items():
+        if name not in type(current).model_fields:
+            continue
+        if isinstance(value, dict):
+            part = getattr(current, name)
+            value = {**part.model_dump(), **{k: v for k, v in value.items() if k in type(part).model_fields}}
+        changes[name] = value
+    return current.replace(**changes)
 
 
 def _caveat(row: AuditRecord, version: int | None, same: bool) -> str | None:

@@ -126,6 +126,14 @@ def test_the_beam_not_reaching_the_memorys_leaf(embedded, tmp_path):
     wide = _ask(text, **options)
     assert "b2" in _ids(wide)
     assert _why(wide, "b2").reason.value == "returned"
+    # each row is replayed with the settings its query ran with (the row keeps them), not this process's
+    from pipeline import audit
+
+    row = audit.get(s.audit_path, res.query_id)
+    assert row is not None and row.query_profile["settings"]["tree"]["beam_width"] == 1
+    again = _why(res, "b2")
+    assert again.reason.value == "beam" and again.replayed_with["tree"]["beam_width"] == 1
+    assert again.vector == why.vector
 
 
 # -- search.descend: below the vector leg's top-k -------------------------------------------
