@@ -59,6 +59,18 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+# A memory id's most characters (ingest, forget, explain_miss).
+MAX_ID_CHARS = 512
+
+
+def id_problem(value: Any) -> str | None:
+    """Why ``value`` is not a memory id (a non-blank string of at most
+    ``MAX_ID_CHARS`` characters), or None when it is one."""
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
+        return f"must be a memory id (1-{MAX_ID_CHARS} characters)"
+    return None
+
+
 def clean_text(value: str) -> str:
     """``text_problem`` as a pydantic validator: raises ``ValueError``."""
     problem = text_problem(value)

@@ -24,7 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from pipeline.audit.reader import find as find_row
 from pipeline.audit.whynot import WhyNot, why_not
-from pipeline.contracts import Batch, QueryOptions, Results, make_query, text_problem
+from pipeline.contracts import Batch, QueryOptions, Results, id_problem, make_query, text_problem
 from pipeline.errors import (
     BrokerUnavailableError,
     DimpleError,
@@ -486,8 +486,8 @@ def forget_async(ids: str | Iterable[str], reason: str | None = None) -> WriteAs
     if not wanted:
         raise InputError("ids", "give at least one memory id")
     for i, mid in enumerate(wanted):
-        if not isinstance(mid, str) or not mid.strip() or len(mid) > 512:
-            raise InputError(f"ids[{i}]", "must be a memory id (1-512 characters)")
+        if (problem := id_problem(mid)) is not None:
+            raise InputError(f"ids[{i}]", problem)
     if reason is not None and (not isinstance(reason, str) or len(reason) > 10_000):
         raise InputError("reason", "text of at most 10,000 characters")
     return _send("ingest.forget", wanted, reason)

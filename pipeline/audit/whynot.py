@@ -48,6 +48,7 @@ from pipeline.contracts import (
     QueryState,
     Result,
     Scope,
+    id_problem,
     make_query,
     text_problem,
 )
@@ -223,19 +224,22 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
     with the settings the query ran with (``_as_logged``). Raises ``InputError`` naming
     ``memory_id`` for a bad id or one the store does not hold, and naming
     ``query_id`` for a row whose text was not stored."""
-    if not isinstance(memory_id, str) or not memory_id.strip() or len(memory_id) > 512 or text_problem(memory_id):
-        raise InputError("memory_id", "must be a memory id: a non-blank string of at most 512 characters, "
-                                      "valid Unicode without NUL")
+    problem = id_problem(memory_id) or text_problem(memory_id)
+    if problem is not None:
+        raise InputError("memory_id", problem)
     if row.query_text is None:
         raise InputError("query_id", f"query {row.query_id} cannot be replayed: its text was not stored "
                                      "(DIMPLE_STORE_QUERY_TEXT=false)")
     settings = _as_logged(res.settings(), row)
     pinned = _Pinned(res, snapshot, settings)
+    version = snapshot.version if snapshot is not None else None
+    with pinned.view() as v:
+        link, index = _memory(v, memory_id, settings, version)
+        leaf = _leaf(index, memory_id, v.overlay if v is not None else None)
     query = make_query(row.query_text, replay_options(row), settings)
     start = Batch(states=[QueryState(query=query)])
     keep: dict[str, Batch] = {}
     final = run_local(start.model_copy(deep=True), pinned, keep).states[0]
-    version = snapshot.version if snapshot is not None else None
     same = [r.id for r in final.results] == [s["id"] for s in row.sources]
     base: dict[str, Any] = {
         "query_id": row.query_id, "memory_id": memory_id, "query": row.query_text,
@@ -248,13 +252,10 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
         return WhyNot(**base, reason=Reason.returned, stage=None, returned_rank=served.rank,
                       placement=_placed(served, final),
                       summary=f"{memory_id} was returned at rank {served.rank} (score {served.score:.5f})")
-    with pinned.view() as v:
-        link, index = _memory(v, memory_id, settings, version)
-        if link is None:
-            drop = Drop(stage=STORE, reason=Reason.forgotten,
-                        detail=f"{memory_id} is forgotten (store version {version}): no stage reads it")
-            return _answer(base, [drop])
-        leaf = _leaf(index, memory_id, v.overlay if v is not None else None)
+    if link is None:
+        drop = Drop(stage=STORE, reason=Reason.forgotten,
+                    detail=f"{memory_id} is forgotten (store version {version}): no stage reads it")
+        return _answer(base, [drop])
     miss = _scope_miss(link, query)
     if miss is not None:
         return _answer(base, [Drop(stage=SCOPE, reason=Reason.out_of_scope, detail=_scope_detail(memory_id, miss))],

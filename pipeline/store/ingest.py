@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline import textfiles
-from pipeline.contracts import clean_labels, clean_text, naive_utc, text_problem
+from pipeline.contracts import MAX_ID_CHARS, clean_labels, clean_text, naive_utc, text_problem
 from pipeline.embedders import Embedder
 from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
@@ -39,7 +39,7 @@ class MemoryRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
-    id: str | None = Field(None, min_length=1, max_length=512)
+    id: str | None = Field(None, min_length=1, max_length=MAX_ID_CHARS)
     namespace: str = Field(min_length=1, max_length=256)
     content: str = Field(min_length=1)
     content_type: str = Field("text", min_length=1, max_length=128)

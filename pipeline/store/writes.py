@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.contracts import id_problem
 from pipeline.embedders import Embedder
 from pipeline.errors import InputError
 from pipeline.settings import Settings
@@ -245,8 +246,8 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     parsed = parsed or ParsedFile([], [])
     forget = list(dict.fromkeys(forget or []))
     for i, mid in enumerate(forget):
-        if not isinstance(mid, str) or not mid.strip() or len(mid) > 512:
-            raise InputError(f"ids[{i}]", "must be a memory id (1-512 characters)")
+        if (problem := id_problem(mid)) is not None:
+            raise InputError(f"ids[{i}]", problem)
     own = reader is None
     reader = reader or Reader(data_dir)
     try:
