@@ -78,16 +78,27 @@ def _ids(res) -> list[str]:
     return [r.id for r in res.results]
 
 
+def _path(index, leaf: str) -> set[str]:
+    """A leaf's topic key and its ancestors'."""
+    path, t = set(), index.key_index[leaf]
+    while t >= 0:
+        path.add(index.keys[t])
+        t = int(index.parent[t])
+    return path
+
+
 # -- search.descend: the beam ---------------------------------------------------------------
+FRUIT = [{"id": f"a{i}", "namespace": "n", "content": f"apple banana cherry {w}"}
+         for i, w in enumerate(["one", "two", "three", "four"])]
+BEASTS = [{"id": f"b{i}", "namespace": "n", "content": f"zebra yak walrus {w}"}
+          for i, w in enumerate(["one", "two", "three", "four"])]
+
+
 def test_the_beam_not_reaching_the_memorys_leaf(embedded, tmp_path):
     from workers import resources
 
-    fruit = [{"id": f"a{i}", "namespace": "n", "content": f"apple banana cherry {w}"}
-             for i, w in enumerate(["one", "two", "three", "four"])]
-    beasts = [{"id": f"b{i}", "namespace": "n", "content": f"zebra yak walrus {w}"}
-              for i, w in enumerate(["one", "two", "three", "four"])]
     tree = {"branching": 2, "max_leaf_items": 2, "max_depth": 12}
-    s = _build(embedded, tmp_path, fruit + beasts, leg_top_k=100, tree={**tree, "beam_width": 1})
+    s = _build(embedded, tmp_path, FRUIT + BEASTS, leg_top_k=100, tree={**tree, "beam_width": 1})
     text, options = "apple banana cherry one", {"mode": "semantic", "max_units": 20}
     res = _ask(text, **options)
     assert "b2" not in _ids(res)
@@ -114,11 +125,7 @@ def test_the_beam_not_reaching_the_memorys_leaf(embedded, tmp_path):
     assert v.beam.rank is not None and v.beam.rank > v.beam.beam_width == 1
     assert ranked[v.beam.rank - 1] == (v.beam.topic, pytest.approx(v.beam.score))
     assert ranked[0][1] == pytest.approx(v.beam.last_kept_score)
-    path, t = set(), index.key_index[leaf]
-    while t >= 0:
-        path.add(index.keys[t])
-        t = int(index.parent[t])
-    assert v.beam.topic in path
+    assert v.beam.topic in _path(index, leaf)
     assert str(v.beam.rank) in why.summary and leaf in why.summary
 
     # only the beam: a wider one returns it
@@ -134,6 +141,29 @@ def test_the_beam_not_reaching_the_memorys_leaf(embedded, tmp_path):
     again = _why(res, "b2")
     assert again.reason.value == "beam" and again.replayed_with["tree"]["beam_width"] == 1
     assert again.vector == why.vector
+
+
+def test_the_descent_stopping_at_max_depth_above_the_leaf(embedded, tmp_path):
+    from workers import resources
+
+    tree = {"branching": 2, "max_leaf_items": 2, "beam_width": 64}
+    s = _build(embedded, tmp_path, FRUIT + BEASTS, leg_top_k=100, tree={**tree, "max_depth": 1})
+    text, options = "apple banana cherry one", {"mode": "semantic", "max_units": 20}
+    res = _ask(text, **options)
+    profile = _stages(s, text, **options)["search.descend"].states[0].legs["vector"].profile
+    assert res.results == [] and profile["leaves_reached"] == 0 and profile["depth"] == 1
+
+    why = _why(res, "a0")
+    assert (why.reason.value, why.stage) == ("beam", "search.descend")
+    b = why.vector.beam if why.vector is not None else None
+    assert b is not None and b.rank is None and b.depth == 1 and b.leaves_reached == []
+    index = resources.current().index()
+    assert index is not None
+    assert b.topic in _path(index, b.leaf) and b.topic != b.leaf  # kept at depth 1, above the leaf
+    assert "max_depth" in why.summary
+
+    _configure(s, tree={**tree, "max_depth": 12})
+    assert "a0" in _ids(_ask(text, **options))
 
 
 # -- search.descend: below the vector leg's top-k -------------------------------------------
@@ -210,6 +240,23 @@ def test_below_the_fulltext_legs_top_k(embedded, tmp_path):
 
     _configure(s, leg_top_k=100)
     assert target.id in _ids(_ask(text, **options))
+
+
+# -- both legs: neither returned it ---------------------------------------------------------
+def test_neither_leg_returning_it_names_both(embedded, tmp_path):
+    recs = [{"id": f"m{i}", "namespace": "n", "content": " ".join(["river", "stone", "cloud", "lamp"][: 4 - i])
+             + f" extra{i}"} for i in range(4)] + [{"id": "far", "namespace": "n", "content": "walrus yak zebra"}]
+    s = _build(embedded, tmp_path, recs, leg_top_k=2, tree={"beam_width": 16, "max_leaf_items": 64})
+    text, options = "river stone cloud lamp", {"mode": "hybrid", "max_units": 10}
+    res = _ask(text, **options)
+    keep = _stages(s, text, **options)
+    assert "far" not in {h.id for h in keep["search.descend"].states[0].legs["vector"].hits}
+
+    why = _why(res, "far")
+    assert [(d.stage, d.reason.value) for d in why.drops] == [("search.descend", "vector_top_k"),
+                                                             ("search.fulltext", "fts_no_match")]
+    assert (why.reason.value, why.stage) == ("vector_top_k", "search.descend")
+    assert why.summary.startswith("no leg returned it: the vector leg kept its top 2: far ranked 5")
 
 
 # -- search.fuse: under the full-text floor -------------------------------------------------
