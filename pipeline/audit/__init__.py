@@ -1,6 +1,8 @@
 """The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
 (``writer``), read back (``reader``), kept when writes run out of retries (``letters``),
 explained or replayed (``explain``) and purged of a forgotten memory (``purge``).
+Why a memory was not returned (``whynot``) is imported on its own: it runs the
+query's stages, which nothing else here needs.
 """
 
 from pipeline.audit.explain import diff_served, explain, replay_options
