@@ -168,6 +168,8 @@ class Placement(_Strict):
     last_kept_score: float | None = None
     cut_by: str | None = Field(None, description="the budget that cut: maxUnits, maxChars or maxMs")
     limit: int | None = None
+    promoted_above_it: list[str] = Field(default_factory=list, description="its successors that supersession "
+                                                                           "placed above it, among those kept")
 
 
 class WhyNot(_Strict):
@@ -516,7 +518,8 @@ def _placed(result: Result, final: QueryState) -> Placement:
     return Placement(rank=result.rank, score=result.score, rrf=result.rrf, ranks=result.ranks,
                      tied_ranks=result.tied_ranks, kept=len(final.results),
                      last_kept_id=last.id if last else None, last_kept_score=last.score if last else None,
-                     cut_by=cut.by if cut else None, limit=cut.limit if cut else None)
+                     cut_by=cut.by if cut else None, limit=cut.limit if cut else None,
+                     promoted_above_it=[r.id for r in final.results if r.promoted_above == result.id])
 
 
 def _budget_drop(memory_id: str, p: Placement, fts: FulltextLeg) -> Drop:
@@ -524,6 +527,8 @@ def _budget_drop(memory_id: str, p: Placement, fts: FulltextLeg) -> Drop:
             else "nothing was kept")
     cut = f"{p.cut_by} limit {p.limit}" if p.cut_by else "the budget"
     below = f"fused score {p.score:.5f} at rank {p.rank}, below the cut ({cut}; {kept})"
+    if p.promoted_above_it:
+        below += f"; supersession placed its successor {', '.join(p.promoted_above_it)} above it"
     if fts.floored and set(p.ranks) == {"fts"}:
         return Drop(stage=FUSION, reason=Reason.fts_floor, detail=(
             f"its only hit, full-text rank {fts.rank} (BM25 {fts.bm25:.4f}), was under the full-text floor "

@@ -137,12 +137,14 @@ def format_why_not(answer) -> str:
         lines.append("  vector leg: did not run")
     elif v is not None:
         at = f"rank {v.rank}, cosine {v.cosine:.4f}" if v.rank is not None else v.status.replace("_", " ")
+        at = f"below its top {v.top_k}: {at}" if v.status == "below_top_k" else at
         leaf = f", leaf {v.leaf}" if v.leaf else ""
         lines.append(f"  vector leg: {at} (top {v.top_k}, {v.hits} hits{leaf})")
     if f is not None and f.status == "not_run":
         lines.append("  full-text leg: did not run")
     elif f is not None:
         at = f"rank {f.rank}, BM25 {f.bm25:.4f}" if f.rank is not None else f.status.replace("_", " ")
+        at = f"below its top {f.top_k}: {at}" if f.status == "below_top_k" else at
         floor = f", under the floor {f.floor_cut:.4f}: counted nothing" if f.floored and f.floor_cut is not None else ""
         lines.append(f"  full-text leg: {at} (top {f.top_k}, {f.hits} hits{floor})")
     if p is not None:
