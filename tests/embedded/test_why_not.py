@@ -343,6 +343,13 @@ def test_hidden_as_superseded(embedded, tmp_path):
     assert next(r for r in res.results if r.id == "deploy-2").promoted_above == "deploy-1"
 
     assert "deploy-1" in _ids(_ask(text, **{**options, "supersession": "promote"}))
+    # promoted, its successor takes the one slot above it: the budget cuts it, and says who took the slot
+    one = _ask(text, **{**options, "supersession": "promote", "max_units": 1})
+    assert _ids(one) == ["deploy-2"]
+    cut = _why(one, "deploy-1")
+    assert cut.reason.value == "budget" and cut.placement is not None
+    assert (cut.placement.rank, cut.placement.promoted_above_it) == (2, ["deploy-2"])
+    assert "placed its successor deploy-2 above it" in cut.summary
 
 
 # -- the scope, pushed into both legs -------------------------------------------------------
