@@ -141,10 +141,11 @@ class Postgres:
         try:
             con.execute(f"LOAD '{_postgres_extension()}'")
             con.execute(f"ATTACH '{conninfo}' AS dumped (TYPE postgres, READ_ONLY)")
-            tables = [r[0] for r in con.execute(
-                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'dumped'").fetchall()]
-            return "\n".join(repr(row) for t in tables
-                             for row in con.execute(f'SELECT * FROM dumped."{t}"').fetchall())
+            tables = con.execute("SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = 'dumped' "
+                                 "AND schema_name NOT IN ('information_schema', 'pg_catalog')").fetchall()
+            assert tables, "the catalog database holds tables"
+            return "\n".join(repr(row) for schema, t in tables
+                             for row in con.execute(f'SELECT * FROM dumped."{schema}"."{t}"').fetchall())
         finally:
             con.close()
 
