@@ -102,7 +102,7 @@ class StoreSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     catalog: str | None = Field(
-        None, description="the lake's catalog: `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
+        None, description="the lake's catalog (docs/LAKE.md; not yet the store queries read): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
                           "`postgres:CONNINFO` (several hosts; libpq, e.g. `postgres:dbname=dimple host=db user=dimple`)")
     data_path: Path | None = Field(
         None, description="folder of the lake's Parquet files (unset: `<data dir>/lake`); shared by every host of "

@@ -63,15 +63,21 @@ def commit(con: duckdb.DuckDBPyConnection, write: LakeWrite, *, deadline_s: floa
     names them. A write id the lake already holds is a replay: nothing is
     written and the snapshot returned is that write's (or, if it has expired,
     the latest)."""
+    asked = [m.id for m in write.remember] + list(dict.fromkeys(write.forget))
+
     def once() -> Committed:
         con.execute("BEGIN TRANSACTION")
-        done = con.execute("SELECT count(*) FROM writes WHERE write_id = ?", [write.write_id]).fetchone()
-        if done and done[0]:
+        # one read of the catalog for both questions: is this a replay, which ids are live
+        done, live = con.execute(
+            "SELECT (SELECT count(*) FROM writes WHERE write_id = ?), "
+            "(SELECT coalesce(list(id), []) FROM memories WHERE id IN (SELECT unnest(?)))",
+            [write.write_id, asked]).fetchone() or (0, [])
+        if done:
             con.execute("ROLLBACK")
             return Committed(write.write_id, snapshot_of_write(con, write.write_id), replayed=True)
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [write.write_id])
         con.execute("UPDATE write_head SET seq = seq + 1")
-        forgotten = _apply(con, write)
+        forgotten = _apply(con, write, set(live))
         con.execute("INSERT INTO writes VALUES (?, ?, ?, ?)",
                     [write.write_id, utcnow(), len(write.remember), forgotten])
         con.execute("COMMIT")
@@ -85,20 +91,21 @@ def commit(con: duckdb.DuckDBPyConnection, write: LakeWrite, *, deadline_s: floa
     return result
 
 
-def _apply(con: duckdb.DuckDBPyConnection, write: LakeWrite) -> int:
-    """The write's rows; the number of live memories it forgot."""
-    forget = list(dict.fromkeys(write.forget))
-    forgotten = 0
+def _apply(con: duckdb.DuckDBPyConnection, write: LakeWrite, live: set[str]) -> int:
+    """The write's rows, given which of its ids are ``live``; the number of live
+    memories it forgot. A memory's topics, concepts and declared edges exist
+    only while it does, so only live ids have rows to delete: a write of new
+    memories deletes nothing (each delete is a read of the catalog)."""
+    forget = [m for m in dict.fromkeys(write.forget) if m in live]
     if forget:
-        row = con.execute("SELECT count(*) FROM memories WHERE id IN (SELECT unnest(?))", [forget]).fetchone()
-        forgotten = int(row[0]) if row else 0
         con.execute("DELETE FROM edges WHERE src IN (SELECT unnest(?)) OR dst IN (SELECT unnest(?))", [forget, forget])
-    gone = [m.id for m in write.remember] + forget
+    gone = [m.id for m in write.remember if m.id in live] + forget
     if gone:
         con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [gone])
         con.execute("DELETE FROM memory_topics WHERE memory_id IN (SELECT unnest(?))", [gone])
         con.execute("DELETE FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))", [gone])
         con.execute("DELETE FROM edges WHERE origin IN (SELECT unnest(?))", [gone])
+    forgotten = len(forget)
     ms = write.remember
     if not ms:
         return forgotten
