@@ -7,8 +7,8 @@ soon another process sees it, on each catalog.
 For each catalog (the default SQLite file; PostgreSQL when ``--postgres``
 names a server, in a database made for the run and dropped after), a fresh
 lake gets ``--writes`` one-memory commits, ``--gap-ms`` apart, while a second
-process (its own lake connection, warm) polls ``latest_snapshot()`` in a loop
-and notes when it first sees each snapshot. Commit: the ``commit`` call's
+process (its own lake connection, warm) asks for ``latest_snapshot()`` every
+``--poll-ms`` and notes when it first sees each snapshot. Commit: the ``commit`` call's
 wall time. Visible: from the call's start to the other process's first
 sighting (the clocks are one machine's), so it includes the commit and at
 most one poll. The poll's own duration is reported beside it.
@@ -27,7 +27,7 @@ import uuid
 from pathlib import Path
 
 
-def _reader(settings_json: str, out: str, stop: str) -> None:
+def _reader(settings_json: str, out: str, stop: str, poll_ms: str) -> None:
     from pipeline.settings import Settings
     from tests.lakes import open_lake
 
@@ -41,6 +41,7 @@ def _reader(settings_json: str, out: str, stop: str) -> None:
             t1 = time.time()
             polls.append(t1 - t0)
             seen.setdefault(snap, t1)
+            time.sleep(max(0.0, float(poll_ms) / 1000 - (t1 - t0)))
     Path(out).write_text(json.dumps({"seen": seen, "polls": polls}))
 
 
@@ -48,14 +49,14 @@ def _pct(values: list[float], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
-def measure(settings, writes: int, gap_ms: float, scratch: Path, log=print) -> dict:
+def measure(settings, writes: int, gap_ms: float, poll_ms: float, scratch: Path, log=print) -> dict:
     from pipeline.store.lake import LakeWrite
     from tests.lakes import memory, open_lake
 
     out, stop = scratch / f"seen-{uuid.uuid4().hex}.json", scratch / f"stop-{uuid.uuid4().hex}"
     with open_lake(settings) as lake:
         reader = subprocess.Popen([sys.executable, "-m", "ops.bench.lake_latency", "--reader",
-                                   settings.model_dump_json(), str(out), str(stop)])
+                                   settings.model_dump_json(), str(out), str(stop), str(poll_ms)])
         while not Path(str(out) + ".ready").exists():
             time.sleep(0.01)
         time.sleep(0.5)
@@ -76,7 +77,8 @@ def measure(settings, writes: int, gap_ms: float, scratch: Path, log=print) -> d
     row = {"writes": writes, "commit_p50_ms": 1000 * statistics.median(commits),
            "commit_p90_ms": 1000 * _pct(commits, 0.9), "visible_p50_ms": 1000 * statistics.median(visible),
            "visible_p90_ms": 1000 * _pct(visible, 0.9), "seen": len(visible),
-           "poll_p50_ms": 1000 * statistics.median(data["polls"])}
+           "poll_p50_ms": 1000 * statistics.median(data["polls"]), "poll_max_ms": 1000 * max(data["polls"]),
+           "poll_every_ms": poll_ms}
     log(json.dumps(row))
     return row
 
@@ -84,11 +86,13 @@ def measure(settings, writes: int, gap_ms: float, scratch: Path, log=print) -> d
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--reader"]:
-        _reader(*argv[1:4])
+        _reader(*argv[1:5])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writes", type=int, default=40)
     parser.add_argument("--gap-ms", type=float, default=100.0)
+    parser.add_argument("--poll-ms", type=float, default=50.0, help="how often the other process asks for the "
+                                                                    "latest snapshot (0: as fast as it can)")
     parser.add_argument("--postgres", help="a conninfo without dbname, e.g. 'host=127.0.0.1 user=postgres'")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -99,14 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         settings = Settings(data_dir=scratch / "sqlite", _env_file=None)
-        rows["sqlite"] = measure(settings, args.writes, args.gap_ms, scratch)
+        rows["sqlite"] = measure(settings, args.writes, args.gap_ms, args.poll_ms, scratch)
         if args.postgres:
             server = Postgres(f"dbname=postgres {args.postgres}", args.postgres)
             conninfo = server.create_database()
             try:
                 settings = Settings(data_dir=scratch / "pg", store={"catalog": f"postgres:{conninfo}",
                                                                     "data_path": scratch / "pg-data"}, _env_file=None)
-                rows["postgres"] = measure(settings, args.writes, args.gap_ms, scratch)
+                rows["postgres"] = measure(settings, args.writes, args.gap_ms, args.poll_ms, scratch)
             finally:
                 server.drop_database(conninfo)
     rows["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
