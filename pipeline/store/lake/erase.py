@@ -18,12 +18,14 @@ PostgreSQL ``VACUUM FULL`` of the lake's tables).
 from __future__ import annotations
 
 import sqlite3
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import duckdb
 
+from pipeline.errors import StoreError
 from pipeline.store.lake.catalog import LAKE, Catalog, _quote, load_extensions
 from pipeline.store.lake.commit import latest_snapshot, retrying
 
@@ -31,7 +33,8 @@ from pipeline.store.lake.commit import latest_snapshot, retrying
 # may belong to a write still in progress (a large batch writes its files
 # before it commits).
 ORPHAN_AGE = timedelta(hours=1)
-# How long the PostgreSQL catalog's VACUUM FULL waits for one table's lock
+# How long the catalog's clean-up waits for readers: PostgreSQL's VACUUM FULL
+# for one table's lock, SQLite's VACUUM and WAL checkpoint for readers to let go
 # (readers' transactions are short; a longer wait would hold writers up behind it).
 LOCK_WAIT = timedelta(seconds=30)
 
@@ -95,10 +98,17 @@ def vacuum_catalog(catalog: Catalog, extensions_dir: Path) -> None:
     deleted row's bytes otherwise stay in a free page (SQLite) or a dead tuple
     (PostgreSQL) until reused."""
     if catalog.kind == "sqlite":
-        db = sqlite3.connect(catalog.target, timeout=60)
+        db = sqlite3.connect(catalog.target, timeout=LOCK_WAIT.total_seconds())
         try:
             db.execute("VACUUM")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the WAL held the old pages too
+            # the WAL holds the old pages too; a reader in the middle of a read
+            # keeps the checkpoint from truncating it (busy = 1): wait for it
+            deadline = time.monotonic() + LOCK_WAIT.total_seconds()
+            while (db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone() or (1,))[0]:
+                if time.monotonic() > deadline:
+                    raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in "
+                                     f"{LOCK_WAIT.total_seconds():.0f} s (a reader held it); erase again")
+                time.sleep(0.05)
         finally:
             db.close()
         return
