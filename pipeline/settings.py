@@ -87,6 +87,16 @@ class LimitSettings(BaseModel):
     max_top_k: int = Field(10_000, ge=1, description="most candidates per leg (top_k) one query may ask for")
 
 
+def mask_url(url: str) -> str:
+    """Hide the password of a URL such as ``redis://:pw@host:6379/0``, one
+    given as a query parameter (``redis://host:6379/0?password=pw``, which
+    redis-py and kombu read too), and a libpq keyword one
+    (``postgres:dbname=d password=pw``, ``store.catalog``)."""
+    url = re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
+    url = re.sub(r"((?:^|[\s:])password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1****", url, flags=re.IGNORECASE)
+    return re.sub(r"([?&](?:password|sentinel_password)=)[^&#]*", r"\1****", url, flags=re.IGNORECASE)
+
+
 # A catalog setting: which SQL database holds the lake's metadata. The part
 # after the colon goes to DuckLake as it is (a path; a libpq connection string).
 CATALOG_PATTERN = r"(sqlite|postgres):[^\x00]+"

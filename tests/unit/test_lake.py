@@ -13,8 +13,9 @@ from pydantic import ValidationError
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store.lake import LakeWrite
-from pipeline.store.lake.catalog import Catalog, masked
+from pipeline.store.lake.catalog import Catalog
 from tests.lakes import DIM, files_holding, memory, open_lake
+from workers.settings import WorkerSettings, mask_url
 
 
 @pytest.fixture
@@ -59,9 +60,13 @@ def test_a_non_positive_retention_is_refused(monkeypatch):
     assert [e["loc"] for e in err.value.errors()] == [("store", "retain")]
 
 
-def test_passwords_are_masked_in_messages():
-    assert masked("postgres:dbname=d password=hunter2 host=h") == "postgres:dbname=d password=** host=h"
-    assert masked("postgres:postgresql://me:hunter2@db/d") == "postgres:postgresql://me:**@db/d"
+def test_catalog_passwords_are_masked_in_messages_and_in_dimple_config(monkeypatch):
+    assert mask_url("postgres:dbname=d password=hunter2 host=h") == "postgres:dbname=d password=**** host=h"
+    assert mask_url("postgres:password='a b' dbname=d") == "postgres:password=**** dbname=d"
+    assert mask_url("postgres:postgresql://me:hunter2@db/d") == "postgres:postgresql://me:****@db/d"
+    monkeypatch.setenv("DIMPLE_STORE__CATALOG", "postgres:dbname=d host=h password=hunter2")
+    shown = WorkerSettings(_env_file=None).masked()["store"]
+    assert shown["catalog"] == "postgres:dbname=d host=h password=****"
 
 
 def test_an_unreachable_catalog_is_a_store_error_naming_the_field(tmp_path):

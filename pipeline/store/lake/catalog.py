@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from pipeline.errors import StoreError
-from pipeline.settings import Settings
+from pipeline.settings import Settings, mask_url
 from pipeline.store.database import extension_path, migrations, one, utcnow
 
 # The name the lake is attached as: its tables are lake.memories, ...
@@ -45,19 +45,13 @@ class Catalog:
     def parse(cls, text: str) -> Catalog:
         kind, _, target = text.partition(":")
         if kind not in ("sqlite", "postgres") or not target.strip():
-            raise StoreError(f"store.catalog: must be 'sqlite:PATH' or 'postgres:CONNINFO', not {masked(text)!r}")
+            raise StoreError(f"store.catalog: must be 'sqlite:PATH' or 'postgres:CONNINFO', not {mask_url(text)!r}")
         if kind == "sqlite":
             target = str(Path(target).expanduser())
         return cls(kind, target)
 
     def __str__(self) -> str:
-        return masked(f"{self.kind}:{self.target}")
-
-
-def masked(text: str) -> str:
-    """``text`` with a libpq password (``password=...`` or ``user:pw@``) hidden."""
-    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1**", text)
-    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1**@", text)
+        return mask_url(f"{self.kind}:{self.target}")
 
 
 def _quote(text: str) -> str:
@@ -140,7 +134,7 @@ def attach(settings: Settings, *, attempts: int = 5) -> tuple[duckdb.DuckDBPyCon
             if attempt + 1 < attempts and _is_conflict(exc):
                 time.sleep(0.05 * (attempt + 1))
                 continue
-            raise StoreError(f"store.catalog: cannot open the lake catalog {catalog}: {masked(text)}") from None
+            raise StoreError(f"store.catalog: cannot open the lake catalog {catalog}: {mask_url(text)}") from None
         except BaseException:
             con.close()
             raise
