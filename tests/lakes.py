@@ -2,7 +2,8 @@
 hash embedder, a writer process, a byte scan of every file, and a PostgreSQL
 server to put catalogs in (found, or started, or the test is skipped).
 
-``python -m tests.lakes write SETTINGS_JSON PREFIX N SHARED BARRIER`` is one
+``python -m tests.lakes poll SETTINGS_JSON STOP`` reads the lake without pause
+until the file ``STOP`` exists. ``python -m tests.lakes write SETTINGS_JSON PREFIX N SHARED BARRIER`` is one
 writer process: it opens the lake, waits for the barrier file, then commits
 ``N`` writes of its own (write id = memory id = ``PREFIX-j``) and ``SHARED``
 writes every writer also sends (``shared-j``: one message delivered to each
@@ -86,6 +87,38 @@ def writers(settings: Settings, prefixes: list[str], n: int, shared: int, tmp: P
         assert p.returncode == 0, err[-3000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
+
+
+def _poll(settings_json: str, stop: str) -> None:
+    """Read the latest snapshot and its memories over and over until ``stop`` exists."""
+    settings = Settings.model_validate_json(settings_json)
+    reads, snapshots = 0, set()
+    with open_lake(settings) as lake:
+        Path(f"{stop}.ready").touch()
+        while not Path(stop).exists():
+            snapshots.add(lake.latest_snapshot())
+            lake.read()
+            reads += 1
+        snapshots.add(lake.latest_snapshot())  # and once after: it still reads
+    print(json.dumps({"reads": reads, "snapshots": sorted(snapshots)}))
+
+
+def polling(settings: Settings, tmp: Path):
+    """A process reading the lake without pause; ``stop()`` ends it and returns what it read."""
+    stop = tmp / f"stop-{uuid.uuid4().hex}"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.lakes", "poll", settings.model_dump_json(), str(stop)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": _pythonpath()})
+    deadline = time.monotonic() + 120
+    while not Path(f"{stop}.ready").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def finish() -> dict:
+        stop.touch()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        return json.loads(out.strip().splitlines()[-1])
+    return finish
 
 
 def _pythonpath() -> str:
@@ -179,3 +212,5 @@ def find_postgres(tmp: Path) -> Postgres:
 
 if __name__ == "__main__" and sys.argv[1:2] == ["write"]:
     _write(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+if __name__ == "__main__" and sys.argv[1:2] == ["poll"]:
+    _poll(sys.argv[2], sys.argv[3])

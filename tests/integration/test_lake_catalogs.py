@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.settings import Settings
 from pipeline.store.lake import LakeWrite
-from tests.lakes import files_holding, find_postgres, memory, open_lake, writers
+from tests.lakes import files_holding, find_postgres, memory, open_lake, polling, writers
 
 PROCESSES = ["p0", "p1", "p2"]
 OWN = 12  # writes of its own per process
@@ -99,3 +99,26 @@ def test_erase_on_a_postgres_catalog_leaves_no_byte_in_files_or_catalog(tmp_path
         with pytest.raises(Exception, match="as_of: no snapshot"):
             lake.read(at=old)
         assert lake.count() == 41
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "postgres"])
+def test_erase_while_another_process_reads_without_pause(tmp_path, request, catalog):
+    """The catalog's clean-up (VACUUM, the WAL checkpoint) waits for a reader
+    instead of failing it or leaving the bytes, and the reader goes on."""
+    if catalog == "sqlite":  # one host: the reader shares the data dir
+        settings = reader = _sqlite(tmp_path)
+    else:  # another host: its own data dir, the same catalog and data path
+        settings = _postgres(tmp_path, request.getfixturevalue("pg_catalog"))
+        reader = settings.replace(data_dir=tmp_path / "reader")
+    secret = "ZQX the vault code is 7341"
+    with open_lake(settings) as lake:
+        lake.commit(LakeWrite([memory("s1", secret), memory("k1", "keep me")]))
+        lake.commit(LakeWrite([memory(f"bulk-{i}", f"bulk memory {i} {secret}") for i in range(20)]))
+        finish = polling(reader, tmp_path)
+        lake.erase(["s1"] + [f"bulk-{i}" for i in range(20)])
+        after = lake.latest_snapshot()
+        lake.commit(LakeWrite([memory("k2", "written after")]))
+        read = finish()
+        assert files_holding(secret.encode(), tmp_path) == []
+        assert read["reads"] > 0 and read["snapshots"][-1] > after, "the reader read on, through the erase"
+        assert [m.id for m in lake.read()] == ["k1", "k2"]
