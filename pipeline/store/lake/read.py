@@ -1,0 +1,132 @@
+"""Reading the lake: at the latest snapshot or an older one (time travel), and
+what changed between two snapshots (``ducklake_table_changes``), which is how
+a reader brings its indexes from the snapshot they reflect to the latest."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+from pipeline.errors import InputError, StoreError
+from pipeline.store.lake.catalog import LAKE
+from pipeline.store.lake.commit import latest_snapshot
+from pipeline.store.lake.records import Changes, LakeMemory, TableChanges, vectors_of
+
+# Snapshot or time: a snapshot id, or a time (naive = UTC) read as the last snapshot committed by then.
+At = int | datetime | None
+
+# The record tables and their columns, in the order of schema/lake (``changes_since`` reports these).
+TABLES = {
+    "memories": ("id", "namespace", "content", "content_type", "created_at", "content_hash", "embedding", "metadata",
+                 "context", "ingested_at"),
+    "memory_topics": ("memory_id", "topic_key"),
+    "memory_concepts": ("memory_id", "concept"),
+    "edges": ("src", "dst", "kind", "origin"),
+}
+
+
+def _at(at: At) -> tuple[str, dict[str, Any]]:
+    """The ``AT (...)`` clause for ``at`` and its bound parameter (none for the latest)."""
+    if at is None:
+        return "", {}
+    if isinstance(at, datetime):
+        stamp = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+        return " AT (TIMESTAMP => $at)", {"at": stamp}
+    if isinstance(at, int) and not isinstance(at, bool) and at >= 0:
+        return " AT (VERSION => $at)", {"at": at}
+    raise InputError("as_of", "a snapshot id (an integer >= 0) or a time")
+
+
+def _run(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[tuple]:
+    try:
+        return con.execute(sql, params).fetchall()
+    except duckdb.InvalidInputException as exc:
+        if "No snapshot found" in str(exc):
+            raise InputError("as_of", f"no snapshot of the lake at {params.get('at')!r} (expired, or not yet "
+                                      "committed)") from None
+        raise
+
+
+def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
+                  ids: list[str] | None = None) -> list[LakeMemory]:
+    """The memories of the snapshot ``at`` (the latest when None), all or those
+    among ``ids``, sorted by id, with their topics, concepts and declared edges."""
+    clause, params = _at(at)
+    where = ""
+    if ids is not None:
+        where = " WHERE {col} IN (SELECT unnest($ids))"
+        params = {**params, "ids": list(ids)}
+    rows = _run(con, "SELECT id, namespace, content, content_type, created_at, content_hash, embedding, "
+                     f"metadata::VARCHAR, context, ingested_at FROM memories{clause}{where.format(col='id')} ORDER BY id",
+                params)
+    topics: dict[str, list[str]] = {}
+    for mid, t in _run(con, f"SELECT memory_id, topic_key FROM memory_topics{clause}"
+                            f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
+        topics.setdefault(mid, []).append(t)
+    concepts: dict[str, list[str]] = {}
+    for mid, c in _run(con, f"SELECT memory_id, concept FROM memory_concepts{clause}"
+                            f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
+        concepts.setdefault(mid, []).append(c)
+    edges: dict[str, list[tuple[str, str, str]]] = {}
+    for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
+                                            f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
+        edges.setdefault(origin, []).append((src, dst, kind))
+    vectors = vectors_of([r[6] for r in rows], dim)
+    return [LakeMemory(id=r[0], namespace=r[1], content=r[2], content_type=r[3], created_at=r[4], content_hash=r[5],
+                       embedding=vectors[i], metadata=None if r[7] is None else json.loads(r[7]), context=r[8],
+                       ingested_at=r[9], topics=topics.get(r[0], []), concepts=concepts.get(r[0], []),
+                       edges=edges.get(r[0], []))
+            for i, r in enumerate(rows)]
+
+
+def count(con: duckdb.DuckDBPyConnection, at: At = None) -> int:
+    clause, params = _at(at)
+    rows = _run(con, f"SELECT count(*) FROM memories{clause}", params)
+    return int(rows[0][0])
+
+
+def snapshot_at(con: duckdb.DuckDBPyConnection, at: At) -> int:
+    """The snapshot id ``at`` stands for: itself, the last one committed by a
+    time, or the latest."""
+    if at is None:
+        return latest_snapshot(con)
+    if isinstance(at, int):
+        _at(at)
+        return at
+    _, params = _at(at)
+    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}') WHERE snapshot_time <= $at",
+                      params).fetchone()
+    if row is None or row[0] is None:
+        raise InputError("as_of", f"no snapshot of the lake at or before {at.isoformat()}")
+    return int(row[0])
+
+
+def changes_since(con: duckdb.DuckDBPyConnection, since: int, until: int | None = None) -> Changes:
+    """Rows inserted into and deleted from each record table by the snapshots
+    after ``since`` up to ``until`` (the latest when None). An update is a
+    delete and an insert of the same id. Raises ``StoreError`` when ``since``
+    has expired: the caller reloads from a snapshot instead."""
+    until = latest_snapshot(con) if until is None else until
+    out = Changes(since=since, until=until, tables={name: TableChanges() for name in TABLES})
+    if until <= since:
+        return out
+    for table, columns in TABLES.items():
+        try:
+            rows = con.execute(
+                f"SELECT snapshot_id, change_type, {', '.join(columns)} "
+                f"FROM ducklake_table_changes('{LAKE}', 'main', ?, ?, ?) ORDER BY snapshot_id, rowid, change_type",
+                [table, since + 1, until]).fetchall()
+        except duckdb.InvalidInputException as exc:
+            raise StoreError(f"the lake has no snapshot {since + 1}..{until} any more ({exc}): read the latest "
+                             "snapshot in full") from None
+        per = out.tables[table]
+        for snapshot, kind, *values in rows:
+            row = dict(zip(columns, values))
+            if kind in ("insert", "update_postimage"):
+                per.inserted.append((int(snapshot), row))
+            elif kind in ("delete", "update_preimage"):
+                per.deleted.append((int(snapshot), row))
+    return out

@@ -1,0 +1,1 @@
+"""The lake's record tables (``pipeline.store.lake``), numbered like ``schema/``."""

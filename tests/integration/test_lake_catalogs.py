@@ -1,0 +1,124 @@
+"""The lake with several processes writing at once, on both catalogs: the
+default SQLite file and PostgreSQL (a database of its own per test run,
+created and dropped; the server found or started by ``tests.lakes.find_postgres``,
+else these tests skip naming what to install)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from pipeline.settings import Settings
+from pipeline.store.lake import LakeWrite
+from tests.lakes import files_holding, find_postgres, memory, open_lake, polling, writers
+
+PROCESSES = ["p0", "p1", "p2"]
+OWN = 12  # writes of its own per process
+SHARED = 8  # writes every process sends (one message delivered to each)
+
+
+@pytest.fixture(scope="module")
+def postgres(tmp_path_factory):
+    server = find_postgres(tmp_path_factory.mktemp("postgres"))
+    yield server
+    if server.proc is not None:
+        server.proc.terminate()
+        server.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def pg_catalog(postgres):
+    conninfo = postgres.create_database()
+    yield conninfo
+    postgres.drop_database(conninfo)
+
+
+def _sqlite(tmp_path) -> Settings:
+    return Settings(data_dir=tmp_path / "data", _env_file=None)
+
+
+def _postgres(tmp_path, conninfo: str) -> Settings:
+    return Settings(data_dir=tmp_path / "host", store={"catalog": f"postgres:{conninfo}",
+                                                      "data_path": tmp_path / "shared"}, _env_file=None)
+
+
+def _every_write_once(settings: Settings, tmp_path) -> None:
+    open_lake(settings).close()  # the lake's tables exist before the writers race
+    results = writers(settings, PROCESSES, OWN, SHARED, tmp_path)
+    expected = {f"{p}-{j}" for p in PROCESSES for j in range(OWN)} | {f"shared-{j}" for j in range(SHARED)}
+    with open_lake(settings) as lake:
+        ids = Counter(m.id for m in lake.read())
+        writes = Counter(r[0] for r in lake.con.execute("SELECT write_id FROM writes").fetchall())
+    assert set(ids) == expected and max(ids.values()) == 1, "every write present, none twice"
+    assert set(writes) == expected and max(writes.values()) == 1
+    # each shared message applied by exactly one process; the others were told it was a replay
+    applied = Counter(r["id"] for rs in results for r in rs if not r["replayed"])
+    assert applied == Counter(expected)
+    replayed = Counter(r["id"] for rs in results for r in rs if r["replayed"])
+    assert replayed == Counter({f"shared-{j}": len(PROCESSES) - 1 for j in range(SHARED)})
+    # a replay answers with the snapshot that holds the write
+    first = {r["id"]: r["snapshot"] for rs in results for r in rs if not r["replayed"]}
+    assert all(r["snapshot"] == first[r["id"]] for rs in results for r in rs if r["replayed"])
+    assert len(set(first.values())) == len(first), "one snapshot per write"
+    assert sum(r["attempts"] for rs in results for r in rs) >= len(expected)
+
+
+def test_processes_writing_at_once_to_a_sqlite_catalog_lose_nothing_and_apply_nothing_twice(tmp_path):
+    _every_write_once(_sqlite(tmp_path), tmp_path)
+
+
+def test_processes_writing_at_once_to_a_postgres_catalog_lose_nothing_and_apply_nothing_twice(tmp_path, pg_catalog):
+    _every_write_once(_postgres(tmp_path, pg_catalog), tmp_path)
+
+
+def test_a_write_is_visible_to_another_process_at_its_snapshot(tmp_path, pg_catalog):
+    settings = _postgres(tmp_path, pg_catalog)
+    with open_lake(settings) as writer, open_lake(settings.replace(data_dir=tmp_path / "host2")) as reader:
+        seen = reader.latest_snapshot()
+        done = writer.commit(LakeWrite([memory("a", "from the other host")]))
+        assert reader.latest_snapshot() == done.snapshot
+        assert reader.changes_since(seen).ids("inserted") == ["a"]
+        assert [m.content for m in reader.read(at=seen)] == []
+        assert [m.content for m in reader.read(at=done.snapshot)] == ["from the other host"]
+
+
+def test_erase_on_a_postgres_catalog_leaves_no_byte_in_files_or_catalog(tmp_path, postgres, pg_catalog):
+    settings = _postgres(tmp_path, pg_catalog)
+    secret = "ZQX the vault code is 7341"
+    with open_lake(settings) as lake:
+        lake.commit(LakeWrite([memory("s1", secret), memory("k1", "keep me")]))
+        lake.commit(LakeWrite([memory(f"bulk-{i}", f"bulk memory {i}") for i in range(40)]
+                              + [memory("s2", f"{secret} in bulk", context=secret)]))
+        old = lake.latest_snapshot()
+        assert secret in postgres.dump(pg_catalog), "the small write's rows are inlined in the catalog"
+        assert files_holding(secret.encode(), tmp_path / "shared"), "the large write's are in a Parquet file"
+        lake.erase(["s1", "s2"])
+        assert files_holding(secret.encode(), tmp_path) == []
+        assert "vault code" not in postgres.dump(pg_catalog)
+        with pytest.raises(Exception, match="as_of: no snapshot"):
+            lake.read(at=old)
+        assert lake.count() == 41
+
+
+@pytest.mark.parametrize("catalog", ["sqlite", "postgres"])
+def test_erase_while_another_process_reads_without_pause(tmp_path, request, catalog):
+    """The catalog's clean-up (VACUUM, the WAL checkpoint) waits for a reader
+    instead of failing it or leaving the bytes, and the reader goes on."""
+    if catalog == "sqlite":  # one host: the reader shares the data dir
+        settings = reader = _sqlite(tmp_path)
+    else:  # another host: its own data dir, the same catalog and data path
+        settings = _postgres(tmp_path, request.getfixturevalue("pg_catalog"))
+        reader = settings.replace(data_dir=tmp_path / "reader")
+    secret = "ZQX the vault code is 7341"
+    with open_lake(settings) as lake:
+        lake.commit(LakeWrite([memory("s1", secret), memory("k1", "keep me")]))
+        lake.commit(LakeWrite([memory(f"bulk-{i}", f"bulk memory {i} {secret}") for i in range(20)]))
+        finish = polling(reader, tmp_path)
+        lake.erase(["s1"] + [f"bulk-{i}" for i in range(20)])
+        after = lake.latest_snapshot()
+        lake.commit(LakeWrite([memory("k2", "written after")]))
+        read = finish()
+        assert files_holding(secret.encode(), tmp_path) == []
+        assert read["reads"] > 0 and read["snapshots"][-1] > after, "the reader read on, through the erase"
+        assert [m.id for m in lake.read()] == ["k1", "k2"]

@@ -1,0 +1,195 @@
+"""The lake (pipeline.store.lake) in one process, on its default SQLite
+catalog: settings, writes as transactions, idempotent write ids, reading an
+old snapshot, the changes between snapshots, and erasing for good. Several
+processes at once, and PostgreSQL: tests/integration/test_lake_catalogs.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline.errors import InputError, StoreError
+from pipeline.settings import Settings
+from pipeline.store.lake import LakeWrite
+from pipeline.store.lake.catalog import Catalog
+from tests.lakes import DIM, files_holding, memory, open_lake
+from workers.settings import WorkerSettings, mask_url
+
+
+@pytest.fixture
+def lake_settings(tmp_path) -> Settings:
+    return Settings(data_dir=tmp_path / "data", _env_file=None)
+
+
+@pytest.fixture
+def lake(lake_settings):
+    with open_lake(lake_settings) as opened:
+        yield opened
+
+
+def test_the_lake_lives_in_the_data_dir_unless_told_otherwise(tmp_path, monkeypatch):
+    settings = Settings(data_dir=tmp_path, _env_file=None)
+    assert settings.lake_catalog == f"sqlite:{tmp_path / 'lake.sqlite'}"
+    assert settings.lake_data_path == tmp_path / "lake"
+    assert settings.store.retain == timedelta(days=7)
+    monkeypatch.setenv("DIMPLE_STORE__CATALOG", "postgres:dbname=dimple host=db user=dimple password=s3cret")
+    monkeypatch.setenv("DIMPLE_STORE__DATA_PATH", str(tmp_path / "shared"))
+    monkeypatch.setenv("DIMPLE_STORE__RETAIN", "P2D")
+    settings = Settings(data_dir=tmp_path, _env_file=None)
+    assert settings.lake_catalog.startswith("postgres:dbname=dimple")
+    assert settings.lake_data_path == tmp_path / "shared"
+    assert settings.store.retain == timedelta(days=2)
+    assert "s3cret" not in str(Catalog.parse(settings.lake_catalog))
+
+
+@pytest.mark.parametrize("value", ["mysql:dbname=x", "postgres:", "sqlite", "lake.sqlite"])
+def test_a_bad_catalog_is_refused_naming_the_field(monkeypatch, value):
+    monkeypatch.setenv("DIMPLE_STORE__CATALOG", value)
+    with pytest.raises(ValidationError) as err:
+        Settings(_env_file=None)
+    assert [e["loc"] for e in err.value.errors()] == [("store", "catalog")]
+    assert "sqlite:PATH" in str(err.value)
+
+
+def test_a_non_positive_retention_is_refused(monkeypatch):
+    monkeypatch.setenv("DIMPLE_STORE__RETAIN", "0")
+    with pytest.raises(ValidationError) as err:
+        Settings(_env_file=None)
+    assert [e["loc"] for e in err.value.errors()] == [("store", "retain")]
+
+
+def test_catalog_passwords_are_masked_in_messages_and_in_dimple_config(monkeypatch):
+    assert mask_url("postgres:dbname=d password=hunter2 host=h") == "postgres:dbname=d password=**** host=h"
+    assert mask_url("postgres:password='a b' dbname=d") == "postgres:password=**** dbname=d"
+    assert mask_url("postgres:postgresql://me:hunter2@db/d") == "postgres:postgresql://me:****@db/d"
+    monkeypatch.setenv("DIMPLE_STORE__CATALOG", "postgres:dbname=d host=h password=hunter2")
+    shown = WorkerSettings(_env_file=None).masked()["store"]
+    assert shown["catalog"] == "postgres:dbname=d host=h password=****"
+
+
+def test_an_unreachable_catalog_is_a_store_error_naming_the_field(tmp_path):
+    settings = Settings(data_dir=tmp_path, store={"catalog": "postgres:dbname=x host=127.0.0.1 port=1 user=nobody "
+                                                              "password=hunter2 connect_timeout=2"}, _env_file=None)
+    with pytest.raises(StoreError, match="^store.catalog: cannot open the lake catalog") as err:
+        open_lake(settings)
+    assert "hunter2" not in str(err.value)
+
+
+def test_another_data_path_is_a_store_error_naming_the_field(lake_settings, tmp_path):
+    open_lake(lake_settings).close()
+    moved = lake_settings.replace(store={"data_path": tmp_path / "elsewhere"})
+    with pytest.raises(StoreError, match="^store.data_path: "):
+        open_lake(moved)
+
+
+def test_a_lake_of_another_dimension_is_refused(lake_settings):
+    open_lake(lake_settings).close()
+    from pipeline.store.lake import Lake
+
+    with pytest.raises(StoreError, match=f"holds {DIM}-d embeddings"):
+        Lake.open(lake_settings, embedding_dim=DIM * 2)
+
+
+def test_a_write_is_one_snapshot_and_reads_back_as_written(lake):
+    before = lake.latest_snapshot()
+    done = lake.commit(LakeWrite([
+        memory("a", "We deploy on Fridays.", topics=["deploy"], concepts=["friday"], metadata={"k": [1, 2]},
+               context="asked in #ops", created_at=datetime(2025, 1, 10, 9, tzinfo=UTC)),
+        memory("b", "No deploys on Fridays any more.", supersedes=["a"], supported_by=["c"]),
+    ], write_id="w-1"))
+    assert done.snapshot == lake.latest_snapshot() == before + 1 and not done.replayed
+    a, b = lake.read()
+    assert (a.id, a.content, a.topics, a.concepts, a.metadata, a.context, a.created_at) == (
+        "a", "We deploy on Fridays.", ["deploy"], ["friday"], {"k": [1, 2]}, "asked in #ops", datetime(2025, 1, 10, 9))
+    assert a.embedding.shape == (DIM,) and abs(float(a.embedding @ a.embedding) - 1) < 1e-5
+    assert sorted(b.edges) == [("b", "a", "supersedes"), ("c", "b", "supports")]
+    assert lake.written("w-1") and not lake.written("w-2")
+
+
+def test_a_write_delivered_again_is_applied_once(lake):
+    first = lake.commit(LakeWrite([memory("a", "one")], write_id="msg-1"))
+    lake.commit(LakeWrite([memory("b", "two")], write_id="msg-2"))
+    again = lake.commit(LakeWrite([memory("a", "one, changed since")], write_id="msg-1"))
+    assert again.replayed and again.snapshot == first.snapshot
+    assert [m.content for m in lake.read()] == ["one", "two"]
+    rows = lake.con.execute("SELECT write_id, count(*) FROM writes GROUP BY 1 ORDER BY 1").fetchall()
+    assert rows == [("msg-1", 1), ("msg-2", 1)]
+
+
+def test_remembering_an_id_again_replaces_it_and_forgetting_drops_its_links(lake):
+    lake.commit(LakeWrite([memory("a", "old text", topics=["x"]), memory("b", "links to a", supersedes=["a"])]))
+    lake.commit(LakeWrite([memory("a", "new text", topics=["y"])]))
+    assert [(m.id, m.content, m.topics) for m in lake.read(ids=["a"])] == [("a", "new text", ["y"])]
+    done = lake.commit(LakeWrite(forget=["a", "missing"]))
+    assert done.forgotten == 1
+    assert [(m.id, m.edges) for m in lake.read()] == [("b", [])]
+
+
+def test_a_write_may_not_both_remember_and_forget_an_id():
+    with pytest.raises(ValueError, match="both"):
+        LakeWrite([memory("a", "x")], forget=["a"])
+
+
+def test_time_travel_reads_the_store_as_it_was(lake):
+    one = lake.commit(LakeWrite([memory("a", "first version")])).snapshot
+    then = datetime.now(UTC)
+    lake.commit(LakeWrite([memory("a", "second version"), memory("b", "later")]))
+    lake.commit(LakeWrite(forget=["b"]))
+    assert [(m.id, m.content) for m in lake.read(at=one)] == [("a", "first version")]
+    assert [(m.id, m.content) for m in lake.read(at=then)] == [("a", "first version")]
+    assert lake.snapshot_at(then) == one
+    assert [(m.id, m.content) for m in lake.read()] == [("a", "second version")]
+    assert lake.count(at=one + 1) == 2 and lake.count() == 1
+    with pytest.raises(InputError, match="^as_of: no snapshot"):
+        lake.read(at=lake.latest_snapshot() + 5)
+
+
+def test_changes_since_lists_exactly_the_inserts_and_deletes(lake):
+    lake.commit(LakeWrite([memory("a", "a"), memory("b", "b", topics=["t"])]))
+    since = lake.latest_snapshot()
+    s1 = lake.commit(LakeWrite([memory("c", "c", supersedes=["a"])])).snapshot
+    s2 = lake.commit(LakeWrite([memory("b", "b changed")])).snapshot
+    s3 = lake.commit(LakeWrite(forget=["a"])).snapshot
+    changes = lake.changes_since(since)
+    assert (changes.since, changes.until) == (since, s3)
+    memories = changes.tables["memories"]
+    assert [(s, r["id"], r["content"]) for s, r in memories.inserted] == [(s1, "c", "c"), (s2, "b", "b changed")]
+    assert [(s, r["id"], r["content"]) for s, r in memories.deleted] == [(s2, "b", "b"), (s3, "a", "a")]
+    assert [(s, r["memory_id"]) for s, r in changes.tables["memory_topics"].deleted] == [(s2, "b")]
+    assert [(s, r["src"], r["dst"]) for s, r in changes.tables["edges"].inserted] == [(s1, "c", "a")]
+    assert [(s, r["src"], r["dst"]) for s, r in changes.tables["edges"].deleted] == [(s3, "c", "a")]
+    assert changes.ids("inserted") == ["c", "b"] and changes.ids("deleted") == ["b", "a"]
+    assert lake.changes_since(s3).tables["memories"].inserted == []
+    assert lake.changes_since(s1, until=s2).ids("inserted") == ["b"]
+
+
+def test_erase_leaves_no_byte_of_the_text_in_any_file(lake, lake_settings):
+    secret = "ZQX the vault code is 7341"
+    # one small write (inlined in the catalog), one large (a Parquet file), and
+    # texts sorting before and after it (a file's min/max statistics)
+    lake.commit(LakeWrite([memory("s1", secret, context=f"{secret} again"), memory("k1", "keep me")]))
+    lake.commit(LakeWrite([memory(f"bulk-{i}", f"bulk memory {i}") for i in range(40)]
+                          + [memory("s2", f"{secret} in bulk", metadata={"note": secret})]))
+    lake.commit(LakeWrite([memory("first", "!!! sorts first"), memory("last", "~~~ sorts last")]))
+    old = lake.latest_snapshot()
+    folders = (lake_settings.data_dir,)
+    assert files_holding(secret.encode(), *folders), "the scan finds the text before the erase"
+    purged = lake.erase(["s1", "s2"])
+    assert purged.snapshot > old and purged.expired > 0
+    assert files_holding(secret.encode(), *folders) == []
+    assert files_holding(b"vault code", *folders) == []
+    with pytest.raises(InputError, match="^as_of: no snapshot"):
+        lake.read(at=old)
+    assert lake.count() == 43
+    assert {m.id for m in lake.read(ids=["k1", "bulk-3", "s1", "s2"])} == {"k1", "bulk-3"}
+    lake.commit(LakeWrite([memory("after", "written after the erase")]))
+    assert lake.count() == 44
+
+
+def test_expire_keeps_the_retained_snapshots(lake):
+    first = lake.commit(LakeWrite([memory("a", "a")])).snapshot
+    lake.commit(LakeWrite([memory("b", "b")]))
+    assert lake.expire().expired == 0  # a week: nothing is that old
+    assert lake.count(at=first) == 1
