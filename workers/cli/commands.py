@@ -48,6 +48,7 @@ from .common import (
 )
 from .demo import run_demo
 from .eval import register as register_eval
+from .mcp import register as register_mcp
 from .render import format_explain, format_results, format_why_not, one_line
 
 EXIT_USER = 2
@@ -238,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
     register_eval(sub)
+    register_mcp(sub)
     # -v works before or after the subcommand: each subcommand takes it too
     # (suppressed when absent, so it never resets a -v given before it)
     for child in all_parsers(p)[1:]:
