@@ -22,7 +22,7 @@ from importlib.metadata import version
 from typing import Any
 
 import anyio
-import mcp_types as types
+import mcp.types as types
 import uvicorn
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
