@@ -167,7 +167,7 @@ def _pinned_records(pins: Pins, records: Any) -> Any:
     for record, number in zip(parsed.records, parsed.lines):
         if not pins.allows(record.namespace):
             refuse(number, "namespace", f"{record.namespace!r}: this server writes only in namespaces {pins.named()}")
-    own = {r.id for r in parsed.records}
+    own = {r.id for r in parsed.records if r.id is not None}  # parse_records gives each record its id
     stored = {m["id"]: m["namespace"] for m in api.get(sorted(own))} if own else {}
     for record, number in zip(parsed.records, parsed.lines):
         if record.id in stored and not pins.allows(stored[record.id]):
