@@ -233,3 +233,25 @@ def test_the_loopback_rule():
     check_http("0.0.0.0", "token")
     with pytest.raises(Exception, match="DIMPLE_MCP__TOKEN"):
         check_http("192.168.1.10", "")
+
+
+def test_the_token_is_read_from_the_environment_and_masked(monkeypatch):
+    from workers.settings import WorkerSettings
+
+    monkeypatch.setenv("DIMPLE_MCP__TOKEN", TOKEN)
+    monkeypatch.setenv("DIMPLE_MCP__PORT", "9100")
+    s = WorkerSettings(_env_file=None)
+    assert (s.mcp.token.get_secret_value(), s.mcp.port, s.mcp.address) == (TOKEN, 9100, "127.0.0.1")
+    assert s.masked()["mcp"]["token"] == "****" and TOKEN not in json.dumps(s.masked())  # what dimple config prints
+
+
+def test_without_the_sdk_the_command_says_what_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    from workers.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mcp" else real(name, *a))
+    assert main(["mcp"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'dimple[mcp]'" in err and len(err.strip().splitlines()) == 1

@@ -151,7 +151,7 @@ class BearerToken:
 def serve_http(server: Server[Any], host: str, port: int, token: str) -> None:
     """Serve streamable HTTP at ``http://host:port/mcp`` until stopped (SIGINT, SIGTERM)."""
     check_http(host, token)
-    app: Any = server.streamable_http_app(host=host)  # DNS-rebinding protection on loopback
+    app: Any = server.streamable_http_app(host=host.strip("[]"))  # DNS-rebinding protection on loopback
     if token:
         app = BearerToken(app, token)
     uvicorn.Server(uvicorn.Config(app, host=host.strip("[]"), port=port, log_level="warning")).run()
