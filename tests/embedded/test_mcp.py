@@ -70,7 +70,7 @@ async def _every_tool(client: Client) -> dict:
     assert set(listed["remember"].input_schema["properties"]) == {"records", "skip_invalid"}
     assert set(listed["forget"].input_schema["properties"]) == {"ids", "reason"}
     assert set(listed["get"].input_schema["properties"]) == {"ids"}
-    assert set(listed["explain"].input_schema["properties"]) == {"query_id"}
+    assert set(listed["explain"].input_schema["properties"]) == {"query_id", "why_not"}
 
     wrote = await client.call_tool("remember", {"records": MEMORIES})
     assert not wrote.is_error, _text(wrote)
@@ -90,6 +90,18 @@ async def _every_tool(client: Client) -> dict:
     cut = await client.call_tool("search", {"query": "deploy", "namespace": "code", "max_units": 1})
     assert cut.structured_content["truncated"] is True and len(cut.structured_content["results"]) == 1
     assert cut.structured_content["truncation"]["by"] == "maxUnits"
+
+    cut_id = cut.structured_content["query_id"]
+    served = cut.structured_content["results"][0]["id"]
+    left_out = next(m["id"] for m in MEMORIES[:2] if m["id"] != served)
+    miss = await client.call_tool("explain", {"query_id": cut_id, "why_not": left_out})
+    assert not miss.is_error, _text(miss)
+    assert miss.structured_content["memory_id"] == left_out and miss.structured_content["reason"] == "budget"
+    assert miss.structured_content["stage"] == "search.budget"
+    miss = await client.call_tool("explain", {"query_id": cut_id, "why_not": served})
+    assert miss.structured_content["reason"] == "returned" and miss.structured_content["returned_rank"] == 1
+    bad = await client.call_tool("explain", {"query_id": cut_id, "why_not": "no-such-memory"})
+    assert bad.is_error and "why_not" in _text(bad)
 
     why = await client.call_tool("explain", {"query_id": res.query_id})
     assert not why.is_error, _text(why)

@@ -112,7 +112,7 @@ def tool_calls(hostile_args: bool):
     # ("outside" | "inside" | "seen" | "prefix", i): a query id resolved when the call is made
     explain = st.fixed_dictionaries({"query_id": pick(
         st.tuples(st.sampled_from(["outside", "inside", "seen", "seen", "prefix"]), st.integers(0, 100)),
-        st.one_of(hostile.strings(), hostile.junk()))})
+        st.one_of(hostile.strings(), hostile.junk()))}, optional={"why_not": pick(st.sampled_from(KNOWN_IDS), ids)})
     one = st.one_of(*(st.tuples(st.just(name), args) for name, args in (
         ("search", search), ("search", search), ("remember", remember), ("forget", forget), ("get", get),
         ("explain", explain))))
@@ -169,6 +169,10 @@ def _check(run: Run, name: str, arguments: dict[str, Any], result) -> None:
             assert m["namespace"] in PINS and m["id"] not in OUTSIDE_IDS
             assert not _outside(t for k in LINKS for t in m[k]), m
         count("mcp.pinned", "results checked", len(data["memories"]))
+    elif name == "explain" and "why_not" in arguments:
+        assert arguments["query_id"] not in run.queries["outside_queries"]
+        assert data["memory_id"] not in OUTSIDE_IDS and not _outside(data["hidden_by"]), (arguments, data)
+        assert data["scope"] is None or data["scope"]["namespace"] in PINS
     elif name == "explain":
         assert arguments["query_id"] not in run.queries["outside_queries"]
         assert not _outside(p["id"] for p in data["results"])
@@ -268,6 +272,8 @@ def test_a_pinned_server_hand_picked(pinned_store):
                 ("explain_unscoped", "explain", {"query_id": pinned_store["outside_queries"][1]}),
                 ("explain_prefix", "explain", {"query_id": pinned_store["inside_queries"][0][:8]}),
                 ("explain_inside", "explain", {"query_id": pinned_store["inside_queries"][0]}),
+                ("why_not_outside", "explain", {"query_id": pinned_store["inside_queries"][0], "why_not": "out-0"}),
+                ("why_not_inside", "explain", {"query_id": pinned_store["inside_queries"][0], "why_not": "in-1"}),
             ]:
                 out[key] = await client.call_tool(name, arguments)
         return out
@@ -291,6 +297,8 @@ def test_a_pinned_server_hand_picked(pinned_store):
     for key in ("explain_outside", "explain_unscoped", "explain_prefix"):
         assert out[key].is_error and "no audit row" in _text(out[key]), key
     assert not out["explain_inside"].is_error
+    assert out["why_not_outside"].is_error and "no memory 'out-0' in namespaces" in _text(out["why_not_outside"])
+    assert out["why_not_inside"].structured_content["reason"] == "out_of_scope"  # in-1 is in messages; the query, code
 
     from workers import api
     assert [m["id"] for m in api.get(["out-4", "in-6"])] == ["out-4"]  # the outside one is still there

@@ -1,6 +1,7 @@
 """The MCP server's tools: ``remember``, ``search``, ``forget``, ``get`` and
 ``explain``, each the ``workers.api`` function of that name with its own
-argument names, embedded or through the workers as the API is.
+argument names (``explain`` given ``why_not``: ``explain_miss``), embedded or
+through the workers as the API is.
 
 Input schemas and results are the API's own pydantic contracts
 (``MemoryRecord``, ``QueryOptions``, ``Results``, ``WriteResult``): one
@@ -26,7 +27,7 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pipeline.contracts import QueryOptions, Results, options_from_recorded, text_problem, validation_error
+from pipeline.contracts import QueryOptions, Results, id_problem, options_from_recorded, text_problem, validation_error
 from pipeline.errors import IngestValidationError, InputError, LineError
 from pipeline.store import segments
 from pipeline.store.ingest import MemoryRecord
@@ -88,6 +89,9 @@ class GetArguments(_Arguments):
 
 class ExplainArguments(_Arguments):
     query_id: str = Field(description="a search result's `query_id`")
+    why_not: str | None = Field(None, description="a memory id: why that memory was not among the query's results "
+                                                  "(the stage that dropped it and the numbers behind it), instead "
+                                                  "of each result's path")
 
 
 class Memories(BaseModel):
@@ -252,9 +256,10 @@ def get(pins: Pins, arguments: Any) -> dict[str, Any]:
     return {"memories": found}  # as the API gives them (``Memories`` is their schema)
 
 
-def explain(pins: Pins, arguments: Any) -> dict[str, Any]:
+def explain(pins: Pins, arguments: Any) -> BaseModel | dict[str, Any]:
+    """``api.explain`` (each result's path), or with ``why_not`` ``api.explain_miss``."""
     args = _arguments("explain", arguments, ExplainArguments, ("query_id",))
-    query_id = args["query_id"]
+    query_id, why_not = args["query_id"], args.get("why_not")
     if pins:  # only a whole query id, of a query scoped to one of the pins: any other reads as unknown
         try:
             row = api.audit_row(query_id)
@@ -264,7 +269,19 @@ def explain(pins: Pins, arguments: Any) -> dict[str, Any]:
         if row is None or row.query_id != query_id or namespace is None or not pins.allows(namespace):
             raise InputError("query_id", f"no audit row for query {query_id!r} in namespaces {pins.named()} "
                                          "(give a search result's whole query_id)")
-    return api.explain(query_id)
+        if why_not is not None:  # a live memory of the pins (an outside one, or a forgotten one, reads as unknown)
+            if (problem := id_problem(why_not) or text_problem(why_not)) is not None:
+                raise InputError("why_not", problem)
+            if why_not not in _inside(pins, [why_not]):
+                raise InputError("why_not", f"no memory {why_not!r} in namespaces {pins.named()}")
+    if why_not is None:
+        return api.explain(query_id)
+    try:
+        return api.explain_miss(query_id, why_not)
+    except InputError as exc:  # the API's name for it
+        if exc.field != "memory_id":
+            raise
+        raise InputError("why_not", exc.reason) from None
 
 
 @dataclass(frozen=True)
@@ -300,6 +317,9 @@ TOOLS = {t.name: t for t in (
     Tool("get", "The memories with these ids, as written (the fields of an ingest line), in the order asked.",
          _schema(GetArguments), Memories, get),
     Tool("explain", "Why each result of a search was served (leg ranks, RRF terms, recency factor, score, the "
-                    "budget's cut) from its audit row, and whether running it again now serves the same list.",
+                    "budget's cut) from its audit row, and whether running it again now serves the same list; "
+                    "with `why_not` (a memory id), why that memory was not served: the stage that dropped it "
+                    "(store, scope, beam, a leg's top-k, the full-text floor, supersession, the budget) and the "
+                    "numbers behind it.",
          _schema(ExplainArguments), None, explain),
 )}
