@@ -1,6 +1,7 @@
 """The Python API: ``search``, ``search_async`` and ``search_many``; the
 writes ``remember``, ``forget`` (each with an ``_async`` form) and ``get``;
-``explain_miss``, why a memory was not among a logged query's results.
+the audit trail's ``explain`` (why each result of a logged query was served)
+and ``explain_miss`` (why a memory was not among them).
 
 Embedded (no broker configured) the canvas runs in-process; with
 ``DIMPLE_BROKER_URL`` set the same canvas runs on workers and
@@ -22,7 +23,9 @@ from celery.result import AsyncResult, EagerResult
 from kombu.exceptions import OperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from pipeline.audit.reader import find as find_row
+from pipeline import audit
+from pipeline.audit.explain import diff_served, replay_options, store_changed
+from pipeline.audit.record import AuditRecord
 from pipeline.audit.whynot import WhyNot, why_not
 from pipeline.contracts import Batch, QueryOptions, Results, id_problem, make_query, text_problem
 from pipeline.errors import (
@@ -40,8 +43,9 @@ from pipeline.errors import (
 from pipeline.store.writes import WriteResult, parse_records, record_lines
 from pipeline.store.writes import get as read_live
 
-from . import audit, broker_epoch, presence, resources
+from . import broker_epoch, configure, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
+from .audit import flush as flush_audit
 from .canvas import query_canvas
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 
@@ -478,19 +482,37 @@ def remember(records: Any, *, skip_invalid: bool = False) -> WriteResult:
     return remember_async(records, skip_invalid=skip_invalid).get(timeout=resources.current().settings().task_timeout_s)
 
 
+def memory_ids(ids: Any) -> list[str]:
+    """``ids`` (one id or a list of them) as a list, each a memory id
+    (``id_problem``) the store can hold (``text_problem``: no NUL, no lone
+    surrogate); an ``InputError`` naming ``ids`` or ``ids[i]`` otherwise."""
+    if isinstance(ids, str):
+        ids = [ids]
+    elif isinstance(ids, bytes | dict) or not isinstance(ids, Iterable):
+        raise InputError("ids", "a memory id or a list of them")
+    wanted = list(ids)
+    for i, mid in enumerate(wanted):
+        if (problem := id_problem(mid) or text_problem(mid)) is not None:
+            raise InputError(f"ids[{i}]", problem)
+    return wanted
+
+
 def forget_async(ids: str | Iterable[str], reason: str | None = None) -> WriteAsyncResult | EagerWriteResult:
     """Forget memories by id: they leave every result and every link at once,
     and the store's files at the next compaction. Unknown ids are reported
     in ``not_found``, not refused."""
-    wanted = [ids] if isinstance(ids, str) else list(ids)
+    return _send("ingest.forget", forget_arguments(ids, reason), reason)
+
+
+def forget_arguments(ids: Any, reason: Any) -> list[str]:
+    """The checks ``forget`` makes before sending anything: at least one
+    memory id (``memory_ids``), a ``reason`` of text or none; the ids as a list."""
+    wanted = memory_ids(ids)
     if not wanted:
         raise InputError("ids", "give at least one memory id")
-    for i, mid in enumerate(wanted):
-        if (problem := id_problem(mid)) is not None:
-            raise InputError(f"ids[{i}]", problem)
-    if reason is not None and (not isinstance(reason, str) or len(reason) > 10_000):
+    if reason is not None and (not isinstance(reason, str) or len(reason) > 10_000 or text_problem(reason)):
         raise InputError("reason", "text of at most 10,000 characters")
-    return _send("ingest.forget", wanted, reason)
+    return wanted
 
 
 def forget(ids: str | Iterable[str], reason: str | None = None) -> WriteResult:
@@ -500,8 +522,10 @@ def forget(ids: str | Iterable[str], reason: str | None = None) -> WriteResult:
 
 def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
     """The live memories among ``ids`` as written (fields of an ingest line),
-    in the order asked; unknown and forgotten ids are left out."""
-    wanted = [ids] if isinstance(ids, str) else list(ids)
+    in the order asked; unknown and forgotten ids are left out. An id that is
+    not one (not a string, blank, over 512 characters) raises ``InputError``
+    naming it (``ids[i]``)."""
+    wanted = memory_ids(ids)
     app = get_app()
     if app.conf.task_always_eager:
         res = resources.current()
@@ -513,6 +537,64 @@ def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
         raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
 
 
+# -- the audit trail ---------------------------------------------------------------------
+def replay_row(row: AuditRecord) -> dict[str, Any]:
+    """Re-run a logged query with its recorded options; compare the served list.
+
+    Embedded, the replay writes no audit row of its own (it is run with
+    ``audit_enabled`` off); through a broker the workers log it, marked as a
+    replay (``Origin``, so no replay of the log replays it), and ``logged_as`` names its row.
+    """
+    if row.query_text is None:
+        return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
+    settings = resources.current().settings()
+    unlogged = settings.embedded and settings.audit_enabled
+    if unlogged:
+        configure(settings.replace(audit_enabled=False))
+    try:
+        now = search(row.query_text, **replay_options(row))
+    finally:
+        if unlogged:
+            configure(settings)
+    diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
+    changes = diff["changes"]
+    verdict = "same list" if diff["same"] else f"{len(changes)} change(s)"
+    moved = store_changed(row, now.store_version)
+    if moved and not diff["same"]:
+        verdict += f"; {moved}"
+    return {"verdict": verdict, "changes": changes, "store_changed": moved,
+            "replay_query_id": now.query_id, "logged_as": None if settings.embedded else now.query_id}
+
+
+def audit_row(query_id: Any) -> AuditRecord:
+    """The audit row of ``query_id`` (a query id, or a unique prefix of one of
+    at least 4 characters); an ``InputError`` naming ``query_id`` when there is
+    none. Embedded, this process's rows still waiting for the writer are
+    written first when it is not found, so a query just answered can be looked up."""
+    if not isinstance(query_id, str) or not query_id.strip() or text_problem(query_id):
+        raise InputError("query_id", "must be a query id: a non-blank string, valid Unicode without NUL")
+    settings = resources.current().settings()
+    row = audit.find(settings.audit_path, query_id)
+    if row is None and settings.embedded and flush_audit():  # this process's rows may still be on their way
+        row = audit.find(settings.audit_path, query_id)
+    if row is None:
+        off = "" if settings.audit_enabled else " (audit rows are off: DIMPLE_AUDIT_ENABLED=false)"
+        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}{off}")
+    return row
+
+
+def explain(query_id: str, *, replay: bool = True) -> dict[str, Any]:
+    """Why each result of a logged query was served, from its audit row alone
+    (``pipeline.audit.explain``: leg ranks, RRF terms, recency, the budget's
+    cut in ``truncation``), and with ``replay`` whether re-running it now gives
+    the same list (``replay_row``): what ``dimple audit explain --json`` prints."""
+    row = audit_row(query_id)
+    return {"query_id": row.query_id, "results": audit.explain(row), "truncation": row.truncation,
+            "replay": replay_row(row) if replay else None}
+
+
+__all__ = ["search", "search_async", "search_many", "remember", "remember_async", "forget", "forget_async", "get",
+           "explain", "explain_miss", "QueryOptions", "Results", "WriteResult", "WhyNot"]
 def explain_miss(query_id: str, memory_id: str) -> WhyNot:
     """Why memory ``memory_id`` was not among the results of query ``query_id``
     (its ``Results.query_id``, or a unique prefix of at least 4 characters):
@@ -525,18 +607,7 @@ def explain_miss(query_id: str, memory_id: str) -> WhyNot:
     Raises ``InputError`` naming ``query_id`` (no such row; its text was not
     stored) or ``memory_id`` (not a memory id; not in the store).
     """
-    if not isinstance(query_id, str) or not query_id.strip() or text_problem(query_id):
-        raise InputError("query_id", "must be a query id: a non-blank string, valid Unicode without NUL")
     res = resources.current()
-    settings = res.settings()
-    row = find_row(settings.audit_path, query_id)
-    if row is None and settings.embedded and audit.flush():  # this process's rows may still be on their way
-        row = find_row(settings.audit_path, query_id)
-    if row is None:
-        off = "" if settings.audit_enabled else " (audit rows are off: DIMPLE_AUDIT_ENABLED=false)"
-        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}{off}")
-    return why_not(row, memory_id, res, res.snapshot())
+    return why_not(audit_row(query_id), memory_id, res, res.snapshot())
 
 
-__all__ = ["search", "search_async", "search_many", "remember", "remember_async", "forget", "forget_async", "get",
-           "explain_miss", "QueryOptions", "Results", "WriteResult", "WhyNot"]

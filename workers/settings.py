@@ -1,6 +1,6 @@
 """The settings of a dimple process: the pipeline's (``pipeline.settings``,
 retrieval and store) and, here, the broker, worker, task, Flower and audit
-worker knobs.
+worker knobs, and the MCP server's (``dimple mcp``).
 
 One ``WorkerSettings`` object is read once per process from the environment
 (prefix ``DIMPLE_``, nested delimiter ``__``, an optional ``.env``: the same
@@ -15,11 +15,26 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from pipeline.settings import Settings, mask_url  # mask_url: workers.app and the tests import it from here
 
 LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+
+class McpSettings(BaseModel):
+    """``dimple mcp``, the MCP server, over streamable HTTP (``--http``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str = Field("127.0.0.1", description="interface `dimple mcp --http` listens on (`--host`); another "
+                                                   "than loopback needs `DIMPLE_MCP__TOKEN`")
+    port: int = Field(8765, ge=1, le=65535, description="port `dimple mcp --http` listens on (`--port`)")
+    token: SecretStr = Field(
+        SecretStr(""),
+        description="bearer token `dimple mcp --http` requires of every request (`Authorization: Bearer TOKEN`); "
+                    "empty: none, allowed on a loopback address only",
+    )
 
 
 class WorkerSettings(Settings):
@@ -95,6 +110,8 @@ class WorkerSettings(Settings):
                     "done so after this long (the message was lost with Redis, or with a killed worker)",
     )
 
+    mcp: McpSettings = McpSettings()
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:
@@ -149,6 +166,7 @@ class WorkerSettings(Settings):
         data["broker_password"] = "****" if self.broker_password.get_secret_value() else ""
         if self.store.catalog:
             data["store"]["catalog"] = mask_url(self.store.catalog)
+        data["mcp"]["token"] = "****" if self.mcp.token.get_secret_value() else ""
         return data
 
 

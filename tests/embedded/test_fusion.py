@@ -24,8 +24,7 @@ def readme_store(embedded, tmp_path):
 
 def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_store):
     from workers import audit
-    from workers.api import search
-    from workers.cli.common import replay_row
+    from workers.api import replay_row, search
 
     res = search(QUERY, fusion="convex", supersession="annotate")
     top = res.results[0]

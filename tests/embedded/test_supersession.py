@@ -37,8 +37,7 @@ def readme_store(embedded, tmp_path):
 @pytest.mark.parametrize("value", ["annotate", "promote", "hide"])
 def test_each_value_through_the_api_audit_and_replay(readme_store, value):
     from workers import audit
-    from workers.api import search
-    from workers.cli.common import replay_row
+    from workers.api import replay_row, search
 
     res = search(QUERY, mode="keyword", supersession=value)
     assert [r.id for r in res.results] == SERVED[value]

@@ -16,6 +16,7 @@ WORKER_FIELDS = {
     "flower_address", "flower_port", "worker_concurrency", "worker_prefetch_multiplier", "worker_warmup_timeout_s",
     "task_soft_time_limit_s", "task_time_limit_s", "visibility_timeout_s", "log_level", "audit_max_retries",
     "audit_backoff_base_s", "audit_backoff_max_s", "audit_hold_idle_ms", "audit_hold_max_ms", "audit_outbox_after_s",
+    "mcp",
 }
 
 

@@ -1,7 +1,7 @@
 """The ``dimple`` command line: ``commands`` (the parser and the commands; ``main``
 is the ``dimple`` entry point), ``eval`` (``dimple eval``), ``demo``, ``render``
 (text for a person) and ``common`` (what the commands share: settings, logging,
-ingest, the replay of a logged query).
+ingest).
 
 Nothing outside this package imports it (tests/unit/test_layout.py): the
 Python API is ``workers.api``.

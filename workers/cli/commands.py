@@ -30,7 +30,7 @@ from pipeline.store.fulltext import query_terms
 from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
 from workers import resources
-from workers.api import explain_miss, forget, search
+from workers.api import audit_row, explain, explain_miss, forget, replay_row, search
 from workers.app import QUEUES, get_app
 from workers.audit import flush as flush_audit
 from workers.supervise import supervise
@@ -43,12 +43,12 @@ from .common import (
     need_broker,
     no_store,
     prepare_search,
-    replay_row,
     require_store,
     setup_logging,
 )
 from .demo import run_demo
 from .eval import register as register_eval
+from .mcp import register as register_mcp
 from .render import format_explain, format_results, format_why_not, one_line
 
 EXIT_USER = 2
@@ -239,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
     register_eval(sub)
+    register_mcp(sub)
     # -v works before or after the subcommand: each subcommand takes it too
     # (suppressed when absent, so it never resets a -v given before it)
     for child in all_parsers(p)[1:]:
@@ -421,13 +422,6 @@ def _query_terms(settings, text: str) -> list[str]:
 
 
 # -- audit ---------------------------------------------------------------------------
-def _audit_row(settings, query_id: str):
-    row = audit.find(settings.audit_path, query_id)
-    if row is None:
-        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}")
-    return row
-
-
 def cmd_audit_tail(args) -> int:
     if args.n < 1:
         raise InputError("-n", "must be at least 1")
@@ -445,13 +439,11 @@ def cmd_audit_tail(args) -> int:
 
 
 def cmd_audit_show(args) -> int:
-    settings = cli_settings()
-    print(_audit_row(settings, args.query_id).model_dump_json(indent=2))
+    print(audit_row(args.query_id).model_dump_json(indent=2))
     return 0
 
 
 def cmd_audit_explain(args) -> int:
-    settings = cli_settings()
     if args.why_not is not None:
         if args.no_replay:
             raise InputError("--no-replay", "--why-not replays the query: leave --no-replay out")
@@ -463,14 +455,11 @@ def cmd_audit_explain(args) -> int:
             raise InputError("--why-not", exc.reason) from None
         print(answer.model_dump_json(indent=2) if args.json else format_why_not(answer))
         return 0
-    row = _audit_row(settings, args.query_id)
-    paths = audit.explain(row)
-    replay = None if args.no_replay else replay_row(row)
     if args.json:
-        print(json.dumps({"query_id": row.query_id, "results": paths, "truncation": row.truncation,
-                          "replay": replay}, indent=2, default=str))
+        print(json.dumps(explain(args.query_id, replay=not args.no_replay), indent=2, default=str))
         return 0
-    print(format_explain(row, paths, replay))
+    row = audit_row(args.query_id)
+    print(format_explain(row, audit.explain(row), None if args.no_replay else replay_row(row)))
     return 0
 
 

@@ -1,6 +1,7 @@
 """Library code the command line, the demo and ``dimple eval`` share: settings
-for a command-line process, ingest (here or through the broker), and the
-replay of a logged query.
+for a command-line process, ingest (here or through the broker), the
+checks a command makes before it searches. (The replay of a logged query
+is the API's: ``workers.api.replay_row``.)
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-import workers
-from pipeline.audit.explain import diff_served, replay_options, store_changed
 from pipeline.contracts import make_query
 from pipeline.errors import (
     BrokerUnavailableError,
@@ -29,7 +28,7 @@ from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import LiveView
 from workers import resources
-from workers.api import BROKER_DOWN, search
+from workers.api import BROKER_DOWN
 from workers.app import START_WORKER, consumed_queues, get_app
 from workers.celery_compat import stop_waiting
 from workers.settings import get_settings
@@ -231,36 +230,6 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
 
 def _lines(first: int, last: int) -> str:
     return f"line {first}" if first == last else f"lines {first}-{last}"
-
-
-def replay_row(row) -> dict[str, Any]:
-    """Re-run a logged query with its recorded options; compare the served list.
-
-    Embedded, the replay writes no audit row of its own (it is run with
-    ``audit_enabled`` off); through a broker the workers log it, marked as a
-    replay (``Origin``, so no replay of the log replays it), and ``logged_as`` names its row.
-    """
-    if row.query_text is None:
-        return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
-
-
-    settings = resources.current().settings()
-    unlogged = settings.embedded and settings.audit_enabled
-    if unlogged:
-        workers.configure(settings.replace(audit_enabled=False))
-    try:
-        now = search(row.query_text, **replay_options(row))
-    finally:
-        if unlogged:
-            workers.configure(settings)
-    diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
-    changes = diff["changes"]
-    verdict = "same list" if diff["same"] else f"{len(changes)} change(s)"
-    moved = store_changed(row, now.store_version)
-    if moved and not diff["same"]:
-        verdict += f"; {moved}"
-    return {"verdict": verdict, "changes": changes, "store_changed": moved,
-            "replay_query_id": now.query_id, "logged_as": None if settings.embedded else now.query_id}
 
 
 def need_broker(settings) -> None:

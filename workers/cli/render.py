@@ -93,7 +93,7 @@ def format_results(results, focus: str | None = None) -> str:
 def format_explain(row, paths: list[dict], replay: dict | None = None) -> str:
     """``dimple audit explain``'s text: the query and its legs, each result's
     path (``pipeline.audit.explain``), the budget cut, and the replay's verdict
-    (``replay_row``) when there is one."""
+    (``workers.api.replay_row``) when there is one."""
     lines: list[str] = []
     lines.append(f"query {row.query_id} ({row.mode}, hash {row.query_hash} of the {row.hash_of}): {row.query_text!r}")
     legs = row.query_profile.get("legs", {})

@@ -1,0 +1,75 @@
+"""``dimple mcp`` with ``DIMPLE_BROKER_URL`` set: the same tools run through
+real workers (a real Redis, the real model) and give the embedded answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters, stdio_client
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "mcp-workers"
+
+
+def _key(results: dict) -> list:
+    return [(r["id"], round(r["score"], 9), r["ranks"], [l["id"] for l in r["superseded_by"]]) for r in results["results"]]
+
+
+def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, stack, tmp_path):
+    import workers
+    from workers.api import search
+
+    queries = [json.loads(l) for l in demo_store.files["queries"].read_text(encoding="utf-8").splitlines() if l.strip()][:4]
+    asks = [{"query": q["text"], "namespace": q.get("namespace"), "mode": m} for q in queries for m in ("hybrid", "keyword")]
+    asks = [{k: v for k, v in a.items() if v is not None} for a in asks]
+    workers.configure(demo_store.settings)  # embedded, in this process
+    embedded = [search(a["query"], **{k: v for k, v in a.items() if k != "query"}).model_dump(mode="json") for a in asks]
+    assert any(e["results"] for e in embedded)
+
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+           "DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_BROKER_URL": stack.broker_url}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "workers.cli", "mcp"], env=env, cwd=str(tmp_path))
+
+    async def run() -> dict:
+        out: dict = {"search": []}
+        with (tmp_path / "server.err").open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                for a in asks:
+                    answer = await client.call_tool("search", a)
+                    assert not answer.is_error, answer.content
+                    out["search"].append(answer.structured_content)
+                wrote = await client.call_tool("remember", {"records": [
+                    {"id": "mw-1", "namespace": NS, "content": "the MCP worker note ZQ_MCP_7 about canary deploys"}]})
+                assert not wrote.is_error, wrote.content
+                out["remember"] = wrote.structured_content
+                out["get"] = (await client.call_tool("get", {"ids": ["mw-1"]})).structured_content
+                found = await client.call_tool("search", {"query": "ZQ_MCP_7", "namespace": NS, "mode": "keyword"})
+                out["found"] = found.structured_content
+                qid = out["search"][0]["query_id"]
+                for _ in range(100):  # the audit worker writes the row off the query path
+                    why = await client.call_tool("explain", {"query_id": qid})
+                    if not why.is_error:
+                        break
+                    await anyio.sleep(0.2)
+                out["explain"] = why
+                out["forget"] = (await client.call_tool("forget", {"ids": ["mw-1"]})).structured_content
+        return out
+
+    out = anyio.run(run)
+    assert "Traceback" not in (tmp_path / "server.err").read_text()
+    for a, e, d in zip(asks, embedded, out["search"]):
+        assert d["mode"] == e["mode"] == a["mode"]
+        assert _key(d) == _key(e), a
+    assert out["remember"]["ids"] == ["mw-1"] and out["remember"]["inserted"] == 1
+    assert [m["id"] for m in out["get"]["memories"]] == ["mw-1"]
+    assert [r["id"] for r in out["found"]["results"]] == ["mw-1"]
+    assert not out["explain"].is_error, out["explain"].content
+    assert [p["id"] for p in out["explain"].structured_content["results"]] == [r["id"] for r in out["search"][0]["results"]]
+    assert out["forget"]["forgotten"] == 1
