@@ -245,4 +245,8 @@ def test_every_script_equals_match_bm25(tmp_path, stemmer):
             # a word is found; punctuation alone is no term, and a lone Han character
             # is a term only where it stands alone (回 in 第3回), not inside a run (会 of 会議)
             assert bool(ref) == (q not in ("。", "", "会")), q
+        # a mark that makes a letter stays in its word: a vowel sign, kana voicing, й
+        assert fulltext.query_terms(store.con, "काम", fts) == ["काम"]
+        assert fulltext.query_terms(store.con, "ガス", fts) != fulltext.query_terms(store.con, "カス", fts)
+        assert fulltext.query_terms(store.con, "Новый", fts) == [{"russian": "нов"}.get(stemmer, "новый")]
 
