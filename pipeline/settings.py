@@ -43,10 +43,13 @@ class FulltextSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    stemmer: str = Field("porter", description="full-text analyzer: DuckDB FTS stemmer, or 'none'")
+    stemmer: str = Field("porter", description="full-text analyzer: DuckDB FTS stemmer (porter, or a snowball "
+                         "language: russian, greek, arabic, ...), or 'none'; store-wide")
     stopwords: str = Field("english", description="full-text analyzer: stopword list, 'english' or 'none'")
-    ignore: str = Field(r"(\.|[^a-z0-9_])+",
-                        description="regex of characters that split tokens (digits and `_` are kept, for identifiers)")
+    ignore: str = Field(r"(\.|[^\p{L}\p{M}\p{N}_])+",
+                        description="regex (RE2) of characters that split tokens: letters (with the marks that "
+                        "make them, e.g. Hindi vowel signs) and digits of every script and `_` are kept "
+                        "(identifiers; README 'Full text in every script')")
     k1: float = Field(0.6, gt=0, le=10, description="BM25 term saturation; lower than the usual 1.2: memories are short "
                       "(BENCHMARKS.md 'Fusion defaults': at least as good on all six judged sets)")
     b: float = Field(0.5, ge=0, le=1, description="BM25 length normalisation; memories are short, so lower than the usual 0.75")

@@ -2,7 +2,8 @@
 the reference the full-text leg is checked and benchmarked against (it was
 dimple's full-text leg before issue 7; a full scan, ~3 s per query at 1M).
 
-It is given the query's words less the index's stopwords: the leg drops them
+It is given the query's words, ``analyze``d as a memory's text is before
+the extension indexes it, less the index's stopwords: the leg drops them
 before stemming, as the index does from a memory, where ``match_bm25`` would
 stem them and match "at" against "ate" (``pipeline.store.fulltext.QueryTerms``)."""
 
@@ -12,6 +13,7 @@ import math
 
 from pipeline.contracts import Scope
 from pipeline.settings import FulltextSettings
+from pipeline.store.fulltext import analyze
 
 REFERENCE_SQL = """
 SELECT id, score FROM (
@@ -34,7 +36,7 @@ def match_bm25(con, text: str, scope: Scope, limit: int, settings: FulltextSetti
     if not text.strip():
         return []
     params = {
-        "q": without_stopwords(con, text), "k1": settings.k1, "b": settings.b, "ns": scope.namespace,
+        "q": without_stopwords(con, analyze(text)), "k1": settings.k1, "b": settings.b, "ns": scope.namespace,
         "types": list(scope.content_types), "topics": list(scope.topics),
         "concepts": list(scope.concepts), "limit": limit,
     }

@@ -186,6 +186,7 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     memory) for assignments independent of each other."""
     from pipeline.store.database import Store, utcnow
     from pipeline.store.fulltext import rebuild_index
+    from pipeline.store.ingest import fts_text_of
 
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -212,12 +213,12 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
         con.execute(
             "INSERT INTO memories (id, namespace, content, content_type, created_at, content_hash, embedding, "
             "metadata, ingested_at, context, fts_text) "
-            "SELECT m.id, m.ns, m.content, m.ctype, ?, 'synthetic', e.embedding, NULL, ?, NULL, m.content "
+            "SELECT m.id, m.ns, m.content, m.ctype, ?, 'synthetic', e.embedding, NULL, ?, NULL, m.fts "
             "FROM (SELECT unnest(?) AS pos, unnest(?) AS id, unnest(?) AS ns, unnest(?) AS content, "
-            f"unnest(?) AS ctype) m JOIN (SELECT column0::BIGINT AS pos, [{cols}]::FLOAT[{dim}] AS embedding "
+            f"unnest(?) AS ctype, unnest(?) AS fts) m JOIN (SELECT column0::BIGINT AS pos, [{cols}]::FLOAT[{dim}] AS embedding "
             "FROM _synth_vectors) e USING (pos)",
             [now, now, list(range(stop - start)), ids[start:stop], ns_of[start:stop], docs[start:stop],
-             ct_of[start:stop]],
+             ct_of[start:stop], [fts_text_of(d, None) for d in docs[start:stop]]],
         )
         del _synth_vectors
     seconds["insert"] = time.perf_counter() - t

@@ -130,13 +130,7 @@ class Store:
         try:
             con.execute("SET enable_progress_bar = false")  # no bars in workers' logs from a long load
             con.execute(f"LOAD '{_sql_quote(str(fts_extension_path()))}'")
-            version = _current_version(con)
-            latest = latest_schema_version()
-            if version > latest:
-                raise SchemaTooNewError(
-                    f"store {path} has schema version {version}, newer than this dimple "
-                    f"understands ({latest}); upgrade dimple to open it"
-                )
+            version, latest = _versions(con, path)
             if version < latest:
                 if read_only:
                     raise StoreError(
@@ -176,7 +170,8 @@ class Store:
         """A read-write copy of the store at ``path`` held in memory (DuckDB
         spills to ``temp_directory`` beyond its memory limit): a compaction
         that deletes rows writes its result afresh from it, so it needs no
-        second file beside the one it writes."""
+        second file beside the one it writes. Pending migrations are applied
+        to the copy (``dimple reindex`` upgrades a store this way)."""
         con = duckdb.connect(":memory:")
         try:
             con.execute("SET enable_progress_bar = false")
@@ -187,6 +182,9 @@ class Store:
             con.execute(f"ATTACH '{_sql_quote(str(path))}' AS src (READ_ONLY)")
             con.execute("COPY FROM DATABASE src TO memory")
             con.execute("DETACH src")
+            version, latest = _versions(con, path)
+            if version < latest:  # a read-write copy is migrated, as ``open`` migrates a file
+                _migrate(con, version, _meta(con, "embedding_dim", int))
             info = StoreInfo(
                 schema_version=_current_version(con),
                 embedding_model=_meta(con, "embedding_model", str),
@@ -261,6 +259,18 @@ def migrate_package(con: duckdb.DuckDBPyConnection, package: str) -> int:
     if version < latest:
         _migrate(con, version, 1, package)
     return latest
+
+
+def _versions(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[int, int]:
+    """(the store's schema version, this dimple's latest); a store newer than
+    this dimple understands is refused."""
+    version, latest = _current_version(con), latest_schema_version()
+    if version > latest:
+        raise SchemaTooNewError(
+            f"store {path} has schema version {version}, newer than this dimple "
+            f"understands ({latest}); upgrade dimple to open it"
+        )
+    return version, latest
 
 
 def _current_version(con: duckdb.DuckDBPyConnection) -> int:

@@ -28,7 +28,7 @@ from pipeline.embedders import Embedder
 from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
 from pipeline.store.database import Store, rows_by_ids, transaction, utcnow
-from pipeline.store.fulltext import rebuild_index
+from pipeline.store.fulltext import analyze, rebuild_index
 from pipeline.store.vector import Tree, drop_stale_words, load_tree, save_namespaces
 
 _ID_LIST: list[str] = Field(default_factory=list)  # a fresh empty list per record
@@ -261,8 +261,14 @@ def embedding_text(record: MemoryRecord) -> str:
 
 def fts_text(record: MemoryRecord) -> str:
     """What BM25 indexes: content, then context (after "contextual retrieval",
-    Anthropic 2024: a memory is found through the words around it too)."""
-    return record.content if not record.context else f"{record.content}\n{record.context}"
+    Anthropic 2024: a memory is found through the words around it too),
+    ``analyze``d (accents folded, Han/kana/Hangul as bigrams)."""
+    return fts_text_of(record.content, record.context)
+
+
+def fts_text_of(content: str, context: str | None) -> str:
+    """``fts_text`` of a memory's stored content and context."""
+    return analyze(content if not context else f"{content}\n{context}")
 
 
 def record_id(record: MemoryRecord) -> str:
@@ -576,7 +582,8 @@ def _place_in_tree(con, tree: Tree, records, vectors, rows: list[int], touched: 
 
 
 def rebuild_tree(store: Store, settings: Settings) -> Tree:
-    """``dimple reindex``: cluster every namespace from scratch and rebuild the index."""
+    """``dimple reindex``: cluster every namespace from scratch, re-derive the
+    text the full-text index covers and rebuild the index."""
     con = store.con
     with transaction(con):
         tree = Tree(settings.tree)
@@ -591,10 +598,27 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
         con.execute("DELETE FROM topics")
         con.execute("DELETE FROM memory_topics WHERE kind IN ('leaf', 'ancestor')")
         save_namespaces(con, tree, namespaces)
+        reanalyze(con)
         rebuild_index(con, settings.fulltext)
         store.set_meta("fts_generation", str(store.generation + 1))
         store.set_meta("generation", str(store.generation + 1))
     return tree
+
+
+def reanalyze(con) -> None:
+    """Re-derive ``fts_text`` of every memory whose text is not ASCII (``analyze``
+    leaves ASCII alone): a store written before the analyzer
+    changed indexes what this version would write."""
+    rows = con.execute("SELECT id, content, context FROM memories "
+                       r"WHERE regexp_matches(content || coalesce(context, ''), '[^\x00-\x7F]')").fetchall()
+    if not rows:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE reanalyzed (id VARCHAR, fts_text VARCHAR)")
+    con.execute("INSERT INTO reanalyzed SELECT unnest(?), unnest(?)",
+                [[r[0] for r in rows], [fts_text_of(r[1], r[2]) for r in rows]])
+    con.execute("UPDATE memories SET fts_text = r.fts_text FROM reanalyzed r "
+                "WHERE memories.id = r.id AND memories.fts_text IS DISTINCT FROM r.fts_text")
+    con.execute("DROP TABLE reanalyzed")
 
 
 def relabel_topics(store: Store, settings: Settings, namespaces: list[str]) -> None:

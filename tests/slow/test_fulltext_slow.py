@@ -23,6 +23,8 @@ from pipeline.store.database import Store
 from tests.unit.test_fulltext import (  # noqa: F401  (helpers and fixtures shared with the unit tests)
     HANDWRITTEN,
     NAMESPACES,
+    SCRIPT_QUERIES,
+    SCRIPT_TEXTS,
     TYPES,
     check_scoped,
     in_scope_texts,
@@ -35,7 +37,7 @@ N = 20_000
 @pytest.mark.slow
 def test_rankings_equal_match_bm25_at_20k(tmp_path):
     """500+ queries drawn from the store's own texts (so they cannot pass on empty
-    answers), 96 scope combinations that each hold memories, top-10 identical to
+    answers) and queries in other scripts, 96 scope combinations that each hold memories, top-10 identical to
     ``match_bm25`` on every one."""
     from workers.settings import WorkerSettings
 
@@ -43,7 +45,8 @@ def test_rankings_equal_match_bm25_at_20k(tmp_path):
     fts = settings.fulltext
     path = tmp_path / "store.duckdb"
     labels = random.Random(9)
-    synth.build_store(path, N, settings, dim=8, seed=9, log=lambda *_: None,
+    docs = synth.texts(N - len(SCRIPT_TEXTS), seed=9) + SCRIPT_TEXTS  # and text in other scripts
+    synth.build_store(path, N, settings, dim=8, seed=9, docs=docs, log=lambda *_: None,
                       namespace_of=[NAMESPACES[labels.randrange(3)] for _ in range(N)],
                       content_type_of=[TYPES[labels.randrange(3)] for _ in range(N)])
     with Store.open(path, read_only=False) as store:
@@ -55,7 +58,7 @@ def test_rankings_equal_match_bm25_at_20k(tmp_path):
         assert len(texts) == N
         drawn = synth.queries_from_texts(texts, 400, seed=9)
         answered = full = 0
-        for q in HANDWRITTEN + drawn:
+        for q in HANDWRITTEN + SCRIPT_QUERIES + drawn:
             got = fulltext.search(con, q, Scope(), 10, fts)
             same, why = same_ranking(match_bm25(con, q, Scope(), 30, fts), got, 10)
             assert same, (q, why)

@@ -5,8 +5,18 @@ and stemmer; ``create_index_sql`` is that PRAGMA, written once for the store's
 index (``pipeline.store.fulltext.index``) and for a delta's memories
 (``Tokenizer``), so a delta's terms are what a compacted index would hold.
 A query's terms (``QueryTerms``) follow the same rule. The tokenizer keeps
-digits and ``_`` (``ignore`` in settings), so identifiers such as
-``ERR_CONN_RESET``, ``db-17`` or ``JIRA-4412`` become terms a query can hit.
+letters and digits of every script and ``_`` (``ignore`` in settings), so
+identifiers such as ``ERR_CONN_RESET``, ``db-17`` or ``JIRA-4412`` become terms
+a query can hit, and so do ``Москве``, ``κόσμε`` or ``بالعالم``.
+
+Before the extension sees a text, ``analyze`` does what its PRAGMA cannot
+express, the same for a memory (``pipeline.store.ingest.fts_text``) and a
+query: it folds accents where they are accents (Latin, Greek, Arabic, Hebrew
+marks, Cyrillic ё and stress marks), not where a mark makes another letter
+(``й``, kana voicing ``ガ``, Indic and Thai vowel signs), which the extension's
+``strip_accents`` would fold too; and it splits runs of Han, kana and Hangul,
+written without spaces, into overlapping character bigrams (a lone character
+stays a unigram). ASCII text passes unchanged.
 """
 
 from __future__ import annotations
@@ -14,11 +24,56 @@ from __future__ import annotations
 import os
 import re
 import threading
+import unicodedata
+from functools import lru_cache
 
 import duckdb
+import regex
 
 from pipeline.settings import FulltextSettings
 from pipeline.store.database import fts_extension_path
+
+# runs of the scripts written without spaces between words: Han, kana, Hangul,
+# and the kana length and (half-width) voicing marks, which are script Common
+_CJK_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30fc\uff70\uff9e\uff9f]+")
+# a letter (or other base character) and the combining marks that follow it, decomposed
+_MARKED = regex.compile(r"(\P{M})(\p{M}+)")
+_ACCENT_SCRIPTS = ("LATIN", "GREEK", "ARABIC", "HEBREW")
+_CYRILLIC_ACCENTS = frozenset("\u0300\u0301")  # grave and acute: stress marks, not letters
+
+
+def analyze(text: str) -> str:
+    """``text`` as the index reads it (the module doc): accents folded where
+    they are accents, Han/kana/Hangul runs as character bigrams;
+    ASCII text unchanged."""
+    if text.isascii():
+        return text
+    folded = unicodedata.normalize("NFC", _MARKED.sub(_fold, unicodedata.normalize("NFD", text)))
+    return _CJK_RUN.sub(_bigrams, folded)
+
+
+def _fold(match: regex.Match) -> str:
+    base, marks = match.group(1), match.group(2)
+    return base + "".join(m for m in marks if not _is_accent(base, m))
+
+
+@lru_cache(maxsize=4096)
+def _is_accent(base: str, mark: str) -> bool:
+    """Whether ``mark`` on ``base`` is an accent to fold (as the extension's
+    ``strip_accents`` folds every mark) rather than part of a letter."""
+    if not unicodedata.category(base).startswith("L"):
+        return True  # a mark on a digit, a space or a symbol, folded as before
+    script = unicodedata.name(base, "").split(" ", 1)[0]
+    if script == "CYRILLIC":  # ё -> е and stress marks; й, ў, ї stay letters
+        return mark in _CYRILLIC_ACCENTS or (mark == "\u0308" and base in "еЕ")
+    return script in _ACCENT_SCRIPTS
+
+
+def _bigrams(match: regex.Match) -> str:
+    run = match.group(0)
+    if len(run) < 3:
+        return f" {run} "
+    return " " + " ".join(run[i:i + 2] for i in range(len(run) - 1)) + " "
 
 
 def create_index_sql(table: str, key: str, settings: FulltextSettings) -> str:
@@ -26,22 +81,24 @@ def create_index_sql(table: str, key: str, settings: FulltextSettings) -> str:
     the store's settings. PRAGMA arguments cannot be bound: ``table`` and
     ``key`` are the callers' fixed names, every value comes from validated settings."""
     ignore = settings.ignore.replace("'", "''")
+    # accents are folded by ``analyze``, before the text is stored (strip_accents=1 would fold й to и)
     return (f"PRAGMA create_fts_index('{table}', '{key}', 'fts_text', "
             f"stemmer='{settings.stemmer}', stopwords='{settings.stopwords}', "
-            f"ignore='{ignore}', strip_accents=1, lower=1, overwrite=1)")
+            f"ignore='{ignore}', strip_accents=0, lower=1, overwrite=1)")
 
 
 class QueryTerms:
     """A query's distinct stemmed terms, as the index makes a memory's: the
-    ``tokenize`` macro (``lower(strip_accents(text))``, the ``ignore`` pattern
-    replaced by spaces, split on whitespace), the index's ``stopwords``
+    text ``analyze``d, then the ``tokenize`` macro (``lower(text)``, the
+    ``ignore`` pattern replaced by spaces, split on whitespace), the index's ``stopwords``
     dropped, then each token stemmed. Stopwords go before stemming, as at
     indexing: a stopword's stem can be a word's ("at" is the stem of "ate"),
     and the extension's ``match_bm25``, which stems a query's stopwords too,
     lets "meet at noon" find "we ate pizza".
 
-    ASCII text is split here (``strip_accents`` and ``lower`` are then plain
-    ASCII operations); other text goes to DuckDB's own macro. Stems come from
+    ASCII text is split here (``analyze`` leaves it alone, ``lower`` is an
+    ASCII operation, and the ``regex`` module reads the pattern as DuckDB's
+    RE2 does on ASCII, ``\\p{L}`` included); other text goes to DuckDB's own macro. Stems come from
     DuckDB's ``stem`` once per distinct token and are cached (bounded), so
     the steady state runs no SQL.
     """
@@ -49,7 +106,7 @@ class QueryTerms:
     _CACHE = 200_000
 
     def __init__(self, ignore: str, stemmer: str, stopwords: frozenset[str] = frozenset()):
-        self.ignore = re.compile(ignore)
+        self.ignore = regex.compile(ignore)
         self.stemmer = stemmer
         self.stopwords = stopwords
         self._stems: dict[str, str] = {}
@@ -58,11 +115,11 @@ class QueryTerms:
     @classmethod
     def of(cls, con, settings: FulltextSettings) -> QueryTerms | None:
         """The rule of the index read through ``con`` (its stopwords), None when
-        Python's ``re`` reads the ``ignore`` pattern otherwise than DuckDB's RE2
-        (then ``terms_sql``, the macro itself, answers)."""
+        Python's ``regex`` cannot read the ``ignore`` pattern (then ``terms_sql``,
+        the macro itself, answers)."""
         try:
             return cls(settings.ignore, settings.stemmer, stopwords(con) or frozenset())
-        except re.error:
+        except regex.error:
             return None
 
     def __call__(self, con, text: str) -> list[str]:
@@ -109,10 +166,10 @@ TERMS_SQL = ("SELECT DISTINCT stem(w, $stemmer) AS t FROM (SELECT unnest(fts_mai
 
 
 def terms_sql(con, text: str, stemmer: str, stopwords: frozenset[str]) -> list[str]:
-    """``QueryTerms`` by the index's own macro, for text the Python rule does not cover."""
+    """``QueryTerms`` by the index's own macro (after ``analyze``), for text the Python rule does not cover."""
     if not text.strip():
         return []
-    params = {"q": text, "stemmer": stemmer, "stop": sorted(stopwords)}
+    params = {"q": analyze(text), "stemmer": stemmer, "stop": sorted(stopwords)}
     return [r[0] for r in con.execute(TERMS_SQL, params).fetchall() if r[0]]
 
 
