@@ -54,6 +54,7 @@ _TIER_MARKS = {"slow": "slow", "integration": "integration"}
 _SHARED_FIXTURES = {"stack": "stack", "locomo_store": "locomo"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
 def pytest_collection_modifyitems(items):
     """Each test carries its directory's tier marker, and the xdist group of the
     shared session fixture it uses (ignored without xdist)."""
