@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install dimple with its test extras into .venv (ops/install.sh) and run the tests.
-#   bash ops/test.sh              default tier (not slow), on one pytest-xdist worker per core
+#   bash ops/test.sh              default tier (not slow)
 #   bash ops/test.sh tests        everything, slow tier included (what CI runs)
 #   bash ops/test.sh -k fuse      any pytest arguments
 set -euo pipefail
@@ -17,6 +17,6 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ $# -eq 0 ]; then
-  set -- -m "not slow" -n auto --dist loadgroup
+  set -- -m "not slow"
 fi
 exec .venv/bin/python -m pytest "$@"
