@@ -241,8 +241,10 @@ class AuditWriter:
 
 def _busy(exc: Exception) -> bool:
     """A lock held by another process, or this process's own connection open
-    with another configuration: both pass once the holder lets go."""
-    return isinstance(exc, duckdb.ConnectionException) or "lock" in str(exc).lower()
+    with another configuration (or being opened by the writer thread at this
+    moment: DuckDB's "Unique file handle conflict"): all pass once the holder lets go."""
+    text = str(exc).lower()
+    return isinstance(exc, duckdb.ConnectionException) or "lock" in text or "file handle conflict" in text
 
 
 @contextmanager
@@ -261,7 +263,7 @@ def knocking(path: Path, read_only: bool = True) -> Iterator[duckdb.DuckDBPyConn
             try:
                 con = duckdb.connect(str(path), read_only=read_only)
                 break
-            except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            except (duckdb.IOException, duckdb.ConnectionException, duckdb.BinderException) as exc:
                 if not _busy(exc):  # not a hold (a folder in its place, no such file): waiting won't help
                     raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
                 last = exc

@@ -82,3 +82,17 @@ def test_a_file_without_the_table_reads_as_empty_until_the_first_write(tmp_path)
     assert audit.write_records(path, [_row("abcd1111")]) == 1
     assert [r.query_id for r in audit.tail(path, 10)] == ["abcd1111"]
     assert audit.count(path) == (1, 1)
+
+
+def test_a_row_is_found_while_this_process_writer_holds_the_file(tmp_path):
+    """Embedded, the process that just answered a query holds the audit file
+    open for writing (``explain_miss`` right after ``search``): the reader
+    knocks, the writer lets go, and the row is read."""
+    path = tmp_path / "audit.duckdb"
+    writer = audit.AuditWriter(idle_s=600, max_hold_s=600)
+    try:
+        assert writer.write(path, [_row("held0001")]) == 1
+        assert writer.holding
+        assert audit.find(path, "held0001").query_id == "held0001"
+    finally:
+        writer.release()
