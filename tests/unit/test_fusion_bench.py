@@ -1,16 +1,15 @@
 """``ops.bench.fusion``'s offline side on constructed caches: the leg rows
 score the legs' own lists, RRF candidates are ``pipeline.stages.fuse.rrf``'s
-order, convex fusion follows the normalised scores, and the signals read what
-the lists say."""
+order, convex fusion follows the normalised scores, the signal reads what
+the lists say, and leaving one set out chooses on the other sets only."""
 
 from __future__ import annotations
-
-import statistics
 
 import pytest
 
 from ops.bench import fusion
 from pipeline.stages.fuse import rrf
+from pipeline.store.fulltext import idf
 
 
 def _cache(name="s"):
@@ -31,8 +30,11 @@ def test_leg_rows_and_rrf_rows_score_what_they_say():
     assert t["vector only"]["s"]["ndcg@10"] == pytest.approx((1 + 0.5) / 2)  # d9 at rank 3: 1/log2(4)
     q = _cache()["queries"][1]
     fused = [f.id for f in rrf({"vector": ["d7", "d8", "d9"], "fts": ["d9", "d7"]}, {"vector": 1, "fts": 1}, 60)]
-    assert fusion.candidates()["rrf 1:1"](q, {}) == fused == ["d7", "d9", "d8"]
-    assert set(result["per_query"]["rrf 1:1"]["s"]) == {"q1", "q2"}
+    assert fusion.candidates()["rrf k=60 1:1"](q, {}) == fused == ["d7", "d9", "d8"]
+    # k 10 and the vector leg at 0.4: d9's full-text first place (1/11) beats d7's 0.4/11 + 1/12
+    assert fusion.candidates()["rrf k=10 0.4:1"](q, {}) == ["d9", "d7", "d8"]
+    assert set(result["per_query"]["rrf k=60 1:1"]["s"]) == {"q1", "q2"}
+    assert result["family"]["vector only"] == "leg" and result["family"]["convex a=0.4"] == "convex"
 
 
 def test_convex_follows_normalised_scores():
@@ -42,18 +44,62 @@ def test_convex_follows_normalised_scores():
     assert fusion.convex(0.7)(q, {})[0] == "d7"
 
 
-def test_signals():
+def test_convex_z_sums_shares_of_z_scores_and_a_miss_counts_as_the_legs_lowest():
+    q = _cache()["queries"][1]
+    # vector z: d7 0.82, d8 0.59, d9 -1.41 (mean 0.4167, sd 0.2248); fts z: d9 1, d7 -1
+    # shifted by each list's lowest: vector d7 2.22, d8 2.00, d9 0; fts d9 2, d7 0
+    assert fusion.convex_z(0.5)(q, {}) == ["d7", "d8", "d9"]  # d7 1.11, d8 1.00, d9 1.00: d8's best rank 2
+    assert fusion.convex_z(0.3)(q, {}) == ["d9", "d7", "d8"]  # d9 1.4, d7 0.67, d8 0.60
+
+
+def test_the_signal_is_the_lexical_match():
     q1, q2 = _cache()["queries"]
-    s1, s2 = fusion.signals(q1, 100), fusion.signals(q2, 100)
-    assert 0 < s1["coverage"] < 1 and s2["coverage"] == 1.0  # y is in no memory
-    assert s1["agreement"] == 0.0 and s2["agreement"] == 0.2
-    assert s1["vec_margin"] == pytest.approx(0.5)
-    assert s2["fts_gap"] == pytest.approx((9 - 1) / 9)
-    v1 = [x for _, x in q1["vector"]]
-    assert s1["vec_z"] == pytest.approx((v1[0] - sum(v1) / len(v1)) / statistics.pstdev(v1))
+    assert fusion.signals(q2, 100)["fts_top_norm"] == 1.0  # 9.0 over z's IDF (< 9): capped
+    whole = idf(3, 100) + idf(0, 100)
+    assert fusion.signals(q1, 100)["fts_top_norm"] == pytest.approx(min(1.0, 7.0 / whole))
+    assert fusion.signals({**q1, "fts": []}, 100)["fts_top_norm"] == 0.0
 
 
-def test_markdown_marks_who_matches_the_best_leg():
+def _result(rows: dict[str, list[float]]) -> dict:
+    """A constructed evaluation: nDCG@10 (and R@10 alike) per set a..d."""
+    sets = ["a", "b", "c", "d"]
+    table = {name: {s: {"ndcg@10": v, "recall@10": v} for s, v in zip(sets, values)} for name, values in rows.items()}
+    family = {name: ("leg" if name in ("vector only", "fts only") else "rrf") for name in rows}
+    return {"table": table, "sets": sets, "family": family}
+
+
+def test_leave_one_out_chooses_on_the_other_sets_and_reports_the_left_out_figure():
+    result = _result({
+        "vector only": [0.5, 0.5, 0.5, 0.5],
+        "fts only": [0.4, 0.6, 0.4, 0.4],
+        "x": [0.9, 0.1, 0.6, 0.6],   # best mean on every set (0.55), and on every fold but a's
+        "y": [0.5, 0.5, 0.55, 0.55],  # best on b, c, d (0.533) once a is left out
+    })
+    run = fusion.leave_one_out(result)
+    folds = {f["left_out"]: f for f in run["folds"]}
+    assert folds["a"]["chosen"] == "y" and folds["a"]["ndcg@10"] == 0.5  # y's figure on a, not x's 0.9
+    assert folds["b"]["chosen"] == "x" and folds["b"]["ndcg@10"] == 0.1
+    assert folds["b"]["vs_better_leg"] == pytest.approx(0.1 - 0.6)
+    assert run["final"] == "x" and run["left_out_mean"] == pytest.approx((0.5 + 0.1 + 0.6 + 0.6) / 4)
+
+
+def test_ties_on_the_mean_go_to_the_smaller_worst_gap_to_the_better_leg():
+    result = _result({
+        "vector only": [0.5, 0.5, 0.5, 0.5],
+        "fts only": [0.5, 0.5, 0.5, 0.5],
+        "low": [0.3, 0.7, 0.5, 0.5],
+        "even": [0.5, 0.5, 0.5, 0.5],
+    })
+    assert fusion.choose(result["table"], ["low", "even"], result["sets"]) == "even"
+    assert fusion.objective(result["table"], "low", result["sets"]) == (0.5, -0.2)
+
+
+def test_markdown_has_a_row_per_candidate_and_marks_the_legs():
     md = fusion.markdown(fusion.evaluate([_cache("a"), _cache("b")]))
-    assert "| vector only | 0.750 / 1.000 | 0.750 / 1.000 | - | - |" in md
+    assert "| vector only | 0.750 / 1.000 | 0.750 / 1.000 | 0.7500 | - |" in md
     assert "| fts only |" in md and md.count("\n") == len(fusion.candidates()) + 2
+
+
+def test_every_pool_names_known_families():
+    assert all(set(families) <= set(fusion.FAMILIES) - {"leg"} for families in fusion.POOLS.values())
+    assert fusion.OLD_DEFAULT in fusion.candidates()
