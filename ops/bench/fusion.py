@@ -39,8 +39,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.evaluation.metrics import score
-from pipeline.stages.fuse import convex as fuse_convex
-from pipeline.stages.fuse import counted_ranks, lexical_match, rrf
 from pipeline.store.fulltext import idf as term_idf
 from workers.settings import WorkerSettings
 
@@ -107,6 +105,43 @@ def cache(args) -> dict[str, Any]:
     return out
 
 
+# -- issue 16's rules, removed from the engine in issue 31 (measured here, beside what replaced them) ---
+def tie_ranks(scores: list[float], tolerance: float) -> list[float]:
+    """The ranks RRF counts for one leg's hits (scores best first): hits whose
+    scores lie within ``tolerance`` (relative) of their group's first share
+    the group's average position, so a leg that cannot tell them apart lets
+    the other leg order them. Tolerance 0 keeps the positions 1, 2, 3..."""
+    if tolerance <= 0:
+        return [float(i) for i in range(1, len(scores) + 1)]
+    out: list[float] = []
+    start, lead = 0, None
+    for i, value in enumerate(scores):
+        if lead is None or value < lead * (1 - tolerance) or (lead <= 0 and value != lead):
+            out += [(start + 1 + i) / 2] * (i - start)  # the closed group's average position
+            start, lead = i, value
+    out += [(start + 1 + len(scores)) / 2] * (len(scores) - start)
+    return out
+
+
+def counted_ranks(scores: list[float], tolerance: float, floor: float = 0.0) -> list[float | None]:
+    """The full-text leg's RRF ranks (scores best first): ``tie_ranks`` over
+    the whole list, then None (not counted) for each hit scoring under
+    ``floor`` times the best. The groups are formed before the floor, so a
+    group the floor cuts keeps the rank it had."""
+    ranks: list[float | None] = list(tie_ranks(scores, tolerance))
+    if floor > 0 and scores and scores[0] > 0:
+        cut = floor * scores[0]
+        ranks = [None if value < cut else r for r, value in zip(ranks, scores)]
+    return ranks
+
+
+def lexical_match(top_score: float, query_idf: float) -> float:
+    """How well the full-text leg's best hit matches the whole query, in [0, 1]."""
+    if query_idf <= 0 or top_score <= 0:
+        return 0.0
+    return min(1.0, top_score / query_idf)
+
+
 # -- signals (query time, from the legs' lists) -------------------------------------------------
 def signals(q: dict, n_docs: int) -> dict[str, float]:
     """What a per-query fusion reads at query time: ``fts_top_norm``, the full-text leg's top BM25 over
@@ -122,20 +157,57 @@ def _ids(q: dict, leg: str) -> list[str]:
     return [d for d, _ in q[leg]]
 
 
-Fuse = Callable[[dict, dict], list[str]]
+class Lists:
+    """One cached query's two lists over their union, as arrays, so that a candidate is a few numpy
+    operations (the engine's functions build a ``Fused`` per memory: ~20 ms a query). The order of
+    every candidate is the engine's: fused score, then the best single position, then the id;
+    ``tests/unit/test_fusion_bench.py`` holds each against ``pipeline.stages.fuse`` on real lists."""
+
+    def __init__(self, q: dict):
+        self.q = q
+        self.ids = list(dict.fromkeys(_ids(q, "vector") + _ids(q, "fts")))
+        at = {d: i for i, d in enumerate(self.ids)}
+        n = len(self.ids)
+        self.rank = {leg: np.full(n, np.inf) for leg in LEG_NAMES}
+        self.value = {leg: np.full(n, np.nan) for leg in LEG_NAMES}
+        self.where = {leg: np.array([at[d] for d, _ in q[leg]], dtype=np.int64) for leg in LEG_NAMES}
+        for leg in LEG_NAMES:
+            if q[leg]:
+                self.rank[leg][self.where[leg]] = np.arange(1, len(q[leg]) + 1)
+                self.value[leg][self.where[leg]] = [x for _, x in q[leg]]
+        best = np.minimum(self.rank["vector"], self.rank["fts"])
+        by_id = np.empty(n, dtype=np.int64)
+        by_id[sorted(range(n), key=self.ids.__getitem__)] = np.arange(n)
+        self._keys = (by_id, best)
+        self._counted: dict[tuple[float, float], np.ndarray] = {}
+
+    def top(self, scores: np.ndarray, n: int = 10) -> list[str]:
+        order = np.lexsort((*self._keys, -scores))[:n]
+        return [self.ids[i] for i in order]
+
+    def counted(self, ties: float, floor: float) -> np.ndarray:
+        """The full-text ranks RRF counts (``counted_ranks``; inf: counts nothing)."""
+        if (ties, floor) not in self._counted:
+            out = np.full(len(self.ids), np.inf)
+            ranks = counted_ranks([x for _, x in self.q["fts"]], ties, floor)
+            out[self.where["fts"]] = [np.inf if r is None else r for r in ranks]
+            self._counted[(ties, floor)] = out
+        return self._counted[(ties, floor)]
+
+
+Fuse = Callable[[Lists, dict], list[str]]
 
 
 def rrf_per_query(weights: Callable[[dict], tuple[float, float]], k: int = 60, ties: float = 0.0,
                   floor: float = 0.0) -> Fuse:
-    """RRF (``pipeline.stages.fuse.rrf``) with per-query weights; ``ties`` and ``floor``: issue 16's
-    full-text tie tolerance and score floor (``pipeline.stages.fuse.counted_ranks``; every cached
-    query ran both legs)."""
-    def fuse(q: dict, sig: dict) -> list[str]:
+    """RRF (``pipeline.stages.fuse.rrf``: full text's term added first, a leg that missed adds 0) with
+    per-query weights; ``ties`` and ``floor``: issue 16's full-text tie tolerance and score floor
+    (``pipeline.stages.fuse.counted_ranks``; every cached query ran both legs)."""
+    def fuse(lists: Lists, sig: dict) -> list[str]:
         wv, wf = weights(sig)
-        floor_here = floor if q["vector"] and q["fts"] else 0.0
-        tied = ({"fts": counted_ranks([x for _, x in q["fts"]], ties, floor_here)}
-                if ties > 0 or floor_here > 0 else None)
-        return [f.id for f in rrf({leg: _ids(q, leg) for leg in LEG_NAMES}, {"vector": wv, "fts": wf}, k, tied)]
+        floor_here = floor if lists.q["vector"] and lists.q["fts"] else 0.0
+        rf = lists.counted(ties, floor_here) if ties > 0 or floor_here > 0 else lists.rank["fts"]
+        return lists.top(wf / (k + rf) + wv / (k + lists.rank["vector"]))
     return fuse
 
 
@@ -149,41 +221,45 @@ def scaled(c: float, p: float, ties: float = 0.0, floor: float = 0.0) -> Fuse:
     return rrf_per_query(lambda s: (1.0, c * s["fts_top_norm"] ** p), 60, ties, floor)
 
 
-def convex(alpha: float) -> Fuse:
+def _minmax(lists: Lists, leg: str) -> np.ndarray:
+    v = lists.value[leg]
+    if not lists.q[leg]:
+        return np.zeros(len(v))
+    lo, span = np.nanmin(v), np.nanmax(v) - np.nanmin(v)
+    if span <= 0:  # one hit, or all equal: 1
+        return np.where(np.isnan(v), 0.0, 1.0)
+    return np.nan_to_num((v - lo) / span, nan=0.0)  # a leg that missed a memory gives it 0
+
+
+def _zscore(lists: Lists, leg: str) -> np.ndarray:
+    v = lists.value[leg]
+    if not lists.q[leg]:
+        return np.zeros(len(v))
+    sd = np.nanstd(v)
+    if sd <= 0:  # one hit, or all equal: 1, as min-max gives them
+        return np.where(np.isnan(v), 0.0, 1.0)
+    z = (v - np.nanmean(v)) / sd
+    return np.nan_to_num(z - np.nanmin(z), nan=0.0)  # shifted by the lowest: a miss counts as the lowest
+
+
+NORMS = {"minmax": _minmax, "zscore": _zscore}
+
+
+def convex(alpha: float, norm: str = "minmax") -> Fuse:
     """``fusion=convex`` (``pipeline.stages.fuse.convex``) at vector share alpha: alpha x minmax(vector) +
-    (1 - alpha) x minmax(fts) over the union; a leg that did not return a candidate gives it 0."""
-    def fuse(q: dict, sig: dict) -> list[str]:
-        lists = {leg: [(d, x) for d, x in q[leg]] for leg in LEG_NAMES}
-        return [f.id for f in fuse_convex(lists, {"vector": alpha, "fts": 1 - alpha})]
-    return fuse
-
-
-def convex_z(alpha: float) -> Fuse:
-    """Convex fusion of z-scores (Bruch et al. 2023's other normalisation): each leg's scores less their
-    list's mean over its standard deviation; a leg that did not return a candidate gives it its lowest
-    z (what min-max's 0 is for min-max). Ties as in ``pipeline.stages.fuse.convex``."""
-    def fuse(q: dict, sig: dict) -> list[str]:
-        scores: dict[str, float] = {}
-        best: dict[str, int] = {}
-        share = {"vector": alpha, "fts": 1 - alpha}
-        for leg in LEG_NAMES:
-            values = np.array([x for _, x in q[leg]], dtype=float)
-            if not len(values):
-                continue
-            sd = float(values.std())
-            z = (values - values.mean()) / sd if sd > 0 else np.zeros(len(values))
-            low = float(z.min())
-            for rank, (d, zd) in enumerate(zip(_ids(q, leg), z), start=1):
-                scores[d] = scores.get(d, 0.0) + share[leg] * (float(zd) - low)  # shifted: a miss adds 0
-                best[d] = min(best.get(d, rank), rank)
-        return sorted(scores, key=lambda d: (-scores[d], best[d], d))
+    (1 - alpha) x minmax(fts) over the union; a leg that did not return a candidate gives it 0.
+    ``norm="zscore"``: each leg's scores less their list's mean over its standard deviation (Bruch et
+    al. 2023's other normalisation), a miss counting as the list's lowest z."""
+    def fuse(lists: Lists, sig: dict) -> list[str]:
+        total = alpha + (1 - alpha)
+        return lists.top((1 - alpha) / total * NORMS[norm](lists, "fts") + alpha / total * NORMS[norm](lists, "vector"))
     return fuse
 
 
 def adaptive_convex(p: float) -> Fuse:
     """Convex fusion with a per-query alpha = 1 - m ** p (m = ``fts_top_norm``)."""
-    def fuse(q: dict, s: dict) -> list[str]:
-        return convex(1 - s["fts_top_norm"] ** p)(q, s)
+    def fuse(lists: Lists, s: dict) -> list[str]:
+        return convex(1 - s["fts_top_norm"] ** p)(lists, s)
     return fuse
 
 
@@ -200,8 +276,8 @@ class Candidate:
     def __init__(self, family: str, fuse: Fuse):
         self.family, self.fuse = family, fuse
 
-    def __call__(self, q: dict, sig: dict) -> list[str]:
-        return self.fuse(q, sig)
+    def __call__(self, lists: Lists, sig: dict) -> list[str]:
+        return self.fuse(lists, sig)
 
 
 FAMILIES = {
@@ -217,8 +293,8 @@ FAMILIES = {
 
 def candidates() -> dict[str, Candidate]:
     out: dict[str, Candidate] = {
-        "vector only": Candidate("leg", lambda q, s: _ids(q, "vector")),
-        "fts only": Candidate("leg", lambda q, s: _ids(q, "fts")),
+        "vector only": Candidate("leg", lambda lists, s: _ids(lists.q, "vector")[:10]),
+        "fts only": Candidate("leg", lambda lists, s: _ids(lists.q, "fts")[:10]),
     }
     for k in RRF_K:
         for wv in RRF_VECTOR_WEIGHTS:
@@ -234,7 +310,7 @@ def candidates() -> dict[str, Candidate]:
     for alpha in ALPHAS:
         out[f"convex a={alpha:g}"] = Candidate("convex", convex(alpha))
     for alpha in ALPHAS:
-        out[f"convex_z a={alpha:g}"] = Candidate("convex_z", convex_z(alpha))
+        out[f"convex_z a={alpha:g}"] = Candidate("convex_z", convex(alpha, "zscore"))
     for p in (1, 2):
         out[f"convex a=1-m^{p:g}"] = Candidate("convex per query", adaptive_convex(p))
     return out
@@ -249,8 +325,9 @@ def evaluate(caches: list[dict], names: list[str] | None = None) -> dict[str, An
     for c in caches:
         qrels = {q["id"]: q["qrels"] for q in c["queries"]}
         sigs = {q["id"]: signals(q, c["n_docs"]) for q in c["queries"]}
+        lists = {q["id"]: Lists(q) for q in c["queries"]}
         for name, fuse in cands.items():
-            run = {q["id"]: fuse(q, sigs[q["id"]])[:100] for q in c["queries"]}
+            run = {qid: fuse(lists[qid], sigs[qid]) for qid in lists}  # the top 10: the metrics' depth
             means, pq = score(run, qrels, METRICS)
             table.setdefault(name, {})[c["set"]] = {m: round(v, 4) for m, v in means.items()}
             per_query.setdefault(name, {})[c["set"]] = {q: v["ndcg@10"] for q, v in pq.items()}

@@ -5,10 +5,12 @@ the lists say, and leaving one set out chooses on the other sets only."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ops.bench import fusion
-from pipeline.stages.fuse import rrf
+from pipeline.stages.fuse import convex, rrf
 from pipeline.store.fulltext import idf
 
 
@@ -30,26 +32,66 @@ def test_leg_rows_and_rrf_rows_score_what_they_say():
     assert t["vector only"]["s"]["ndcg@10"] == pytest.approx((1 + 0.5) / 2)  # d9 at rank 3: 1/log2(4)
     q = _cache()["queries"][1]
     fused = [f.id for f in rrf({"vector": ["d7", "d8", "d9"], "fts": ["d9", "d7"]}, {"vector": 1, "fts": 1}, 60)]
-    assert fusion.candidates()["rrf k=60 1:1"](q, {}) == fused == ["d7", "d9", "d8"]
+    assert fusion.candidates()["rrf k=60 1:1"](fusion.Lists(q), {}) == fused == ["d7", "d9", "d8"]
     # k 10 and the vector leg at 0.4: d9's full-text first place (1/11) beats d7's 0.4/11 + 1/12
-    assert fusion.candidates()["rrf k=10 0.4:1"](q, {}) == ["d9", "d7", "d8"]
+    assert fusion.candidates()["rrf k=10 0.4:1"](fusion.Lists(q), {}) == ["d9", "d7", "d8"]
     assert set(result["per_query"]["rrf k=60 1:1"]["s"]) == {"q1", "q2"}
     assert result["family"]["vector only"] == "leg" and result["family"]["convex a=0.4"] == "convex"
 
 
 def test_convex_follows_normalised_scores():
-    q = _cache()["queries"][1]
+    q = fusion.Lists(_cache()["queries"][1])
     # vector minmax: d7 1, d8 0.9, d9 0; fts: d9 1, d7 0. a=0.3: d9 0.7, d7 0.3, d8 0.27
     assert fusion.convex(0.3)(q, {}) == ["d9", "d7", "d8"]
     assert fusion.convex(0.7)(q, {})[0] == "d7"
 
 
 def test_convex_z_sums_shares_of_z_scores_and_a_miss_counts_as_the_legs_lowest():
-    q = _cache()["queries"][1]
+    q = fusion.Lists(_cache()["queries"][1])
     # vector z: d7 0.82, d8 0.59, d9 -1.41 (mean 0.4167, sd 0.2248); fts z: d9 1, d7 -1
     # shifted by each list's lowest: vector d7 2.22, d8 2.00, d9 0; fts d9 2, d7 0
-    assert fusion.convex_z(0.5)(q, {}) == ["d7", "d8", "d9"]  # d7 1.11, d8 1.00, d9 1.00: d8's best rank 2
-    assert fusion.convex_z(0.3)(q, {}) == ["d9", "d7", "d8"]  # d9 1.4, d7 0.67, d8 0.60
+    assert fusion.convex(0.5, "zscore")(q, {}) == ["d7", "d8", "d9"]  # d7 1.11, d8 1.00, d9 1.00: d8's best rank 2
+    assert fusion.convex(0.3, "zscore")(q, {}) == ["d9", "d7", "d8"]  # d9 1.4, d7 0.67, d8 0.60
+
+
+def _random_query(rng: random.Random) -> dict:
+    ids = [f"m{i}" for i in range(150)]
+    vec = sorted(((d, round(rng.uniform(0.1, 0.9), 3)) for d in rng.sample(ids, rng.randint(0, 100))),
+                 key=lambda x: -x[1])
+    # BM25 scores with runs of near-equal values (the tie rule's case) and exact ties
+    fts = sorted(((d, round(rng.choice([12.0, 11.5, 8.0, 7.9, 4.0, 2.0]) * rng.uniform(0.95, 1.0), 1))
+                  for d in rng.sample(ids, rng.randint(0, 100))), key=lambda x: -x[1])
+    return {"vector": [list(x) for x in vec], "fts": [list(x) for x in fts]}
+
+
+def test_the_array_candidates_order_as_the_engines_functions_do():
+    rng = random.Random(31)
+    for _ in range(60):
+        q = _random_query(rng)
+        lists, legs = fusion.Lists(q), {leg: [d for d, _ in q[leg]] for leg in fusion.LEG_NAMES}
+        for wv, k in ((0.4, 60), (1.0, 10), (2.0, 60)):
+            engine = [f.id for f in rrf(legs, {"vector": wv, "fts": 1.0}, k)][:10]
+            assert fusion.rrf_fixed(wv, 1.0, k)(lists, {}) == engine
+        # issue 16's rules (no longer the engine's): RRF over the ranks counted_ranks gives, by hand
+        floor = 0.5 if q["vector"] and q["fts"] else 0.0
+        counted = dict(zip(legs["fts"], fusion.counted_ranks([x for _, x in q["fts"]], 0.1, floor)))
+        vrank = {d: i for i, d in enumerate(legs["vector"], start=1)}
+        frank = {d: i for i, d in enumerate(legs["fts"], start=1)}
+        by_hand = {d: (1.0 / (60 + counted[d]) if counted.get(d) is not None else 0.0)
+                   + (1.0 / (60 + vrank[d]) if d in vrank else 0.0) for d in set(vrank) | set(frank)}
+        best = {d: min(vrank.get(d, 10**6), frank.get(d, 10**6)) for d in by_hand}
+        expected = sorted(by_hand, key=lambda d: (-by_hand[d], best[d], d))[:10]
+        assert fusion.rrf_fixed(1.0, 1.0, 60, 0.1, 0.5)(lists, {}) == expected
+        for alpha in (0.2, 0.5, 0.85):
+            engine = [f.id for f in convex({leg: [(d, x) for d, x in q[leg]] for leg in fusion.LEG_NAMES},
+                                           {"vector": alpha, "fts": 1 - alpha})][:10]
+            assert fusion.convex(alpha)(lists, {}) == engine
+
+
+def test_issue_16s_rules_as_they_were():
+    assert fusion.tie_ranks([10.0, 9.5, 9.1, 8.0, 7.9, 3.0], 0.1) == [2, 2, 2, 4.5, 4.5, 6]
+    assert fusion.counted_ranks([10.0, 9.5, 6.0, 5.5, 4.9, 1.0], 0.1, 0.5) == [1.5, 1.5, 3.5, 3.5, None, None]
+    assert fusion.lexical_match(1.5, 3.0) == 0.5 and fusion.lexical_match(4.0, 3.0) == 1.0
 
 
 def test_the_signal_is_the_lexical_match():
