@@ -28,7 +28,7 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
     fusion = options_from_recorded(record.options).get("fusion") or "rrf"
     out = []
     for src in record.sources:
-        counted = src.get("tied_ranks") or {}
+        counted = src.get("tied_ranks") or {}  # rows from before issue 31: the rank issue 16's rules counted
         terms = {} if fusion != "rrf" else {"rrf_contributions": {
             leg: _contribution(weights.get(leg, 1.0), record.rrf_k, counted.get(leg, rank))
             for leg, rank in sorted(src["ranks"].items())

@@ -82,7 +82,6 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
             "id": r.id,
             "rank": r.rank,
             "ranks": r.ranks,
-            **({"tied_ranks": r.tied_ranks} if r.tied_ranks else {}),
             "rrf": r.rrf,
             "recency_factor": r.recency_factor,
             "score": r.score,

@@ -14,12 +14,8 @@ def _leg_rank(result, leg: str) -> str:
     rank = result.ranks.get(leg)
     if rank is None:
         return "-"
-    uncounted = leg in result.tied_ranks and result.tied_ranks[leg] is None
-    return f"({rank})" if uncounted else str(rank)
+    return str(rank)
 
-
-UNCOUNTED_LEGEND = ("(n): that leg returned it at rank n, but under the full-text floor (DIMPLE_FTS_FLOOR of the "
-                    "best full-text score), so fusion did not count it")
 PREVIEW_CHARS = 80  # as the pipeline's preview
 
 
@@ -47,7 +43,6 @@ def format_results(results, focus: str | None = None) -> str:
     line says so when one shows), id, namespace, preview (with ``focus``, the
     part of the content around its longest word, ``around``), graph marks."""
     lines = []
-    uncounted = False
     if not results.results and results.truncation and results.truncation.left_out:
         t = results.truncation
         lines.append(f"no results for {results.query!r} ({results.mode}): the {t.by} budget (limit {t.limit}) "
@@ -71,7 +66,6 @@ def format_results(results, focus: str | None = None) -> str:
             if r.supported_by:
                 marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
             legs = f"{_leg_rank(r, 'fts'):>4} {_leg_rank(r, 'vector'):>4}"
-            uncounted = uncounted or "(" in legs
             preview = (around(r.content, focus) if focus else None) or r.preview
             lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {legs}  {r.id:<{width}}  {r.namespace[:12]:<12} {preview}")
             for mark in marks:
@@ -85,8 +79,6 @@ def format_results(results, focus: str | None = None) -> str:
         if t.detail:
             tail += f": {t.detail}"
     lines.append(tail)
-    if uncounted:
-        lines.append(UNCOUNTED_LEGEND)
     return "\n".join(lines)
 
 
