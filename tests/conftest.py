@@ -60,7 +60,8 @@ def pytest_collection_modifyitems(items):
     shared session fixture it uses (ignored without xdist)."""
     root = Path(__file__).resolve().parent
     for item in items:
-        parts = Path(str(item.fspath)).resolve().relative_to(root).parts
+        path = Path(str(item.fspath)).resolve()
+        parts = path.relative_to(root).parts if path.is_relative_to(root) else ()
         mark = _TIER_MARKS.get(parts[0]) if len(parts) > 1 else None
         if mark:
             item.add_marker(getattr(pytest.mark, mark))
