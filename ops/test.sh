@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install dimple with its test extras into .venv (ops/install.sh) and run the tests.
-#   bash ops/test.sh              default tier (not slow)
-#   bash ops/test.sh tests        everything, slow tier included (what CI runs)
-#   bash ops/test.sh -k fuse      any pytest arguments
+#   bash ops/test.sh              default tier (not slow), on two xdist workers
+#   bash ops/test.sh tests [OPTIONS]   everything, slow tier included, on two xdist workers (what CI runs)
+#   bash ops/test.sh tests/unit -k fuse    any other pytest arguments, as given (one process)
+# Two workers, --dist loadgroup: tests sharing the worker stack or the LoCoMo store
+# run on one worker, which builds it once (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ops/install.sh test   # .venv, the CPU torch wheel where it can, dimple with its test extras
@@ -16,7 +18,10 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+XDIST=(-n 2 --dist loadgroup)
 if [ $# -eq 0 ]; then
-  set -- -m "not slow"
+  set -- -m "not slow" "${XDIST[@]}"
+elif [ "$1" = tests ]; then
+  set -- "$@" "${XDIST[@]}"
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -135,8 +135,9 @@ def test_search_worker_main_process_killed_during_500_queries(demo_store, fault_
           f"worker after {back:.1f} s")
     assert back < fault_stack.settings.visibility_timeout_s + 3
     # the goal (15 s) holds where the machine answers the batch unhurt in under 8 s; a busier one
-    # (a shared CI runner) still must not take more than the lost lease's delay on top of its own time
-    assert took < max(15.0, unhurt + fault_stack.settings.visibility_timeout_s + 3)
+    # (a shared CI runner) still must not take more than the lost lease's delay on top of the batch
+    # run on what is left: one search worker of two, so at worst twice its unhurt time
+    assert took < max(15.0, 2 * unhurt + fault_stack.settings.visibility_timeout_s + 3)
     assert len(answered) == 500, [str(r) for r in results if not isinstance(r, Results)][:3]
     assert [[r.id for r in res.results] for res in answered] == expected
     # nothing queued or held is left to run later; the survivor receives nothing more
