@@ -8,6 +8,7 @@ compaction of the one and a new base of the other."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -160,11 +161,11 @@ OPTIONS = [{}, {"namespace": "ns1"}, {"content_type": "log"}, {"topics": ["ops"]
            {"namespace": "ns0", "supersession": "hide"}, {"supersession": "annotate", "top_k": 30}]
 
 
-def answers(res: Pinned, settings) -> dict:
+def answers(res: Pinned, settings, options_sets: list[dict] = OPTIONS) -> dict:
     out = {}
     for text in QUERIES:
         for mode in ("keyword", "semantic", "hybrid"):
-            for i, options in enumerate(OPTIONS):
+            for i, options in enumerate(options_sets):
                 query = make_query(text, {**options, "mode": mode, "now": "2026-01-01T00:00:00"}, settings)
                 got = Results.from_state(run_local(Batch(states=[{"query": query}]), res).states[0])
                 out[text, mode, i] = [(r.id, r.score, r.ranks, [link.id for link in r.superseded_by],
@@ -172,9 +173,21 @@ def answers(res: Pinned, settings) -> dict:
     return out
 
 
-def assert_same_answers(left: dict, right: dict) -> None:
+def _same(left: list, right: list, exact: bool) -> bool:
+    if exact:
+        return left == right
+    # two bases built apart (one updated in place, one built whole) number
+    # their full-text terms and documents apart, so a scoped BM25 sum may add
+    # the same terms in another order: the last bit of a float64 (as
+    # test_segments allows between a delta store and its compacted self)
+    strip = [[r[:1] + r[2:] if isinstance(r, tuple) else r for r in side] for side in (left, right)]
+    scores = [[r[1] for r in side if isinstance(r, tuple)] for side in (left, right)]
+    return strip[0] == strip[1] and np.allclose(scores[0], scores[1], rtol=1e-12, atol=0)
+
+
+def assert_same_answers(left: dict, right: dict, *, exact: bool = True) -> None:
     assert left.keys() == right.keys()
-    bad = [k for k in left if left[k] != right[k]]
+    bad = [k for k in left if not _same(left[k], right[k], exact)]
     assert not bad, f"{len(bad)} of {len(left)} answers differ, e.g. {bad[0]}: {left[bad[0]]} vs {right[bad[0]]}"
     filled = sum(len(v) > 5 for v in left.values())
     assert filled >= len(left) * 0.5, "the comparison must not pass on empty answers"
@@ -205,7 +218,9 @@ def test_a_base_from_a_snapshot_is_the_base_compaction_builds_from_the_same_reco
         assert base_snapshot(ours) == b and base_snapshot(theirs) is None
         assert ours.count() == 150
         for table in tables:
-            cols = "* EXCLUDE (ingested_at)" if table == "memories" else "*"
+            # fts_postings' lists are in no particular order (fulltext.index): compared sorted
+            cols = {"memories": "* EXCLUDE (ingested_at)",
+                    "fts_postings": "termid, df, list_sort(postings)"}.get(table, "*")
             mine = ours.con.execute(f"SELECT {cols} FROM {table} ORDER BY ALL").fetchall()
             assert mine == theirs.con.execute(f"SELECT {cols} FROM {table} ORDER BY ALL").fetchall(), table
             assert mine, table
@@ -285,7 +300,11 @@ def test_search_over_the_lake_answers_as_over_the_segment_store_before_and_after
     theirs, ours = reader.snapshot(), open_view(lake, base, lake_settings)
     try:
         assert theirs is not None and theirs.overlay.dead_ids and theirs.overlay.forgotten
-        assert_same_answers(answers(Pinned(seg, theirs), seg), answers(Pinned(lake_settings, ours), lake_settings))
+        # and a topic of the base's tree, the leaf most new memories were routed to
+        leaf = Counter(m.tree[0] for m in theirs.overlay.members.values() if m.tree).most_common(1)[0][0]
+        asked = [*OPTIONS, {"topics": [leaf]}]
+        assert_same_answers(answers(Pinned(seg, theirs), seg, asked),
+                            answers(Pinned(lake_settings, ours), lake_settings, asked))
     finally:
         ours.close()
         reader.close()
@@ -298,7 +317,8 @@ def test_search_over_the_lake_answers_as_over_the_segment_store_before_and_after
     try:
         assert theirs is not None and theirs.overlay.empty and ours.overlay.empty
         assert theirs.store.count() == ours.store.count() == len(history.live)
-        assert_same_answers(answers(Pinned(seg, theirs), seg), answers(Pinned(lake_settings, ours), lake_settings))
+        assert_same_answers(answers(Pinned(seg, theirs), seg), answers(Pinned(lake_settings, ours), lake_settings),
+                            exact=False)
     finally:
         ours.close()
         reader.close()
