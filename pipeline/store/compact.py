@@ -83,6 +83,47 @@ def _rewrites_base(base: Path, ids: set[str], forgotten: set[str]) -> bool:
             [sorted(forgotten), sorted(forgotten)])[0] > 0
 
 
+def _apply(store: Store, records: list[MemoryRecord], vectors: dict[str, np.ndarray], forget: set[str],
+           settings: Settings, rebuild: bool) -> None:
+    """Write ``records`` (embeddings in ``vectors``) into ``store`` and delete
+    ``forget``: placed in the tree, the full-text index rebuilt; ``rebuild``
+    re-clusters every namespace."""
+    # a topic's key is made of words of its members' texts: those
+    # of the namespaces that held forgotten memories are checked
+    relabel = [r[0] for r in store.con.execute(
+        "SELECT DISTINCT namespace FROM memories WHERE id IN (SELECT unnest(?)) ORDER BY 1",
+        [sorted(forget)]).fetchall()] if forget else []
+    ingest_records(store, records, None, settings,  # type: ignore[arg-type]
+                   vectors_of=vectors, forget=sorted(forget))
+    if rebuild:
+        rebuild_tree(store, settings)
+    elif relabel:
+        relabel_topics(store, settings, relabel)
+
+
+def fresh_base(target: Path, records: list[MemoryRecord], vectors: dict[str, np.ndarray], settings: Settings, *,
+               embedding_model: str, embedding_dim: int | None, rebuild: bool = False,
+               meta: dict[str, str] | None = None) -> None:
+    """A new base file at ``target`` holding ``records`` (embeddings in
+    ``vectors``, by id), indexed as every base is (the topic tree, the
+    full-text index), with ``meta`` added to its ``store_meta``; fsynced.
+    Built under ``target``.work and renamed: a reader never sees it half written."""
+    work = target.with_name(target.name + ".work")
+    try:
+        with Store.open(work, read_only=False, embedding_model=embedding_model, embedding_dim=embedding_dim) as store:
+            _apply(store, records, vectors, set(), settings, rebuild)
+            for key, value in (meta or {}).items():
+                store.set_meta(key, value)
+            store.con.execute("CHECKPOINT")
+        work.rename(target)
+        segments.fsync_file(target)
+        segments.fsync_dir(target.parent)
+    except BaseException:
+        for path in (target, work):
+            segments.remove_file(path)
+        raise
+
+
 def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool = False,
             wait: bool = False, write_id: str | None = None) -> CompactReport:
     """Merge every published delta (and ``extra``, a write going straight into
@@ -133,37 +174,29 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
             afresh = start.base is not None and (
                 rebuild or _rewrites_base(data_dir / start.base, forget | set(members), forget))
             if start.base is None:
-                opened = Store.open(work, read_only=False, embedding_model=settings.embedding_model, embedding_dim=dim)
-            elif afresh:
-                opened = Store.copy_in_memory(data_dir / start.base, temp_directory=work)
+                fresh_base(target, records, vectors, settings, embedding_model=settings.embedding_model,
+                           embedding_dim=dim, rebuild=rebuild)
             else:
-                shutil.copyfile(data_dir / start.base, work)
-                opened = Store.open(work, read_only=False)
-            with opened as store:
-                # a topic's key is made of words of its members' texts: those
-                # of the namespaces that held forgotten memories are checked
-                relabel = [r[0] for r in store.con.execute(
-                    "SELECT DISTINCT namespace FROM memories WHERE id IN (SELECT unnest(?)) ORDER BY 1",
-                    [sorted(forget)]).fetchall()] if forget else []
-                ingest_records(store, records, None, settings,  # type: ignore[arg-type]
-                               vectors_of=vectors, forget=sorted(forget))
-                if rebuild:
-                    rebuild_tree(store, settings)
-                elif relabel:
-                    relabel_topics(store, settings, relabel)
                 if afresh:
-                    # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
-                    store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
-                    store.con.execute("COPY FROM DATABASE memory TO fresh")
-                    store.con.execute("DETACH fresh")
+                    opened = Store.copy_in_memory(data_dir / start.base, temp_directory=work)
                 else:
-                    store.con.execute("CHECKPOINT")
-            if afresh:
-                segments.remove_file(work)  # the in-memory copy's spill folder, if it spilled
-            else:
-                work.rename(target)
-            segments.fsync_file(target)
-            segments.fsync_dir(target.parent)
+                    shutil.copyfile(data_dir / start.base, work)
+                    opened = Store.open(work, read_only=False)
+                with opened as store:
+                    _apply(store, records, vectors, forget, settings, rebuild)
+                    if afresh:
+                        # ATTACH takes no parameters: the path is ours (data dir + segment name), quoted
+                        store.con.execute("ATTACH '" + str(target).replace("'", "''") + "' AS fresh")
+                        store.con.execute("COPY FROM DATABASE memory TO fresh")
+                        store.con.execute("DETACH fresh")
+                    else:
+                        store.con.execute("CHECKPOINT")
+                if afresh:
+                    segments.remove_file(work)  # the in-memory copy's spill folder, if it spilled
+                else:
+                    work.rename(target)
+                segments.fsync_file(target)
+                segments.fsync_dir(target.parent)
         except BaseException:
             for path in (target, work):
                 segments.remove_file(path)

@@ -114,6 +114,40 @@ class Snapshot:
         if self._uses is None:
             self._uses = _Uses(self.store)
 
+    @classmethod
+    def open(cls, path: Path | None, version: int, *, base: str | None = None,
+             memory_limit: str | None = None) -> Snapshot:
+        """The base file at ``path`` (None: no base), read-only, with nothing
+        over it yet (``extend`` merges deltas), as state ``version``; ``base``
+        is its name as the store's state names it."""
+        store = None
+        if path is not None:
+            store = Store.open(path, read_only=True)
+            if memory_limit:
+                # DuckDB would otherwise keep the blocks the index load read
+                # (1.5 GB at 1M memories) cached beside the numpy copy
+                store.con.execute("SET memory_limit = ?", [memory_limit])
+        try:
+            uses = _Uses(store)
+            overlay = Overlay.build(version, [], store.con if store is not None else None, _dim(store), uses.totals,
+                                    uses.terms)
+            return cls(version=version, base=base, store=store, overlay=overlay, deltas={}, _uses=uses)
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
+
+    def extend(self, version: int, deltas: dict[int, Delta]) -> Snapshot:
+        """This base with ``deltas`` (by seq) merged over it besides those it
+        holds, as state ``version``; the base, its indexes and router are shared."""
+        merged = {**self.deltas, **deltas}
+        assert self._uses is not None
+        overlay = Overlay.build(version, [merged[s] for s in sorted(merged)],
+                                self.store.con if self.store is not None else None, _dim(self.store),
+                                self._uses.totals, self._uses.terms)
+        return Snapshot(version=version, base=self.base, store=self.store, overlay=overlay, deltas=merged,
+                        _index=self._index, _uses=self._uses)
+
     def index(self) -> VectorIndex | None:
         """The base's vector index, loaded on first use (None without a base)."""
         with self._lock:
@@ -269,43 +303,27 @@ class Reader:
         return self._current
 
     def _extend(self, cur: Snapshot, version: int, extra: list[segments.DeltaRef]) -> Snapshot:
-        deltas = dict(cur.deltas)
-        for ref in extra:
-            deltas[ref.seq] = Delta.load(self.data_dir, ref)
-        assert cur._uses is not None
-        overlay = Overlay.build(version, [deltas[s] for s in sorted(deltas)],
-                                cur.store.con if cur.store is not None else None, _dim(cur.store), cur._uses.totals,
-                                cur._uses.terms)
-        return Snapshot(version=version, base=cur.base, store=cur.store, overlay=overlay, deltas=deltas,
-                        _index=cur._index, _uses=cur._uses)
+        return cur.extend(version, {ref.seq: Delta.load(self.data_dir, ref) for ref in extra})
 
     def _load(self, manifest: segments.Manifest, cache: dict, index_wanted: bool = False,
               postings_wanted: bool = False) -> Snapshot:
-        store = None
+        path = None
         if manifest.base is not None:
             path = self.data_dir / manifest.base
             if not path.exists():
                 raise FileNotFoundError(path)  # removed by a compaction since MANIFEST was read
-            store = Store.open(path, read_only=True)
-            if self.memory_limit:
-                # DuckDB would otherwise keep the blocks the index load read
-                # (1.5 GB at 1M memories) cached beside the numpy copy
-                store.con.execute("SET memory_limit = ?", [self.memory_limit])
+        snap = Snapshot.open(path, manifest.version, base=manifest.base, memory_limit=self.memory_limit)
         try:
             deltas = {d.seq: cache.get(d.seq) or Delta.load(self.data_dir, d) for d in manifest.deltas}
-            uses = _Uses(store)
-            overlay = Overlay.build(manifest.version, [deltas[s] for s in sorted(deltas)],
-                                    store.con if store is not None else None, _dim(store), uses.totals, uses.terms)
-            snap = Snapshot(version=manifest.version, base=manifest.base, store=store, overlay=overlay, deltas=deltas,
-                            _uses=uses)
+            snap = snap.extend(manifest.version, deltas)
             if index_wanted:
                 snap.index()
             if postings_wanted:
                 snap.postings()
             return snap
         except BaseException:
-            if store is not None:
-                store.close()
+            if snap.store is not None:
+                snap.store.close()
             raise
 
     def _start_background(self, manifest: segments.Manifest, index_wanted: bool, postings_wanted: bool) -> None:

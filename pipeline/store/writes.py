@@ -51,6 +51,7 @@ from pipeline.store.ingest import (
 )
 from pipeline.store.overlay import DeltaMemory, Prepared
 from pipeline.store.reader import Reader, Snapshot
+from pipeline.store.vector import TreeRouter
 
 
 class LiveView:
@@ -149,19 +150,31 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
         out.embed_s = time.perf_counter() - t0
     matrix = np.stack([v for v in vectors if v is not None]).astype(np.float32)
     dim = matrix.shape[1]
-    terms = tokenize([fts_text(r) for r in keep], settings.fulltext) if for_delta else [(0, {}) for _ in keep]
     router = live.snap.router() if live.snap is not None and for_delta else None
-    for i, r in enumerate(keep):
+    out.memories = delta_memories(keep, created, matrix, settings, router, for_delta=for_delta)
+    out.vectors = matrix.reshape(len(keep), dim)
+    return out
+
+
+def delta_memories(records: list[MemoryRecord], created: list[datetime], vectors: np.ndarray, settings: Settings,
+                   router: TreeRouter | None, *, for_delta: bool = True) -> list[DeltaMemory]:
+    """``records`` (with their ``created_at`` and embeddings, row by row) as a
+    delta's memories: tokenized for BM25 by the FTS extension itself and routed
+    to the nearest leaf of the base's tree (``router``; None: no base). A write
+    going straight into a base (not ``for_delta``) needs neither: compaction
+    indexes and places it."""
+    terms = tokenize([fts_text(r) for r in records], settings.fulltext) if for_delta else [(0, {}) for _ in records]
+    out = []
+    for i, r in enumerate(records):
         length, counts = terms[i]
-        out.memories.append(DeltaMemory(
+        out.append(DeltaMemory(
             id=record_id(r), namespace=r.namespace, content=r.content, content_type=r.content_type,
             created_at=created[i], context=r.context, metadata=r.metadata, content_hash=content_hash(r.content),
             topics=list(r.topics), concepts=list(r.concepts), supersedes=list(r.supersedes),
             conflicts=list(r.conflicts), supported_by=list(r.supported_by),
-            tree=router.route(r.namespace, matrix[i]) if router is not None else [],
+            tree=router.route(r.namespace, vectors[i]) if router is not None else [],
             fts_len=length, terms=counts,
         ))
-    out.vectors = matrix.reshape(len(keep), dim)
     return out
 
 

@@ -5,8 +5,10 @@ transactions; the data lies in Parquet files under the data path.
 ``Lake`` (``store``) opens one from settings; ``records`` holds what a write
 carries and a read returns; ``catalog`` attaches (extensions from their
 packages' files, offline) and creates the record tables; ``commit`` writes,
-``read`` reads at a snapshot and lists changes, ``erase`` forgets for good.
-Not yet the query path's store: that swap is the next step (docs/LAKE.md).
+``read`` reads at a snapshot and lists changes, ``erase`` forgets for good;
+``derive`` builds what the query path reads (a base for a snapshot, the
+snapshots since as deltas over it). Not yet the query path's store: that
+wiring is the next step (docs/LAKE.md).
 """
 
 from pipeline.store.lake.records import Changes, Committed, LakeMemory, LakeWrite, TableChanges

@@ -4,7 +4,6 @@ a reader brings its indexes from the snapshot they reflect to the latest."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,10 +74,8 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
                                             f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
         edges.setdefault(origin, []).append((src, dst, kind))
     vectors = vectors_of([r[6] for r in rows], dim)
-    return [LakeMemory(id=r[0], namespace=r[1], content=r[2], content_type=r[3], created_at=r[4], content_hash=r[5],
-                       embedding=vectors[i], metadata=None if r[7] is None else json.loads(r[7]), context=r[8],
-                       ingested_at=r[9], topics=topics.get(r[0], []), concepts=concepts.get(r[0], []),
-                       edges=edges.get(r[0], []))
+    return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
+                                concepts.get(r[0], []), edges.get(r[0], []))
             for i, r in enumerate(rows)]
 
 

@@ -53,6 +53,17 @@ class LakeMemory:
     edges: list[tuple[str, str, str]] = field(default_factory=list)
 
     @classmethod
+    def from_row(cls, row: dict[str, Any], embedding: np.ndarray, topics: list[str], concepts: list[str],
+                 edges: list[tuple[str, str, str]]) -> LakeMemory:
+        """A ``memories`` row (its columns by name; ``metadata`` as JSON text) with its annotations."""
+        metadata = row["metadata"]
+        return cls(id=row["id"], namespace=row["namespace"], content=row["content"],
+                   content_type=row["content_type"], created_at=row["created_at"], content_hash=row["content_hash"],
+                   embedding=embedding, metadata=None if metadata is None else json.loads(metadata),
+                   context=row["context"], ingested_at=row["ingested_at"], topics=topics, concepts=concepts,
+                   edges=edges)
+
+    @classmethod
     def from_record(cls, record: MemoryRecord, vector: np.ndarray, now: datetime) -> LakeMemory:
         """``record`` (validated as ingest validates it) with its embedding;
         ``now`` (naive UTC) stands for a missing ``created_at`` and is ``ingested_at``."""
@@ -62,6 +73,18 @@ class LakeMemory:
                    ingested_at=now, metadata=record.metadata, context=record.context,
                    topics=sorted(set(record.topics)), concepts=sorted(set(record.concepts)),
                    edges=_edges_of(record))
+
+    def record(self) -> MemoryRecord:
+        """This memory as the record a user wrote (``from_record``'s inverse,
+        ``created_at`` as stored): what a base is built from (``pipeline.store.lake.derive``)."""
+        def linked(kind: str, end: int) -> list[str]:
+            return sorted(edge[end] for edge in self.edges if edge[2] == kind)
+
+        return MemoryRecord.model_construct(
+            id=self.id, namespace=self.namespace, content=self.content, content_type=self.content_type,
+            created_at=self.created_at, topics=sorted(self.topics), concepts=sorted(self.concepts),
+            supersedes=linked("supersedes", 1), conflicts=linked("conflicts", 1), supported_by=linked("supports", 0),
+            context=self.context, metadata=self.metadata)
 
     @property
     def metadata_json(self) -> str | None:
@@ -122,3 +145,47 @@ class Changes:
         """The ``column`` values of ``table``'s ``kind`` ('inserted' or 'deleted') rows, in commit order."""
         rows = getattr(self.tables.get(table, TableChanges()), kind)
         return [row[column] for _, row in rows]
+
+    def writes(self, dim: int) -> list[SnapshotWrite]:
+        """What each snapshot did to the memories, in commit order: the memories
+        it wrote whole (a replacement deletes and inserts an id in one
+        snapshot; its topics, concepts and declared edges are rewritten with it)
+        and the ids it forgot. A forget also deletes the edges other memories
+        declared to or from the forgotten one; those deletions are not listed:
+        a link to a memory that is not live is never read (as in a delta)."""
+        memories = self.tables.get("memories", TableChanges())
+        inserted: dict[int, list[dict[str, Any]]] = {}
+        deleted: dict[int, set[str]] = {}
+        for snapshot, row in memories.inserted:
+            inserted.setdefault(snapshot, []).append(row)
+        for snapshot, row in memories.deleted:
+            deleted.setdefault(snapshot, set()).add(row["id"])
+        topics: dict[tuple[int, str], list[str]] = {}
+        concepts: dict[tuple[int, str], list[str]] = {}
+        edges: dict[tuple[int, str], list[tuple[str, str, str]]] = {}
+        for snapshot, row in self.tables.get("memory_topics", TableChanges()).inserted:
+            topics.setdefault((snapshot, row["memory_id"]), []).append(row["topic_key"])
+        for snapshot, row in self.tables.get("memory_concepts", TableChanges()).inserted:
+            concepts.setdefault((snapshot, row["memory_id"]), []).append(row["concept"])
+        for snapshot, row in self.tables.get("edges", TableChanges()).inserted:
+            edges.setdefault((snapshot, row["origin"]), []).append((row["src"], row["dst"], row["kind"]))
+        out = []
+        for snapshot in sorted(set(inserted) | set(deleted)):
+            rows = sorted(inserted.get(snapshot, []), key=lambda r: r["id"])
+            vectors = vectors_of([r["embedding"] for r in rows], dim)
+            remembered = [LakeMemory.from_row(row, vectors[i], sorted(topics.get((snapshot, row["id"]), [])),
+                                              sorted(concepts.get((snapshot, row["id"]), [])),
+                                              sorted(edges.get((snapshot, row["id"]), [])))
+                          for i, row in enumerate(rows)]
+            gone = deleted.get(snapshot, set()) - {m.id for m in remembered}
+            out.append(SnapshotWrite(snapshot, remembered, sorted(gone)))
+        return out
+
+
+@dataclass
+class SnapshotWrite:
+    """What one snapshot did to the memories (``Changes.writes``)."""
+
+    snapshot: int
+    remembered: list[LakeMemory] = field(default_factory=list)  # inserted or replaced, whole, sorted by id
+    forgotten: list[str] = field(default_factory=list)  # deleted and not written again, sorted

@@ -1,0 +1,102 @@
+"""What the query path reads, derived from the lake (docs/LAKE.md): a **base**
+for a snapshot ``B`` and the **deltas** of the snapshots after it, so that a
+reader's view at the latest snapshot ``L`` is base(B) + overlay(B..L).
+
+- ``build_base``: today's base file (memories, the topic tree, the full-text
+  index), built from the lake's records at ``B`` by the code compaction builds
+  a first base with (``pipeline.store.compact.fresh_base``); ``B`` is recorded
+  in it (``base_snapshot``).
+- ``deltas_since``: each snapshot after ``B`` as the ``Delta`` a write of
+  today's store would have published: its memories tokenized and routed to
+  the base's tree by the write path's own code
+  (``pipeline.store.writes.delta_memories``), its forgotten ids as tombstones.
+- ``open_view``: the reader's ``Snapshot`` of a base file with those deltas
+  merged (``Snapshot.open`` + ``Snapshot.extend``, as ``Reader`` does for
+  delta files), the state every stage reads.
+
+Not yet wired to the query path: the reader still follows ``MANIFEST``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import StoreError
+from pipeline.settings import Settings
+from pipeline.store.compact import fresh_base
+from pipeline.store.database import Store
+from pipeline.store.lake.records import Changes
+from pipeline.store.lake.store import Lake
+from pipeline.store.overlay import Delta
+from pipeline.store.reader import Snapshot
+from pipeline.store.vector import TreeRouter
+from pipeline.store.writes import delta_memories
+
+# The ``store_meta`` key of a base built from the lake: the snapshot it holds.
+SNAPSHOT_KEY = "lake_snapshot"
+
+
+def build_base(lake: Lake, snapshot: int, path: Path, settings: Settings) -> Path:
+    """Write a base file at ``path`` (new; not inside the lake's data path,
+    whose clean-up deletes files it does not know) holding the lake's memories
+    at ``snapshot``, indexed as compaction indexes a base. Raises
+    ``InputError`` naming ``as_of`` for a snapshot the lake does not hold."""
+    path = Path(path)
+    data_path = lake.data_path.resolve()
+    if path.resolve().is_relative_to(data_path):
+        raise StoreError(f"store.data_path: a base may not be written inside the lake's data path {data_path}")
+    if path.exists():
+        raise StoreError(f"{path} exists: a base is written once, under a new name")
+    memories = lake.read(at=snapshot)
+    records = [m.record() for m in memories]
+    vectors = {m.id: m.embedding for m in memories}
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fresh_base(path, records, vectors, settings, embedding_model=lake.info.embedding_model,
+               embedding_dim=lake.info.embedding_dim, meta={SNAPSHOT_KEY: str(snapshot)})
+    return path
+
+
+def base_snapshot(store: Store) -> int | None:
+    """The lake snapshot a base holds (None: a base of the segment store)."""
+    value = store.meta(SNAPSHOT_KEY)
+    return None if value is None else int(value)
+
+
+def deltas_since(changes: Changes, router: TreeRouter | None, settings: Settings, dim: int) -> dict[int, Delta]:
+    """Each snapshot of ``changes`` that wrote or forgot memories, as a delta
+    (by snapshot id) over the base ``router`` routes to (None: no base)."""
+    out = {}
+    for done in changes.writes(dim):
+        memories = done.remembered
+        vectors = (np.stack([m.embedding for m in memories]).astype(np.float32) if memories
+                   else np.zeros((0, dim), np.float32))
+        out[done.snapshot] = Delta(
+            seq=done.snapshot,
+            memories=delta_memories([m.record() for m in memories], [m.created_at for m in memories], vectors,
+                                    settings, router),
+            vectors=vectors, forget=list(done.forgotten))
+    return out
+
+
+def open_view(lake: Lake, base: Path, settings: Settings, *, until: int | None = None,
+              memory_limit: str | None = None) -> Snapshot:
+    """The reader's state at snapshot ``until`` (the latest when None): the base
+    file ``base`` (built by ``build_base``) with every later snapshot merged
+    over it. Raises ``StoreError`` when the base's snapshot has expired from
+    the lake (load a newer base)."""
+    snap = Snapshot.open(base, 0, base=str(base), memory_limit=memory_limit)
+    try:
+        assert snap.store is not None
+        since = base_snapshot(snap.store)
+        if since is None:
+            raise StoreError(f"{base} is not a base built from the lake (no {SNAPSHOT_KEY} in its store_meta)")
+        until = lake.latest_snapshot() if until is None else until
+        if until < since:
+            raise StoreError(f"{base} holds snapshot {since}, after the snapshot {until} asked for")
+        deltas = deltas_since(lake.changes_since(since, until), snap.router(), settings, lake.info.embedding_dim)
+        return snap.extend(until, deltas)
+    except BaseException:
+        snap.close()
+        raise
