@@ -51,7 +51,6 @@ def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str,
         changes["rrf_k"] = config["rrf_k"]
     if "weights" in config:
         changes["vector_weight"], changes["fts_weight"] = config["weights"]
-        changes["fusion_weights"] = "fixed"  # a weights axis is fixed weights, not per-query ones
         if settings.fusion == "convex":  # convex weights are shares: the vector leg's is alpha
             vector, fts = config["weights"]
             changes["convex_alpha"] = vector / (vector + fts)

@@ -1,5 +1,6 @@
-"""The fusion option end to end in process: ``fusion=convex`` from the Python
-API, the CLI and the setting, recorded in the audit row and replayed."""
+"""The fusion option end to end in process: ``fusion=convex`` (the default
+since issue 31) and ``rrf`` from the Python API, the CLI and the setting,
+recorded in the audit row and replayed."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_sto
     assert top.score == pytest.approx(1.0)  # the best of both legs: 0.4 * 1 + 0.6 * 1
     assert all(0.0 <= r.score <= 1.0 for r in res.results)
     assert [r.score for r in res.results] == sorted((r.score for r in res.results), reverse=True)
-    rrf = search(QUERY, supersession="annotate")
+    assert [r.id for r in search(QUERY, supersession="annotate").results] == [r.id for r in res.results]  # the default
+    rrf = search(QUERY, fusion="rrf", supersession="annotate")
     assert rrf.results[0].score < 0.5  # RRF terms are w / (60 + rank)
     audit.flush()
     row = pa.get(readme_store.audit_path, res.query_id)
