@@ -1,5 +1,8 @@
-"""Fusion defaults (issue 16): each leg run once per judged set, deep, then
-every fusion candidate evaluated offline on the cached lists.
+"""Fusion defaults (issues 16 and 31): each leg run once per judged set, deep,
+then every fusion candidate evaluated offline on the cached lists, and (issue
+31) each family's parameters chosen leaving one set out in turn: only real
+judged sets (``--beir`` folders of ../shared/data/beir, ``--locomo``) choose;
+generated ones (``--demo``, ``--probe``) test behaviour.
 
     # 1. cache: both legs once per query, top --depth with scores and query-time signals
     python -m ops.bench.fusion cache --demo --data-dir /tmp/fusion/data --out /tmp/fusion/cache/demo.json
