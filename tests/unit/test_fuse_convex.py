@@ -121,3 +121,12 @@ def test_a_sweep_weights_axis_under_convex_sets_the_shares_the_queries_use():
             assert q.weights == {"vector": pytest.approx(0.25), "fts": pytest.approx(0.75)}
         else:
             assert q.fusion is Fusion.rrf and q.weights == {"vector": 1.0, "fts": 3.0}
+
+
+def test_a_sweep_rrf_k_axis_sweeps_rrf_under_the_convex_default():
+    from pipeline.evaluation.sweep import apply_config
+
+    swept, _ = apply_config(CONVEX, {}, {"rrf_k": 30, "weights": (1.0, 3.0)})
+    q = make_query("deploy window", QueryOptions(), swept)
+    assert (swept.rrf_k, q.fusion) == (30, Fusion.rrf)
+    assert q.weights == {"vector": 1.0, "fts": 3.0} and swept.convex_alpha == CONVEX.convex_alpha
