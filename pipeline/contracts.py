@@ -396,9 +396,6 @@ class Fused(_Strict):
     score: float
     recency_factor: float | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
-    tied_ranks: dict[str, float | None] = Field(
-        default_factory=dict, description="the rank RRF counted for a leg where it is not the position: a tie "
-                                          "group's average, or None under the full-text floor (counted nothing)")
 
 
 class GraphLink(_Strict):
@@ -417,9 +414,6 @@ class Result(_Strict):
     rrf: float
     recency_factor: float | None = None
     ranks: dict[str, int] = Field(default_factory=dict)
-    tied_ranks: dict[str, float | None] = Field(
-        default_factory=dict, description="the rank RRF counted for a leg where it is not the position: a tie "
-                                          "group's average, or None under the full-text floor (counted nothing)")
     namespace: str
     content_type: str
     created_at: datetime

@@ -186,38 +186,20 @@ class Settings(BaseSettings):
     budget: BudgetDefaults = BudgetDefaults()
     limits: LimitSettings = LimitSettings()
 
-    rrf_k: int = Field(60, ge=1, le=100_000, description="RRF constant k")
-    leg_top_k: int = Field(100, ge=1, le=10_000, description="candidates each leg hands to fusion")
-    # With fusion_weights=fixed. The packaged MiniLM is the weaker leg on conversational memory (LoCoMo
-    # nDCG@10 0.30 against BM25's 0.45); see BENCHMARKS.md for the sweep behind 0.4.
-    vector_weight: float = Field(0.4, ge=0, description="hybrid weight of the vector leg (fusion_weights=fixed)")
-    fts_weight: float = Field(1.0, ge=0, description="hybrid weight of the full-text leg (fusion_weights=fixed)")
-    fusion_weights: Literal["lexical_match", "fixed"] = Field(
-        "lexical_match",
-        description="hybrid leg weights: per query from how well the full-text leg's best hit matches the whole "
-                    "query (vector 1, full text lexical_match_scale x m^lexical_match_power, m the match; "
-                    "docs/SPEC.md), or fixed (vector_weight, fts_weight); BENCHMARKS.md 'Fusion defaults (issue 16)'",
-    )
-    lexical_match_scale: float = Field(8.0, ge=0, description="lexical_match: the full-text leg's weight at a full match")
-    lexical_match_power: float = Field(2.0, gt=0, description="lexical_match: the exponent on the match")
-    fts_tie_tolerance: float = Field(
-        0.1, ge=0, lt=1,
-        description="rrf: full-text hits whose BM25 lies within this share of their group's first count at the "
-                    "group's average rank, so the vector leg orders them (0: every hit at its own position); "
-                    "docs/SPEC.md; BENCHMARKS.md 'Fusion defaults, third round'",
-    )
-    fts_floor: float = Field(
-        0.5, ge=0, lt=1,
-        description="rrf, beside another leg: full-text hits whose BM25 is under this share of the leg's best count "
-                    "nothing in the fusion (they keep their place in the list and their leg rank; 0: every hit "
-                    "counts); docs/SPEC.md; BENCHMARKS.md 'Fusion defaults, fourth round'",
-    )
+    # Fusion: every default chosen leaving one judged set out in turn (BENCHMARKS.md, "Fusion defaults chosen
+    # leave one set out (issue 31)"); the seed's RRF stays as the option fusion=rrf.
     fusion: Literal["rrf", "convex"] = Field(
-        "rrf",
-        description="how hybrid lists become one: rrf (the seed's, with fusion_weights) or convex (a weighted sum "
-                    "of each leg's min-max normalised scores, vector share convex_alpha); a query's 'fusion' overrides",
+        "convex",
+        description="how hybrid lists become one: convex (a weighted sum of each leg's min-max normalised scores, "
+                    "vector share convex_alpha; Bruch et al. 2023) or rrf (the seed's reciprocal rank fusion, "
+                    "weights vector_weight/fts_weight, k rrf_k); a query's 'fusion' overrides",
     )
-    convex_alpha: float = Field(0.4, ge=0, le=1, description="fusion=convex: the vector leg's share (full text: 1 - alpha)")
+    convex_alpha: float = Field(0.5, ge=0, le=1,
+                                description="fusion=convex: the vector leg's share (full text: 1 - alpha)")
+    rrf_k: int = Field(10, ge=1, le=100_000, description="fusion=rrf: the RRF constant k")
+    vector_weight: float = Field(1.0, ge=0, description="fusion=rrf: hybrid weight of the vector leg")
+    fts_weight: float = Field(1.0, ge=0, description="fusion=rrf: hybrid weight of the full-text leg")
+    leg_top_k: int = Field(100, ge=1, le=10_000, description="candidates each leg hands to fusion")
     preview_chars: int = Field(80, ge=8, le=10_000, description="preview length in results and graph links")
     query_memory_limit: str = Field(
         "512MB", pattern=r"^\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)$",

@@ -1,5 +1,8 @@
-"""Fusion defaults (issue 16): each leg run once per judged set, deep, then
-every fusion candidate evaluated offline on the cached lists.
+"""Fusion defaults (issues 16 and 31): each leg run once per judged set, deep,
+then every fusion candidate evaluated offline on the cached lists, and (issue
+31) each family's parameters chosen leaving one set out in turn: only real
+judged sets (``--beir`` folders of ../shared/data/beir, ``--locomo``) choose;
+generated ones (``--demo``, ``--probe``) test behaviour.
 
     # 1. cache: both legs once per query, top --depth with scores and query-time signals
     python -m ops.bench.fusion cache --demo --data-dir /tmp/fusion/data --out /tmp/fusion/cache/demo.json
@@ -39,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from pipeline.evaluation.metrics import score
-from pipeline.stages.fuse import counted_ranks, lexical_match, tie_ranks  # noqa: F401  (tie_ranks: the tests read it here)
 from pipeline.store.fulltext import idf as term_idf
 from workers.settings import WorkerSettings
 
@@ -106,7 +108,41 @@ def cache(args) -> dict[str, Any]:
     return out
 
 
-# -- issue 16's rules (tie groups, floor): the engine's own, measured beside the candidates that would replace them
+# -- issue 16's rules, removed from the engine in issue 31 (measured here, beside what replaced them) ---
+def tie_ranks(scores: list[float], tolerance: float) -> list[float]:
+    """The ranks RRF counts for one leg's hits (scores best first): hits whose
+    scores lie within ``tolerance`` (relative) of their group's first share
+    the group's average position, so a leg that cannot tell them apart lets
+    the other leg order them. Tolerance 0 keeps the positions 1, 2, 3..."""
+    if tolerance <= 0:
+        return [float(i) for i in range(1, len(scores) + 1)]
+    out: list[float] = []
+    start, lead = 0, None
+    for i, value in enumerate(scores):
+        if lead is None or value < lead * (1 - tolerance) or (lead <= 0 and value != lead):
+            out += [(start + 1 + i) / 2] * (i - start)  # the closed group's average position
+            start, lead = i, value
+    out += [(start + 1 + len(scores)) / 2] * (len(scores) - start)
+    return out
+
+
+def counted_ranks(scores: list[float], tolerance: float, floor: float = 0.0) -> list[float | None]:
+    """The full-text leg's RRF ranks (scores best first): ``tie_ranks`` over
+    the whole list, then None (not counted) for each hit scoring under
+    ``floor`` times the best. The groups are formed before the floor, so a
+    group the floor cuts keeps the rank it had."""
+    ranks: list[float | None] = list(tie_ranks(scores, tolerance))
+    if floor > 0 and scores and scores[0] > 0:
+        cut = floor * scores[0]
+        ranks = [None if value < cut else r for r, value in zip(ranks, scores)]
+    return ranks
+
+
+def lexical_match(top_score: float, query_idf: float) -> float:
+    """How well the full-text leg's best hit matches the whole query, in [0, 1]."""
+    if query_idf <= 0 or top_score <= 0:
+        return 0.0
+    return min(1.0, top_score / query_idf)
 
 
 # -- signals (query time, from the legs' lists) -------------------------------------------------

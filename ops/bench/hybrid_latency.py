@@ -4,12 +4,10 @@ configurations alternated round by round (order rotating), ten warm-up
 queries before each round's timing. The first configuration is the baseline
 of the printed ratios.
 
-    python -m ops.bench.hybrid_latency --data-dir /tmp/demo-lat --rounds 4 --configs seed,default
+    python -m ops.bench.hybrid_latency --data-dir /tmp/demo-lat --rounds 4 --configs rrf,default
 
-Configurations (``CONFIGS``): ``seed`` (the seed's fixed 0.4:1 weights, every
-full-text hit at its own rank), ``lexical_match`` (per-query weights, no tie
-rule, no floor), ``ties`` (the default without the full-text floor),
-``default`` (the default settings).
+Configurations (``CONFIGS``): ``rrf`` (the seed's reciprocal rank fusion,
+``fusion=rrf``), ``default`` (the default settings: convex fusion).
 """
 
 from __future__ import annotations
@@ -24,14 +22,12 @@ from pathlib import Path
 from ops.bench import emit
 
 CONFIGS: dict[str, dict] = {
-    "seed": {"fusion_weights": "fixed", "fts_tie_tolerance": 0.0, "fts_floor": 0.0},
-    "lexical_match": {"fusion_weights": "lexical_match", "fts_tie_tolerance": 0.0, "fts_floor": 0.0},
-    "ties": {"fts_floor": 0.0},
+    "rrf": {"fusion": "rrf"},
     "default": {},
 }
 
 
-def run(data_dir: Path, rounds: int, configs: tuple[str, ...] = ("seed", "default")) -> dict:
+def run(data_dir: Path, rounds: int, configs: tuple[str, ...] = ("rrf", "default")) -> dict:
     import workers
     from pipeline.datasets.demo import write_demo
     from workers.api import search
@@ -68,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=Path("/tmp/dimple-hybrid-latency"))
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--configs", default="seed,default", help=f"comma-separated, of {', '.join(CONFIGS)}")
+    p.add_argument("--configs", default="rrf,default", help=f"comma-separated, of {', '.join(CONFIGS)}")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     configs = tuple(args.configs.split(","))

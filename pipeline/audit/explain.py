@@ -14,9 +14,10 @@ from pipeline.contracts import Origin, options_from_recorded
 # -- explain --------------------------------------------------------------------------
 def explain(record: AuditRecord) -> list[dict[str, Any]]:
     """Each result's path, from the row alone: leg ranks, RRF contribution per
-    leg (``w / (k + rank)``, with the rank RRF counted: a full-text tie group's
-    average where the row has one, nothing for a hit under the full-text
-    floor), recency factor, final score and rank, and for a successor that
+    leg (``w / (k + rank)``; a row written before issue 31 may hold the rank
+    RRF counted instead, ``tied_ranks``: a full-text tie group's average, or
+    nothing for a hit under the full-text floor), recency factor, final score
+    and rank, and for a successor that
     supersession placed above a superseded result, that result
     (``promoted_above``).
 
@@ -28,7 +29,7 @@ def explain(record: AuditRecord) -> list[dict[str, Any]]:
     fusion = options_from_recorded(record.options).get("fusion") or "rrf"
     out = []
     for src in record.sources:
-        counted = src.get("tied_ranks") or {}
+        counted = src.get("tied_ranks") or {}  # rows from before issue 31: the rank issue 16's rules counted
         terms = {} if fusion != "rrf" else {"rrf_contributions": {
             leg: _contribution(weights.get(leg, 1.0), record.rrf_k, counted.get(leg, rank))
             for leg, rank in sorted(src["ranks"].items())

@@ -68,8 +68,7 @@ def _strings(value: Any, where: str = "") -> list[tuple[str, str]]:
 # The settings that shape what a query retrieves besides its own options (those
 # are in ``options``), recorded in ``query_profile["settings"]`` so a replay
 # (``pipeline.audit.whynot``) runs the stages as they ran: top level, then per section.
-RETRIEVAL_SETTINGS = ("fusion_weights", "lexical_match_scale", "lexical_match_power", "vector_weight", "fts_weight",
-                      "fts_tie_tolerance", "fts_floor", "convex_alpha")
+RETRIEVAL_SETTINGS = ("vector_weight", "fts_weight", "convex_alpha")
 RETRIEVAL_SECTIONS = {"tree": ("beam_width", "max_depth"), "fulltext": ("k1", "b")}
 
 
@@ -104,7 +103,6 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
             "id": r.id,
             "rank": r.rank,
             "ranks": r.ranks,
-            **({"tied_ranks": r.tied_ranks} if r.tied_ranks else {}),
             "rrf": r.rrf,
             "recency_factor": r.recency_factor,
             "score": r.score,

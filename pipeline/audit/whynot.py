@@ -14,8 +14,6 @@ the memory with the numbers behind it, each read from a stage's own output:
   it was below the leg's top-k (its cosine, the k-th cosine);
 - ``search.fulltext``: no term of the query matched, or it was below the
   leg's top-k (its BM25, the k-th BM25);
-- ``search.fuse``: its only hit was a full-text one under the floor, which
-  counted nothing (its BM25, the cut), and the budget cut it;
 - ``search.augment``: hidden as superseded (by which successor);
 - ``search.budget``: fused below the cut (its fused score and rank, the last kept).
 
@@ -56,7 +54,6 @@ from pipeline.embedders import Embedder
 from pipeline.errors import InputError
 from pipeline.settings import Settings
 from pipeline.stages import augment, descend, fulltext
-from pipeline.stages.fuse import floor_cut
 from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, STAGES, VECTOR_LEG, Resources, run_local
 from pipeline.stages.scope import in_scope
 from pipeline.store.reader import Snapshot, View
@@ -80,7 +77,6 @@ class Reason(str, Enum):
     fts_no_match = "fts_no_match"
     fts_top_k = "fts_top_k"
     leg_timed_out = "leg_timed_out"
-    fts_floor = "fts_floor"
     hidden_superseded = "hidden_superseded"
     budget = "budget"
     unexplained = "unexplained"
@@ -141,7 +137,7 @@ class VectorLeg(_Strict):
 
 
 class FulltextLeg(_Strict):
-    """What the full-text leg (``search.fulltext``) and fusion's floor did with the memory."""
+    """What the full-text leg (``search.fulltext``) did with the memory."""
 
     status: Literal["hit", "no_match", "below_top_k", "not_run", "timed_out"]
     top_k: int
@@ -150,8 +146,6 @@ class FulltextLeg(_Strict):
     bm25: float | None = None
     kth_bm25: float | None = Field(None, description="the BM25 of the leg's last hit when the top-k was full")
     best_bm25: float | None = None
-    floored: bool = Field(False, description="a hit under the full-text floor: fusion counted nothing for it")
-    floor_cut: float | None = Field(None, description="the BM25 under which a hit counted nothing (when floored)")
 
 
 class Placement(_Strict):
@@ -162,7 +156,6 @@ class Placement(_Strict):
     score: float
     rrf: float
     ranks: dict[str, int] = Field(default_factory=dict)
-    tied_ranks: dict[str, float | None] = Field(default_factory=dict)
     kept: int = Field(description="results served")
     last_kept_id: str | None = None
     last_kept_score: float | None = None
@@ -264,14 +257,14 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
                        scope=miss)
     total = (index.size if index is not None else 0) + (len(snapshot.overlay.ids) if snapshot is not None else 0)
     vector = _vector_leg(keep, pinned, memory_id, total, leaf, index, settings)
-    fts = _fulltext_leg(keep, start, pinned, memory_id, total, settings)
+    fts = _fulltext_leg(keep, start, pinned, memory_id, total)
     legs = {"vector": vector, "fulltext": fts}
     fused = next((f for f in keep[FUSION].states[0].fused if f.id == memory_id), None)
     uncut = _without_budget(keep[FUSION], pinned)
     placed = next((r for r in uncut.results if r.id == memory_id), None)
     if placed is not None:
         placement = _placed(placed, final)
-        return _answer(base, [_budget_drop(memory_id, placement, fts)], placement=placement, **legs)
+        return _answer(base, [_budget_drop(memory_id, placement)], placement=placement, **legs)
     if fused is not None:
         hidden_by = [r.id for r in uncut.results if r.promoted_above == memory_id]
         if hidden_by:
@@ -438,8 +431,7 @@ def _beam_cut(index: VectorIndex, leaf: str, trace: list[list[tuple[str, float]]
                    beam_width=width, score=score, last_kept_score=kept, leaf_best_rank=best, leaves_reached=reached)
 
 
-def _fulltext_leg(keep: dict[str, Batch], start: Batch, res: _Pinned, memory_id: str, total: int,
-                  settings: Settings) -> FulltextLeg:
+def _fulltext_leg(keep: dict[str, Batch], start: Batch, res: _Pinned, memory_id: str, total: int) -> FulltextLeg:
     state = keep[FULLTEXT].states[0]
     q, leg = state.query, state.legs.get("fts")
     hits = leg.hits if leg is not None else []
@@ -450,10 +442,7 @@ def _fulltext_leg(keep: dict[str, Batch], start: Batch, res: _Pinned, memory_id:
         return out.model_copy(update={"status": stopped})
     hit = _find(hits, memory_id)
     if hit is not None:
-        fused = next((f for f in keep[FUSION].states[0].fused if f.id == memory_id), None)
-        floored = fused is not None and "fts" in fused.tied_ranks and fused.tied_ranks["fts"] is None
-        cut = floor_cut(hits[0].score, settings.fts_floor) if floored else None
-        return out.model_copy(update={"rank": hit.rank, "bm25": hit.score, "floored": floored, "floor_cut": cut})
+        return out.model_copy(update={"rank": hit.rank, "bm25": hit.score})
     # the leg again, keeping every memory that matches
     again = start.model_copy(deep=True)
     again.states[0].query.top_k = max(total, q.top_k)
@@ -516,23 +505,19 @@ def _placed(result: Result, final: QueryState) -> Placement:
     last = final.results[-1] if final.results else None
     cut = final.truncation
     return Placement(rank=result.rank, score=result.score, rrf=result.rrf, ranks=result.ranks,
-                     tied_ranks=result.tied_ranks, kept=len(final.results),
+                     kept=len(final.results),
                      last_kept_id=last.id if last else None, last_kept_score=last.score if last else None,
                      cut_by=cut.by if cut else None, limit=cut.limit if cut else None,
                      promoted_above_it=[r.id for r in final.results if r.promoted_above == result.id])
 
 
-def _budget_drop(memory_id: str, p: Placement, fts: FulltextLeg) -> Drop:
+def _budget_drop(memory_id: str, p: Placement) -> Drop:
     kept = (f"the last kept, #{p.kept}: {p.last_kept_id} (score {p.last_kept_score:.5f})" if p.last_kept_id
             else "nothing was kept")
     cut = f"{p.cut_by} limit {p.limit}" if p.cut_by else "the budget"
     below = f"fused score {p.score:.5f} at rank {p.rank}, below the cut ({cut}; {kept})"
     if p.promoted_above_it:
         below += f"; supersession placed its successor {', '.join(p.promoted_above_it)} above it"
-    if fts.floored and set(p.ranks) == {"fts"}:
-        return Drop(stage=FUSION, reason=Reason.fts_floor, detail=(
-            f"its only hit, full-text rank {fts.rank} (BM25 {fts.bm25:.4f}), was under the full-text floor "
-            f"(cut {_num(fts.floor_cut)} of the best {_num(fts.best_bm25)}), so fusion counted nothing for it: {below}"))
     return Drop(stage=BUDGET, reason=Reason.budget, detail=f"{memory_id} was cut by the budget: {below}")
 
 

@@ -47,12 +47,11 @@ def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str,
     """Settings (validated copy) and per-query defaults for one sweep configuration."""
     changes: dict[str, Any] = {}
     tree = {}
-    if "rrf_k" in config:
-        changes["rrf_k"] = config["rrf_k"]
+    if "rrf_k" in config:  # an RRF k axis is RRF: under convex fusion k would change nothing
+        changes["rrf_k"], changes["fusion"] = config["rrf_k"], "rrf"
     if "weights" in config:
         changes["vector_weight"], changes["fts_weight"] = config["weights"]
-        changes["fusion_weights"] = "fixed"  # a weights axis is fixed weights, not per-query ones
-        if settings.fusion == "convex":  # convex weights are shares: the vector leg's is alpha
+        if changes.get("fusion", settings.fusion) == "convex":  # convex weights are shares: the vector leg's is alpha
             vector, fts = config["weights"]
             changes["convex_alpha"] = vector / (vector + fts)
     if "beam_width" in config:

@@ -60,7 +60,7 @@ def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, t
         budget = first[first.index("a budget cut: at most"):]
         assert re.search(r"^mode hybrid, \d+ ms, truncated by maxChars \(limit \d+, \d+ left out\)$", budget, re.M)
         trail = first[first.index("the audit trail of the first query above"):]
-        assert "dimple audit explain" in trail and re.search(r"^  #1 +\S+: rrf ", trail, re.M)
+        assert "dimple audit explain" in trail and re.search(r"^  #1 +\S+: convex [0-9.]+ \(", trail, re.M)
         assert "that query's\nown time" in first  # what a showcase's ms counts
         assert main(["demo"]) == 0  # second run reuses the store
         assert "building the demo store" not in capsys.readouterr().out

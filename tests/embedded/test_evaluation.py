@@ -124,19 +124,15 @@ def test_replay_reports_the_queries_a_settings_change_changed(cli_env, tmp_path,
     same = json.loads((out / "same" / "replay.json").read_text())
     assert same["replayed"] == len(asks) and same["changed"] == 0 and same["mean_overlap"] == 1.0
 
-    # a deliberate change: fixed hybrid weights, the vector leg weighing almost nothing, and every
-    # full-text hit at its own rank (with near-equal BM25 sharing a rank the vector leg still orders those)
-    monkeypatch.setenv("DIMPLE_FUSION_WEIGHTS", "fixed")
-    monkeypatch.setenv("DIMPLE_VECTOR_WEIGHT", "0.05")
-    monkeypatch.setenv("DIMPLE_FTS_TIE_TOLERANCE", "0")
+    # a deliberate change: the vector leg's share of the convex fusion almost nothing
+    monkeypatch.setenv("DIMPLE_CONVEX_ALPHA", "0.05")
     get_settings.cache_clear()
     assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "changed", "--no-progress"]) == 0
     report = json.loads((out / "changed" / "replay.json").read_text())
     # what changed, found independently: each query re-run with the new weights
     import workers
 
-    workers.configure(cli_env.replace(fusion_weights="fixed", vector_weight=0.05, fts_tie_tolerance=0.0,
-                                      audit_enabled=False))
+    workers.configure(cli_env.replace(convex_alpha=0.05, audit_enabled=False))
     now = search_many(asks)
     expected = {r.query_id for r, n in zip(served, now) if [x.id for x in r.results] != [x.id for x in n.results]}
     assert expected, "the change should move some lists"

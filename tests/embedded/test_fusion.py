@@ -1,5 +1,6 @@
-"""The fusion option end to end in process: ``fusion=convex`` from the Python
-API, the CLI and the setting, recorded in the audit row and replayed."""
+"""The fusion option end to end in process: ``fusion=convex`` (the default
+since issue 31) and ``rrf`` from the Python API, the CLI and the setting,
+recorded in the audit row and replayed."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_sto
     res = search(QUERY, fusion="convex", supersession="annotate")
     top = res.results[0]
     assert top.id == "deploy-2" and top.ranks == {"vector": 1, "fts": 1}
-    assert top.score == pytest.approx(1.0)  # the best of both legs: 0.4 * 1 + 0.6 * 1
+    assert top.score == pytest.approx(1.0)  # the best of both legs: 0.5 * 1 + 0.5 * 1
     assert all(0.0 <= r.score <= 1.0 for r in res.results)
     assert [r.score for r in res.results] == sorted((r.score for r in res.results), reverse=True)
-    rrf = search(QUERY, supersession="annotate")
-    assert rrf.results[0].score < 0.5  # RRF terms are w / (60 + rank)
+    assert [r.id for r in search(QUERY, supersession="annotate").results] == [r.id for r in res.results]  # the default
+    rrf = search(QUERY, fusion="rrf", supersession="annotate")
+    assert rrf.results[0].score < 0.5  # RRF terms are w / (k + rank): at most 2 / 11 with k 10
     audit.flush()
     row = pa.get(readme_store.audit_path, res.query_id)
     assert row.options["fusion"] == "convex" and pa.get(readme_store.audit_path, rrf.query_id).options["fusion"] == "rrf"

@@ -4,12 +4,12 @@ numbers behind it.
 
 One test per stage that can drop a memory, each on a small store built so
 that this stage, and only it, drops it: the same query with that stage's
-knob relaxed (a wider beam, a larger top-k, no floor, a larger budget, no
-filter, promote instead of hide) returns it. Each checks the reason and its
-numbers against the pipeline's own intermediate results: the stages run
-in-process (``run_local``, each stage's output kept), the index's leaves, the
-descent's trace, exact search. The settings each test depends on are set
-explicitly (beam_width, leg_top_k, fts_floor, max_units), not left to defaults.
+knob relaxed (a wider beam, a larger top-k, a larger budget, no filter,
+promote instead of hide) returns it. Each checks the reason and its numbers
+against the pipeline's own intermediate results: the stages run in-process
+(``run_local``, each stage's output kept), the index's leaves, the descent's
+trace, exact search. The settings each test depends on are set explicitly
+(beam_width, leg_top_k, max_units), not left to defaults.
 """
 
 from __future__ import annotations
@@ -257,49 +257,6 @@ def test_neither_leg_returning_it_names_both(embedded, tmp_path):
                                                              ("search.fulltext", "fts_no_match")]
     assert (why.reason.value, why.stage) == ("vector_top_k", "search.descend")
     assert why.summary.startswith("no leg returned it: the vector leg kept its top 2: far ranked 5")
-
-
-# -- search.fuse: under the full-text floor -------------------------------------------------
-def _floor_store(embedded, tmp_path, floor):
-    # "with the and of" are stopwords: the full-text leg ignores them, the (hash) vector leg does not,
-    # so the fillers fill the vector leg's top 2 and match no term
-    recs = [{"id": "strong", "namespace": "n", "content": "alpha beta"},
-            {"id": "weak", "namespace": "n", "content": "beta kappa lambda mu nu xi omicron pi rho"},
-            {"id": "filler1", "namespace": "n", "content": "with the and of"},
-            {"id": "filler2", "namespace": "n", "content": "the and of with the"}]
-    return _build(embedded, tmp_path, recs, leg_top_k=2, fts_floor=floor)
-
-
-FLOOR_QUERY = "alpha beta with the and of"
-FLOOR_OPTIONS = {"mode": "hybrid", "weights": {"vector": 1.0, "fts": 2.0}, "max_units": 2}
-
-
-def test_a_fulltext_hit_under_the_floor(embedded, tmp_path):
-    s = _floor_store(embedded, tmp_path, 0.5)
-    res = _ask(FLOOR_QUERY, **FLOOR_OPTIONS)
-    keep = _stages(s, FLOOR_QUERY, **FLOOR_OPTIONS)
-    fts = keep["search.fulltext"].states[0].legs["fts"].hits
-    vector = keep["search.descend"].states[0].legs["vector"].hits
-    assert [h.id for h in fts] == ["strong", "weak"] and "weak" not in {h.id for h in vector}
-    fused = {f.id: f for f in keep["search.fuse"].states[0].fused}
-    assert fused["weak"].tied_ranks == {"fts": None} and fused["weak"].score == 0.0
-    assert "weak" not in _ids(res) and res.truncation is not None
-
-    why = _why(res, "weak")
-    assert (why.reason.value, why.stage) == ("fts_floor", "search.fuse")
-    f = why.fulltext
-    assert f is not None and f.floored and f.rank == 2
-    assert f.bm25 == pytest.approx(fts[1].score) and f.best_bm25 == pytest.approx(fts[0].score)
-    assert f.floor_cut == pytest.approx(0.5 * fts[0].score) and f.bm25 < f.floor_cut
-    p = why.placement
-    assert p is not None and p.score == 0.0 and p.tied_ranks == {"fts": None}
-    assert p.rank == [f.id for f in keep["search.fuse"].states[0].fused].index("weak") + 1
-    assert (p.kept, p.last_kept_id, p.cut_by, p.limit) == (2, res.results[-1].id, "maxUnits", 2)
-    assert p.rank > p.kept
-
-    # only the floor: without it the same hit counts and the memory is served
-    _floor_store(embedded, tmp_path, 0.0)
-    assert "weak" in _ids(_ask(FLOOR_QUERY, **FLOOR_OPTIONS))
 
 
 # -- search.budget: fused below the cut -----------------------------------------------------

@@ -1,16 +1,15 @@
-"""Issue 16's default hybrid through the real embedded pipeline and model:
-on the demo set it is at least the better leg (nDCG@10 and R@10; measured
-0.723 / 0.831 against semantic 0.702 / 0.785), and on each generated probe
-set (``pipeline.datasets.probes``, as ``dimple eval --beir`` ingests them) it
-is at least the seed's fixed 0.4:1 weights, at least itself without the
-full-text tie rule (``fts_tie_tolerance`` 0) and at least itself without the
-full-text floor (``fts_floor`` 0); on the held-out probe sets
-(``probes.HELD_OUT``, never used to choose a default) and on ``entities`` and
-``long_short`` it is at least the better leg (BENCHMARKS.md, "Fusion
-defaults (issue 16)", its second to fourth rounds); so it is on
-``ops/bench/data/docs_qa``, a shipped held-out set of long passages with
-hand-written questions (measured 0.873 / 0.964 against full text 0.841 /
-0.941 and vector 0.838 / 0.964)."""
+"""The default hybrid (convex fusion, chosen leaving one real judged set out
+in turn: BENCHMARKS.md, "Fusion defaults chosen leave one set out (issue
+31)") through the real embedded pipeline and model, on generated and shipped
+sets, which test its behaviour and chose nothing: on the demo set, on the
+held-out probe sets (``probes.HELD_OUT``), on ``entities`` and
+``long_short`` and on ``ops/bench/data/docs_qa`` (long passages with
+hand-written questions) its R@10 is at least the better leg's, and so is its
+nDCG@10 but where the vector leg leads by far: there the default's measured
+shortfall (``SHORTFALL``, 2026-12-03: howto -0.046, projects -0.012, entities
+-0.007; BENCHMARKS.md, "On the generated sets") is all it may lose. Issue
+16's comparisons against its own rules (per-query weights, tie groups, floor)
+went with the rules."""
 
 from __future__ import annotations
 
@@ -23,6 +22,9 @@ from pipeline.datasets import probes
 from workers.settings import WorkerSettings
 
 METRICS = ("ndcg@10", "recall@10")
+# nDCG@10 the default may lose to the better (vector) leg, as measured with it (convex, alpha 0.5): on these
+# sets the vector leg leads full text by 0.03 to 0.33, and the chosen alpha gives full text half the weight
+SHORTFALL = {"howto": 0.05, "projects": 0.015, "entities": 0.01}
 
 
 def _source(settings, **which):
@@ -50,22 +52,6 @@ def test_demo_hybrid_is_at_least_the_better_leg(tmp_path):
         assert figures["hybrid"][m] >= max(figures["keyword"][m], figures["semantic"][m]), m
 
 
-@pytest.mark.parametrize("name", sorted(probes.SETS))
-def test_probe_set_default_is_at_least_the_fixed_weights(tmp_path, name):
-    folder = probes.write_beir(probes.SETS[name](probes.SEED), tmp_path / "sets")
-    qset, settings = _source(WorkerSettings(data_dir=tmp_path / "data", _env_file=None), beir=folder)
-    now = _figures(qset, settings, {"mode": "hybrid"})
-    before = _figures(qset, settings.replace(fusion_weights="fixed", vector_weight=0.4, fts_weight=1.0,
-                                             fts_tie_tolerance=0.0, fts_floor=0.0), {"mode": "hybrid"})
-    no_ties = _figures(qset, settings.replace(fts_tie_tolerance=0.0), {"mode": "hybrid"})
-    no_floor = _figures(qset, settings.replace(fts_floor=0.0), {"mode": "hybrid"})
-    print(name, now, before, no_ties, no_floor)
-    for m in METRICS:
-        assert now[m] >= before[m], m
-        assert now[m] >= no_ties[m], m
-        assert now[m] >= no_floor[m], m
-
-
 DOCS_QA = Path(__file__).resolve().parents[2] / "ops" / "bench" / "data" / "docs_qa"
 
 
@@ -79,4 +65,5 @@ def test_default_is_at_least_the_better_leg(tmp_path, name):
     figures = {mode: _figures(qset, settings, {"mode": mode}) for mode in ("keyword", "semantic", "hybrid")}
     print(name, figures)
     for m in METRICS:
-        assert figures["hybrid"][m] >= max(figures["keyword"][m], figures["semantic"][m]), m
+        slack = SHORTFALL.get(name, 0.0) if m == "ndcg@10" else 0.0
+        assert figures["hybrid"][m] >= max(figures["keyword"][m], figures["semantic"][m]) - slack, m

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pipeline.contracts import GraphLink, Mode, Result, Results
 from workers.cli.demo import _show, showcase
-from workers.cli.render import UNCOUNTED_LEGEND, around, format_results
+from workers.cli.render import around, format_results
 
 
 def _r(rank, mid, ranks, **kw) -> Result:
@@ -107,10 +107,3 @@ def test_an_identifier_is_previewed_where_it_sits_in_the_memory():
     assert "ERR_CONN_RESET" in table
     assert "ERR_CONN_RESET" not in format_results(
         _res(_r(1, "a", {"fts": 1}).model_copy(update={"content": content, "preview": content[:80]})))
-
-
-def test_a_parenthesised_leg_rank_comes_with_its_legend():
-    uncounted = _r(1, "a", {"fts": 20, "vector": 1}, tied_ranks={"fts": None})
-    table = format_results(_res(uncounted))
-    assert " (20) " in table and table.endswith(UNCOUNTED_LEGEND)
-    assert UNCOUNTED_LEGEND not in format_results(_res(_r(1, "a", {"fts": 2, "vector": 1})))

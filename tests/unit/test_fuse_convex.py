@@ -11,10 +11,11 @@ import pytest
 from pipeline.contracts import Fusion, Hit, LegRun, QueryOptions, QueryState, make_query, options_from_recorded
 from pipeline.errors import InputError
 from pipeline.settings import Settings
-from pipeline.stages.fuse import LegWeighting, convex, fuse_state
+from pipeline.stages.fuse import convex, fuse_state
 
 SETTINGS = Settings(_env_file=None)
-CONVEX = SETTINGS.replace(fusion="convex")
+CONVEX = SETTINGS.replace(convex_alpha=0.4)  # convex is the default (issue 31); alpha 0.4 for hand-worked figures
+RRF = SETTINGS.replace(fusion="rrf")
 
 
 def test_scores_are_the_weighted_sum_of_min_max_normalised_scores():
@@ -61,32 +62,33 @@ def _state(options=None, settings=CONVEX):
     })
 
 
-def test_the_setting_resolves_hybrid_weights_to_alpha_and_skips_per_query_weights():
+def test_the_default_is_convex_and_resolves_hybrid_weights_to_alpha():
+    assert SETTINGS.fusion == "convex" and SETTINGS.convex_alpha == 0.5
+    assert make_query("deploy window", None, SETTINGS).weights == {"vector": 0.5, "fts": 0.5}
     s = _state()
     assert s.query.fusion is Fusion.convex and s.query.weights == {"vector": 0.4, "fts": pytest.approx(0.6)}
-    fuse_state(s, 60, LegWeighting.of(CONVEX), lambda text: 1.0)
-    assert s.query.weights == {"vector": 0.4, "fts": pytest.approx(0.6)}  # not lexical_match's
-    assert "lexical_match" not in s.legs["fts"].profile
+    fuse_state(s, 60)
+    assert s.query.weights == {"vector": 0.4, "fts": pytest.approx(0.6)}
     # b: 0.4 * 0.983 + 0.6 * 0.9375 beats c (0 + 0.6) and a (0.4): scores, not ranks, decide
     assert [f.id for f in s.fused] == ["b", "c", "a", "d"]
 
 
 def test_rrf_on_the_same_lists_orders_them_otherwise():
     s = _state({"fusion": "rrf"})
-    fuse_state(s, 60, LegWeighting.of(CONVEX), lambda text: 9.0)
+    fuse_state(s, 60)
     assert s.query.fusion is Fusion.rrf and s.fused[0].id != "b"
 
 
 def test_a_query_asks_for_convex_over_the_rrf_setting_and_its_weights_are_used():
-    s = _state({"fusion": "convex", "weights": {"vector": 3, "fts": 1}}, SETTINGS)
-    fuse_state(s, 60, LegWeighting.of(SETTINGS), lambda text: 1.0)
+    s = _state({"fusion": "convex", "weights": {"vector": 3, "fts": 1}}, RRF)
+    fuse_state(s, 60)
     assert s.query.fusion is Fusion.convex and s.query.weights == {"vector": 3, "fts": 1}
     assert [f.id for f in s.fused][:2] == ["b", "a"]  # 0.75 * 0.983 + 0.25 * 0.9375 = 0.97 > 0.75 (a)
 
 
 def test_single_leg_modes_keep_the_leg_order():
     s = _state({"mode": "keyword"})
-    fuse_state(s, 60, LegWeighting.of(CONVEX), None)
+    fuse_state(s, 60)
     assert [f.id for f in s.fused] == ["c", "b", "d"]
 
 
@@ -101,7 +103,7 @@ def test_an_unknown_fusion_is_a_typed_error_naming_the_field():
 def test_the_fusion_is_recorded_and_asked_again():
     recorded = _state().query.recorded()
     assert recorded["fusion"] == "convex"
-    again = make_query("deploy window", options_from_recorded(recorded), SETTINGS)  # the setting changed back
+    again = make_query("deploy window", options_from_recorded(recorded), RRF)  # the setting changed since
     assert again.fusion is Fusion.convex
     # a row from before the option was fused by RRF, and is asked again so
     old = {k: v for k, v in recorded.items() if k != "fusion"}
@@ -111,7 +113,7 @@ def test_the_fusion_is_recorded_and_asked_again():
 def test_a_sweep_weights_axis_under_convex_sets_the_shares_the_queries_use():
     from pipeline.evaluation.sweep import apply_config
 
-    for base, alpha in ((CONVEX, 0.25), (SETTINGS, 0.4)):
+    for base, alpha in ((CONVEX, 0.25), (RRF, RRF.convex_alpha)):
         swept, _ = apply_config(base, {}, {"weights": (1.0, 3.0)})
         q = make_query("deploy window", QueryOptions(), swept)
         assert swept.convex_alpha == pytest.approx(alpha)  # RRF's weights are not shares: alpha stays
@@ -119,3 +121,12 @@ def test_a_sweep_weights_axis_under_convex_sets_the_shares_the_queries_use():
             assert q.weights == {"vector": pytest.approx(0.25), "fts": pytest.approx(0.75)}
         else:
             assert q.fusion is Fusion.rrf and q.weights == {"vector": 1.0, "fts": 3.0}
+
+
+def test_a_sweep_rrf_k_axis_sweeps_rrf_under_the_convex_default():
+    from pipeline.evaluation.sweep import apply_config
+
+    swept, _ = apply_config(CONVEX, {}, {"rrf_k": 30, "weights": (1.0, 3.0)})
+    q = make_query("deploy window", QueryOptions(), swept)
+    assert (swept.rrf_k, q.fusion) == (30, Fusion.rrf)
+    assert q.weights == {"vector": 1.0, "fts": 3.0} and swept.convex_alpha == CONVEX.convex_alpha

@@ -39,7 +39,7 @@ def _described(model: type[BaseModel], prefix: str = "") -> dict[str, str | None
 
 def test_every_setting_says_what_it_means():
     fields = _described(WorkerSettings)
-    assert len(fields) >= 70
+    assert len(fields) >= 60  # nested models walked (66 since issue 31 removed five fusion settings)
     assert [name for name, text in fields.items() if not text] == []
     table = settings_doc.render()
     for name in fields:

@@ -32,7 +32,7 @@ from workers.audit import flush
 from workers.settings import WorkerSettings
 
 from .common import demo_settings, ingest_file, local_settings
-from .render import UNCOUNTED_LEGEND, format_explain, format_results
+from .render import format_explain, format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
 
@@ -90,7 +90,7 @@ def run_demo(settings: WorkerSettings, rebuild: bool = False) -> int:
 
     print()
     print("each result: its fused score, then its rank in the full-text leg (fts) and the vector leg (vec);")
-    print(f"'-' means that leg did not return it; {UNCOUNTED_LEGEND}")
+    print("'-' means that leg did not return it")
     print("each query below is asked on its own, the store and model already loaded: its 'ms' is that query's")
     print("own time, dispatch to results; the quality table's queries/s is the rate of batches (search_many)")
     print()

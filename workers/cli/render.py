@@ -14,12 +14,8 @@ def _leg_rank(result, leg: str) -> str:
     rank = result.ranks.get(leg)
     if rank is None:
         return "-"
-    uncounted = leg in result.tied_ranks and result.tied_ranks[leg] is None
-    return f"({rank})" if uncounted else str(rank)
+    return str(rank)
 
-
-UNCOUNTED_LEGEND = ("(n): that leg returned it at rank n, but under the full-text floor (DIMPLE_FTS_FLOOR of the "
-                    "best full-text score), so fusion did not count it")
 PREVIEW_CHARS = 80  # as the pipeline's preview
 
 
@@ -42,12 +38,10 @@ def around(content: str, query: str, width: int = PREVIEW_CHARS) -> str | None:
 
 def format_results(results, focus: str | None = None) -> str:
     """A readable table: rank, fused score, each leg's rank (``fts``: full
-    text, ``vec``: vector; ``-``: that leg did not return it; ``(12)``: it
-    did, under the full-text floor, and fusion did not count it: a legend
-    line says so when one shows), id, namespace, preview (with ``focus``, the
-    part of the content around its longest word, ``around``), graph marks."""
+    text, ``vec``: vector; ``-``: that leg did not return it), id, namespace,
+    preview (with ``focus``, the part of the content around its longest word,
+    ``around``), graph marks."""
     lines = []
-    uncounted = False
     if not results.results and results.truncation and results.truncation.left_out:
         t = results.truncation
         lines.append(f"no results for {results.query!r} ({results.mode}): the {t.by} budget (limit {t.limit}) "
@@ -71,7 +65,6 @@ def format_results(results, focus: str | None = None) -> str:
             if r.supported_by:
                 marks.append("supported by " + ", ".join(l.id for l in r.supported_by))
             legs = f"{_leg_rank(r, 'fts'):>4} {_leg_rank(r, 'vector'):>4}"
-            uncounted = uncounted or "(" in legs
             preview = (around(r.content, focus) if focus else None) or r.preview
             lines.append(f"{r.rank:>3}  {r.score:>8.5f}  {legs}  {r.id:<{width}}  {r.namespace[:12]:<12} {preview}")
             for mark in marks:
@@ -85,8 +78,6 @@ def format_results(results, focus: str | None = None) -> str:
         if t.detail:
             tail += f": {t.detail}"
     lines.append(tail)
-    if uncounted:
-        lines.append(UNCOUNTED_LEGEND)
     return "\n".join(lines)
 
 
@@ -145,8 +136,7 @@ def format_why_not(answer) -> str:
     elif f is not None:
         at = f"rank {f.rank}, BM25 {f.bm25:.4f}" if f.rank is not None else f.status.replace("_", " ")
         at = f"below its top {f.top_k}: {at}" if f.status == "below_top_k" else at
-        floor = f", under the floor {f.floor_cut:.4f}: counted nothing" if f.floored and f.floor_cut is not None else ""
-        lines.append(f"  full-text leg: {at} (top {f.top_k}, {f.hits} hits{floor})")
+        lines.append(f"  full-text leg: {at} (top {f.top_k}, {f.hits} hits)")
     if p is not None:
         cut = f"; cut by {p.cut_by} (limit {p.limit})" if p.cut_by else ""
         lines.append(f"  fused: rank {p.rank}, score {p.score:.5f}; {p.kept} kept{cut}")

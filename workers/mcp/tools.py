@@ -319,7 +319,7 @@ TOOLS = {t.name: t for t in (
     Tool("explain", "Why each result of a search was served (leg ranks, RRF terms, recency factor, score, the "
                     "budget's cut) from its audit row, and whether running it again now serves the same list; "
                     "with `why_not` (a memory id), why that memory was not served: the stage that dropped it "
-                    "(store, scope, beam, a leg's top-k, the full-text floor, supersession, the budget) and the "
+                    "(store, scope, beam, a leg's top-k, supersession, the budget) and the "
                     "numbers behind it.",
          _schema(ExplainArguments), None, explain),
 )}

@@ -86,7 +86,6 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
                 Result(
                     rank=len(results) + 1, id=mid, score=fused.score if fused else 0.0, rrf=fused.rrf if fused else 0.0,
                     recency_factor=fused.recency_factor if fused else None, ranks=fused.ranks if fused else {},
-                    tied_ranks=fused.tied_ranks if fused else {},
                     namespace=ns, content_type=ctype, created_at=created, content=content,
                     preview=preview(content, preview_chars),
                     topics=sorted(set(graph.topics[mid])), concepts=graph.concepts[mid],
