@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,14 +110,23 @@ def fresh_base(target: Path, records: list[MemoryRecord], vectors: dict[str, np.
     ``vectors``, by id), indexed as every base is (the topic tree, the
     full-text index), with ``meta`` added to its ``store_meta``; fsynced.
     Built under ``target``.work and renamed: a reader never sees it half written."""
-    work = target.with_name(target.name + ".work")
-    try:
+    with _building(target) as work:
         with Store.open(work, read_only=False, embedding_model=embedding_model, embedding_dim=embedding_dim) as store:
             _apply(store, records, vectors, set(), settings, rebuild)
             for key, value in (meta or {}).items():
                 store.set_meta(key, value)
             store.con.execute("CHECKPOINT")
         work.rename(target)
+
+
+@contextmanager
+def _building(target: Path) -> Iterator[Path]:
+    """The work path a new base file is built at before it becomes ``target``;
+    ``target`` is fsynced (with its folder) when the block ends, and on any
+    failure neither file is left."""
+    work = target.with_name(target.name + ".work")
+    try:
+        yield work
         segments.fsync_file(target)
         segments.fsync_dir(target.parent)
     except BaseException:
@@ -150,8 +161,7 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
             reserve.next_seq += 1
             segments.publish(data_dir, reserve)  # the number is ours; the state is unchanged
         target = segments.new_base_path(data_dir, seq)
-        work = target.with_name(target.name + ".work")
-        try:
+        with _building(target) as work:
             merged = Overlay.build(0, [Delta.load(data_dir, d) for d in consumed], None)
             members = dict(merged.members)
             vectors = {m: merged.emb[i] for i, m in enumerate(merged.ids)}
@@ -195,12 +205,6 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
                     segments.remove_file(work)  # the in-memory copy's spill folder, if it spilled
                 else:
                     work.rename(target)
-                segments.fsync_file(target)
-                segments.fsync_dir(target.parent)
-        except BaseException:
-            for path in (target, work):
-                segments.remove_file(path)
-            raise
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             now = segments.read_manifest(data_dir) or segments.Manifest()
             done = {d.seq for d in consumed}

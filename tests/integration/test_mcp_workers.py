@@ -12,6 +12,8 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
+from tests.answers import Score
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +21,7 @@ NS = "mcp-workers"
 
 
 def _key(results: dict) -> list:
-    return [(r["id"], round(r["score"], 9), r["ranks"], [l["id"] for l in r["superseded_by"]]) for r in results["results"]]
+    return [(r["id"], Score(r["score"]), r["ranks"], [l["id"] for l in r["superseded_by"]]) for r in results["results"]]
 
 
 def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, stack, tmp_path):

@@ -8,11 +8,13 @@ import json
 
 import pytest
 
+from tests.answers import Score
+
 pytestmark = pytest.mark.integration
 
 
 def _key(res):
-    return ([(r.id, round(r.score, 9), r.ranks, r.promoted_above, [l.id for l in r.superseded_by]) for r in res.results],
+    return ([(r.id, Score(r.score), r.ranks, r.promoted_above, [l.id for l in r.superseded_by]) for r in res.results],
             res.hidden_superseded)
 
 
