@@ -9,7 +9,8 @@ The ``slow`` and ``integration`` markers follow the directory (``-m "not slow"``
 
 Under pytest-xdist (``-n 2 --dist loadgroup``, as CI runs), the tests that share
 an expensive session fixture run on one worker, so it is built once: the worker
-stack (``stack``: redis-server and four Celery workers) and the LoCoMo store.
+stack (``stack``: redis-server and four Celery workers), the LoCoMo store and
+the README's run (``readme_run``: every step of README.md, about 150 s).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ _TIER_MARKS = {"slow": "slow", "integration": "integration"}
 
 
 # Session fixtures worth building once per run: a test that uses one joins its group.
-_SHARED_FIXTURES = {"stack": "stack", "locomo_store": "locomo"}
+_SHARED_FIXTURES = {"stack": "stack", "locomo_store": "locomo", "readme_run": "readme"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the groups
