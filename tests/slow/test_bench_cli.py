@@ -1,6 +1,6 @@
 """The benchmarks' command lines still run, at a tiny size (figures meaningless):
 ``ops.bench.fulltext``, ``ops.bench.vector``, ``ops.bench.audit``,
-``ops.bench.worker_start`` and ``ops.bench.fusion`` as their module docstrings give them. bm25s,
+``ops.bench.worker_start``, ``ops.bench.fusion`` and ``ops.bench.latency`` as their module docstrings give them. bm25s,
 PyStemmer and FAISS are the ``bench`` extra, not test dependencies: the sides
 that need them are skipped without."""
 
@@ -117,3 +117,55 @@ def test_fusion_bench_caches_a_beir_folder_and_a_probe_set(tmp_path):
                    cwd=root, check=True, timeout=600)
     header = md.read_text().splitlines()[0]
     assert "docs_qa nDCG@10" in header and "identifiers nDCG@10" in header
+
+
+@pytest.fixture(scope="module")
+def latency_work(tmp_path_factory):
+    return tmp_path_factory.mktemp("latency")  # the demo store, built by the first run
+
+
+def _latency_report(work, tmp_path, *extra: str) -> dict:
+    from ops.bench import latency
+
+    out = tmp_path / "latency.json"
+    assert latency.main(["--work", str(work), "--rounds", "2", "--queries", "3", "--warmup", "1",
+                         "--out", str(out), *extra]) == 0
+    return json.loads(out.read_text())
+
+
+def _stages_by_mode(side: dict) -> None:
+    """Each mode's recorded stages are its canvas's: keyword never embeds, semantic never runs full text."""
+    assert {"fulltext", "fuse", "augment", "budget"} <= set(side["keyword"]["stages_p50_ms"])
+    assert not {"embed", "descend"} & set(side["keyword"]["stages_p50_ms"])
+    assert {"embed", "descend"} <= set(side["semantic"]["stages_p50_ms"])
+    assert "fulltext" not in side["semantic"]["stages_p50_ms"]
+    assert {"embed", "descend", "fulltext"} <= set(side["hybrid"]["stages_p50_ms"])
+    for figures in side.values():
+        assert figures["n"] == 2 * 3 and figures["p95_ms"] >= figures["p50_ms"] > 0
+        assert figures["outside_stages_p50_ms"] >= 0  # the wall holds every stage
+
+
+@pytest.mark.slow
+def test_latency_bench_runs_embedded(latency_work, tmp_path):
+    report = _latency_report(latency_work, tmp_path, "--embedded-only")
+    assert set(report) == {"store", "queries", "rounds", "load_before", "load_after", "load_per_round", "floor",
+                           "embedded", "broker", "breakdown", "ratios"}
+    assert report["queries"] == 3 and report["broker"] is None
+    assert len(report["load_before"]) == 3 and len(report["load_per_round"]) == 2
+    assert set(report["floor"]) == {"embed", "vector_leg", "fulltext_leg"}
+    assert all(f["n"] == 2 * 3 and f["p50_ms"] > 0 for f in report["floor"].values())
+    for audit in ("audit_off", "audit_on"):
+        _stages_by_mode(report["embedded"][audit])
+    keyword, hybrid = report["breakdown"]["keyword"], report["breakdown"]["hybrid"]
+    assert "task.embed" not in keyword and {"task.embed", "task.fulltext", "validate.fuse", "audit_emit"} <= set(hybrid)
+    assert set(report["ratios"]) == {"hybrid_over_embed_p50", "hybrid_minus_embed_p50_ms",
+                                     "keyword_over_fulltext_leg_p50", "semantic_minus_embed_p50_ms",
+                                     "audit_on_over_off_p50", "audit_on_over_off_block"}
+    assert report["ratios"]["hybrid_over_embed_p50"] > 1  # a hybrid query embeds its text, and more
+
+
+@pytest.mark.slow
+def test_latency_bench_runs_through_redis(latency_work, tmp_path):
+    report = _latency_report(latency_work, tmp_path)
+    _stages_by_mode(report["broker"])
+    assert set(report["ratios"]["broker_extra_ms_p50"]) == {"keyword", "semantic", "hybrid"}
