@@ -7,10 +7,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 from uuid import uuid4
 
+import pytest
+
 from workers.app import get_app
 from workers.canvas import query_canvas
 from workers.celery_compat import canvas_ids
 from workers.tasks import already_answered
+
+# the process's app is embedded, whatever a test before this one on the same
+# xdist worker pointed it at (a broker since torn down)
+pytestmark = pytest.mark.usefixtures("embedded")
 
 
 def test_every_stage_id_derives_from_the_canvas_id():
