@@ -16,6 +16,7 @@ the README's run (``readme_run``: every step of README.md, about 150 s).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,23 @@ def embedded(settings: Settings):
     yield settings
     audit.flush()  # this test's audit rows belong to its data dir
     resources.current().close_store()
+
+
+@pytest.fixture(autouse=True)
+def _no_broker_left_behind():
+    """Each test starts with the process embedded: a test that points the
+    process-wide app at a broker (and tears that broker down) does not hand it
+    to the next test, which under xdist may be any test of another module on
+    the same worker (unit tests included)."""
+    yield
+    resources = sys.modules.get("workers.resources")
+    if resources is None:  # nothing in this process has configured the workers side yet
+        return
+    settings = resources.current().settings()
+    if not settings.embedded:
+        import workers
+
+        workers.configure(settings.replace(broker_url="", broker_password="", result_backend=""))
 
 
 _TIER_MARKS = {"slow": "slow", "integration": "integration"}
