@@ -87,11 +87,11 @@ def give_up(settings: WorkerSettings, records: list[AuditRecord], exc: Exception
 
 
 def send(app: Celery, records: list[AuditRecord]) -> None:
-    payload = [r.model_dump(mode="json") for r in records]
     settings = resources.current().settings()
-    if app.conf.task_always_eager:
-        _EMBEDDED.put(settings, payload)
+    if app.conf.task_always_eager:  # in this process: the rows themselves, no message to encode
+        _EMBEDDED.put(settings, records)
         return
+    payload = [r.model_dump(mode="json") for r in records]
     try:
         name: str | None = outbox_put(settings.audit_outbox_dir, payload)
     except OSError as exc:  # a read-only audit dir: the message alone carries the rows
@@ -178,29 +178,66 @@ def install(app: Celery) -> None:
 
 
 # -- embedded: a background thread writes the rows ----------------------------------------
+# A write's transaction costs ~10 ms of CPU whatever it holds, a row ~0.4 ms
+# more (BENCHMARKS.md, Audit): the thread lingers this long after a row for
+# the rows behind it and writes them together, so a stream of queries pays per
+# batch, not per row. ``flush`` cuts the wait short.
+EMBEDDED_LINGER_S = 0.25
+EMBEDDED_MAX_ROWS = 1000
+
+
 class _EmbeddedWriter:
     """The embedded audit rows waiting to be written, and the thread writing them."""
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[tuple[WorkerSettings, list[dict]]] = queue.Queue()
+        self.queue: queue.Queue[tuple[WorkerSettings, list[AuditRecord]]] = queue.Queue()
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.hurry = threading.Event()  # set while someone waits in ``flush``: no lingering
 
-    def put(self, settings: WorkerSettings, payload: list[dict]) -> None:
+    def put(self, settings: WorkerSettings, records: list[AuditRecord]) -> None:
         with self.lock:
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="dimple-audit-writer", daemon=True)
                 self.thread.start()
-        self.queue.put((settings, payload))
+        self.queue.put((settings, records))
+
+    def _take(self) -> list[tuple[WorkerSettings, list[AuditRecord]]]:
+        """The next item, and those that arrive within the linger (up to the row cap)."""
+        items = [self.queue.get()]
+        rows = len(items[0][1])
+        deadline = time.monotonic() + EMBEDDED_LINGER_S
+        while rows < EMBEDDED_MAX_ROWS:
+            remaining = 0.0 if self.hurry.is_set() else deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    item = self.queue.get_nowait()
+                else:  # in slices, so that a ``flush`` ends the wait within one
+                    item = self.queue.get(timeout=min(remaining, 0.01))
+            except queue.Empty:
+                if remaining <= 0:
+                    break
+                continue
+            items.append(item)
+            rows += len(item[1])
+        return items
 
     def _run(self) -> None:
         while True:
-            settings, payload = self.queue.get()
-            try:
-                write_embedded(settings, [AuditRecord.model_validate(p) for p in payload])
-            except Exception:  # never let one row stop the writer
-                log.exception("embedded audit writer failed on a row")
-            finally:
+            items = self._take()
+            # one write per run of items bound for one audit store (settings change with ``configure``)
+            groups: list[tuple[WorkerSettings, list[AuditRecord]]] = []
+            for settings, records in items:
+                if groups and groups[-1][0].audit_path == settings.audit_path:
+                    groups[-1][1].extend(records)
+                else:
+                    groups.append((settings, list(records)))
+            for settings, records in groups:
+                try:
+                    write_embedded(settings, records)
+                except Exception:  # never let one row stop the writer
+                    log.exception("embedded audit writer failed on a batch of %d row(s)", len(records))
+            for _ in items:
                 self.queue.task_done()
 
 
@@ -228,8 +265,12 @@ def flush(timeout: float = 30.0) -> bool:
         _EMBEDDED.queue.join()
         done.set()
 
-    threading.Thread(target=waiter, daemon=True).start()
-    finished = done.wait(timeout)
+    _EMBEDDED.hurry.set()
+    try:
+        threading.Thread(target=waiter, daemon=True).start()
+        finished = done.wait(timeout)
+    finally:
+        _EMBEDDED.hurry.clear()
     if finished:
         resources.current().release_audit()  # written rows are on disk and the file is free for others
     return finished
@@ -240,11 +281,11 @@ def _drain_at_exit() -> None:
         return
     while True:  # the writer is stuck (e.g. a broken audit store): keep the rest as dead letters
         try:
-            settings, payload = _EMBEDDED.queue.get_nowait()
+            settings, records = _EMBEDDED.queue.get_nowait()
         except queue.Empty:
             return
-        for p in payload:
-            dead_letter(settings.dead_letter_dir, AuditRecord.model_validate(p), "process exited before the write")
+        for record in records:
+            dead_letter(settings.dead_letter_dir, record, "process exited before the write")
 
 
 atexit.register(_drain_at_exit)

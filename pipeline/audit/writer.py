@@ -60,12 +60,12 @@ def _insert(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> int:
     con.register(_ROWS_VIEW, {c: np.array(v, dtype=object) for c, v in columns.items()})
     try:
         with transaction(con):
-            before = one(con, "SELECT count(*) FROM retrieval_log")[0]
-            con.execute(f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {_ROWS_VIEW} ON CONFLICT DO NOTHING")
-            after = one(con, "SELECT count(*) FROM retrieval_log")[0]
+            # an INSERT answers how many rows it inserted, those left out by the conflict not counted
+            inserted = one(con, f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {_ROWS_VIEW} "
+                                "ON CONFLICT DO NOTHING")[0]
     finally:
         con.unregister(_ROWS_VIEW)
-    return after - before
+    return int(inserted)
 
 
 # DuckDB types of the retrieval_log columns (schema/audit), for the casts in ``_insert``

@@ -46,6 +46,33 @@ def test_exactly_one_row_per_query(embedded, tmp_path):
     assert logged == {r.query_id for r in results}
 
 
+def test_rows_queued_for_two_stores_each_go_to_their_own(embedded, tmp_path, monkeypatch):
+    """The embedded writer writes the rows waiting behind each other together
+    (one transaction per run of rows, not per row): rows queued for one store
+    and another, interleaved, still land each in its own store, once."""
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    made: list = []
+    monkeypatch.setattr(audit, "send", lambda app, records: made.extend(records))  # keep the rows, write none
+    for i in range(30):
+        search(f"deploy window {i}", mode="keyword")
+    monkeypatch.undo()
+    other = embedded.replace(data_dir=tmp_path / "other")
+    asked: dict = {embedded.audit_path: set(), other.audit_path: set()}
+    for i, record in enumerate(made):
+        settings = (embedded, other)[(i // 4) % 2]  # runs of four for each store
+        audit._EMBEDDED.put(settings, [record])
+        asked[settings.audit_path].add(record.query_id)
+    audit._EMBEDDED.put(embedded, made[:3])  # delivered twice: written once
+    assert audit.flush(60)
+    for path, ids in asked.items():
+        assert pa.count(path) == (len(ids), len(ids))
+        assert {r.query_id for r in pa.tail(path, 100)} == ids
+    assert len(asked[embedded.audit_path]) + len(asked[other.audit_path]) == 30
+
+
 def test_row_reconstructs_the_results(embedded, tmp_path):
     from workers import audit
     from workers.api import search
