@@ -90,7 +90,8 @@ class Resources:
         """This process's view of the published store (``pipeline.store.reader``)."""
         with self._lock:
             if self._reader is None:
-                self._reader = Reader(self.settings().data_dir, memory_limit=self.settings().query_memory_limit)
+                self._reader = Reader(self.settings().data_dir, memory_limit=self.settings().query_memory_limit,
+                                      settings=self.settings())
             return self._reader
 
     def snapshot(self) -> Snapshot | None:

@@ -49,6 +49,7 @@ from pipeline.store.ingest import (
     unchanged_ids,
     validate,
 )
+from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.overlay import DeltaMemory, Prepared
 from pipeline.store.reader import Reader, Snapshot
 from pipeline.store.vector import TreeRouter
@@ -262,7 +263,15 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
         if (problem := id_problem(mid)) is not None:
             raise InputError(f"ids[{i}]", problem)
     own = reader is None
-    reader = reader or Reader(data_dir)
+    reader = reader or Reader(data_dir, settings=settings)
+    if reader.lake is not None:
+        try:
+            return _write_lake(settings, reader, parsed, forget, reason=reason, skip_invalid=skip_invalid,
+                               embedder_for=_embedder_for(settings, embedder, embedders), progress=progress,
+                               write_id=write_id, t0=t0)
+        finally:
+            if own:
+                reader.close()
     try:
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             applied = (segments.read_manifest(data_dir) or segments.Manifest()).applied(write_id)
@@ -310,6 +319,64 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     return report
 
 
+def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: list[str], *, reason: str | None,
+                skip_invalid: bool, embedder_for, progress: bool, write_id: str | None, t0: float) -> WriteReport:
+    """``write`` on the lake (``store.engine = lake``): validated and prepared
+    against the latest snapshot (unchanged records left out, embeddings of
+    unchanged content reused, a replaced memory's ``created_at`` kept), then
+    one catalog transaction (``LakeWrite``); ``version`` is its snapshot.
+
+    Writers do not hold a lock between reading the snapshot and committing:
+    the catalog serialises the commits, but a record validated against a link
+    target that another process forgets in between is committed with that
+    link (liveness hides it, as after any forget)."""
+    follower = reader.lake
+    assert follower is not None
+    ids = [record_id(r) for r in parsed.records]
+    if write_id is not None and (applied := follower.written(write_id)) is not None:
+        return WriteReport(ids=ids, version=applied, replayed=True)
+    snap = reader.snapshot(fresh=True)
+    live = LiveView(snap)
+    skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
+    ids = [record_id(r) for r in parsed.records]  # the valid ones
+    forgotten_live = live.existing_ids(forget)
+    clash = sorted(forgotten_live & set(ids))
+    if clash:
+        raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
+    now = utcnow()
+    prepared = prepare(parsed.records, live, embedder_for, settings, now=now, for_delta=False, progress=progress)
+    gone = [m for m in forget if m in forgotten_live]
+    report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
+                         skipped=skipped, embedded=prepared.embedded, forgotten=len(gone),
+                         not_found=[m for m in forget if m not in forgotten_live], ids=ids,
+                         namespaces=sorted({m.namespace for m in prepared.memories}),
+                         version=snap.version if snap is not None else 0)
+    if prepared.memories or gone:
+        dim = prepared.vectors.shape[1] if prepared.vectors is not None else None
+        write = LakeWrite(remember=[LakeMemory.from_record(_as_memory_record(m), prepared.vectors[i], now)
+                                    for i, m in enumerate(prepared.memories)] if prepared.vectors is not None else [],
+                          forget=gone)
+        if write_id is not None:
+            write.write_id = write_id
+        done = follower.commit(write, dim)
+        report.version, report.replayed = done.snapshot, done.replayed
+        # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
+        if not done.replayed and (snap is None or snap.store is None
+                                  or len(prepared.memories) >= settings.compact_delta_memories):
+            follower.build(done.snapshot)
+            report.compacted = True
+    report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
+    return report
+
+
+def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
+    """A prepared memory as the record it was prepared from, its ``created_at`` resolved."""
+    return MemoryRecord.model_construct(
+        id=m.id, namespace=m.namespace, content=m.content, content_type=m.content_type, created_at=m.created_at,
+        topics=list(m.topics), concepts=list(m.concepts), supersedes=list(m.supersedes),
+        conflicts=list(m.conflicts), supported_by=list(m.supported_by), context=m.context, metadata=m.metadata)
+
+
 def _payload(prepared: Prepared) -> dict[str, Any]:
     return {"written_at": utcnow().isoformat(), "memories": [m.to_json() for m in prepared.memories],
             "forget": prepared.forget}
@@ -329,7 +396,7 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
     (missing and forgotten ids are left out), with their links to live
     memories only: a link to a forgotten memory is dropped (SECURITY.md)."""
     own = reader is None
-    reader = reader or Reader(settings.data_dir)
+    reader = reader or Reader(settings.data_dir, settings=settings)
     try:
         snap = reader.snapshot()
         if snap is None:

@@ -319,7 +319,7 @@ def cmd_reindex(args) -> int:
 def cmd_stats(args) -> int:
     settings = cli_settings()
     require_store(settings)
-    reader = Reader(settings.data_dir)  # the base and its deltas as one consistent snapshot
+    reader = Reader(settings.data_dir, settings=settings)  # the base and its deltas as one consistent snapshot
     try:
         snap = reader.snapshot()
         if snap is None or snap.store is None:

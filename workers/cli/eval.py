@@ -230,7 +230,7 @@ def _check_namespaces(path: Path, queries: list[ev.QuerySpec], settings) -> None
     asked = {q.options.get("namespace") for q in queries} - {None}
     if not settings.embedded or not asked:
         return
-    reader = Reader(settings.data_dir)
+    reader = Reader(settings.data_dir, settings=settings)
     try:
         snap = reader.snapshot()
         held = snap.namespaces() if snap is not None else []
