@@ -14,6 +14,10 @@ lists it. Returns once that is on disk.
 A first write (no base yet) and a large one (``compact_delta_memories`` or
 more) go straight into a new base through compaction, as ``dimple ingest``
 of a whole file always did.
+
+With ``store.engine = lake`` a write is one catalog transaction instead
+(``_write_lake``; docs/LAKE.md): prepared the same way against the lake's
+latest snapshot, committed as one ``LakeWrite``, its version the snapshot.
 """
 
 from __future__ import annotations

@@ -155,3 +155,11 @@ def test_on_the_lake_another_process_sees_the_writes_of_one_running_and_of_one_b
         assert get(settings, ["early", "late"], reader=reader)[0]["id"] == "late"
     finally:
         reader.close()
+
+
+def test_compaction_of_the_lake_is_refused_naming_the_setting(tmp_path):
+    from pipeline.errors import StoreError
+    from pipeline.store.compact import compact
+
+    with pytest.raises(StoreError, match="^store.engine: 'dimple compact' of the lake is not built yet"):
+        compact(store_settings(tmp_path, "lake"), wait=True)

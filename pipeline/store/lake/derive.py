@@ -14,7 +14,7 @@ reader's view at the latest snapshot ``L`` is base(B) + overlay(B..L).
   merged (``Snapshot.open`` + ``Snapshot.extend``, as ``Reader`` does for
   delta files), the state every stage reads.
 
-Not yet wired to the query path: the reader still follows ``MANIFEST``.
+With ``store.engine = lake`` the reader reads these (``pipeline.store.lake.follow``).
 """
 
 from __future__ import annotations
