@@ -163,3 +163,28 @@ def test_compaction_of_the_lake_is_refused_naming_the_setting(tmp_path):
 
     with pytest.raises(StoreError, match="^store.engine: 'dimple compact' of the lake is not built yet"):
         compact(store_settings(tmp_path, "lake"), wait=True)
+
+
+def test_on_the_lake_a_large_write_builds_a_base_that_a_running_reader_takes_up(tmp_path):
+    settings = store_settings(tmp_path, "lake")
+    settings.compact_delta_memories = 5
+
+    def batch(prefix: str, n: int):
+        return parse_records([{"id": f"{prefix}{i}", "namespace": "n", "content": f"{prefix} memory {i}"}
+                              for i in range(n)], settings)
+
+    reader = Reader(settings.data_dir, settings=settings)
+    try:
+        assert write(settings, batch("a", 2), reader=reader).compacted  # the first write builds the first base
+        first = reader.snapshot()
+        assert first is not None and first.overlay.empty
+        assert not write(settings, batch("b", 1), reader=reader).compacted
+        assert list(reader.snapshot().overlay.members) == ["b0"]  # a delta over the base
+        large = write(settings, batch("c", 5), reader=reader)
+        assert large.compacted
+        now = reader.snapshot()
+        assert now.version == large.version and now.base != first.base and now.overlay.empty
+        every = [f"a{i}" for i in range(2)] + ["b0"] + [f"c{i}" for i in range(5)]
+        assert [m["id"] for m in get(settings, every, reader=reader)] == every
+    finally:
+        reader.close()

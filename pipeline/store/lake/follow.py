@@ -16,8 +16,10 @@ process loading later takes the newest base at or before the latest snapshot.
 Builders racing for one snapshot build apart and link the result into place:
 one wins, the others' equal files are dropped.
 
-Not yet: a base built in the background for a process already running (it
-keeps extending its base), compaction of the lake's files, and ``as_of``.
+A running process switches to a newer base when it sees one (in the
+foreground, at its next poll). Not yet: loading it in the background, bases
+found through the catalog (other hosts), compaction of the lake's files, and
+``as_of``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Follower:
         self._attached: tuple[duckdb.DuckDBPyConnection, Catalog, Path] | None = None
         self._polled = float("-inf")
         self._wanted = 0  # a snapshot this process committed: the next read reaches it
+        self._base_at = -1  # the snapshot of the base this process reads (-1: none yet)
 
     def lake(self, embedding_dim: int | None = None) -> Lake | None:
         """The open lake; None while it has no record tables and ``embedding_dim``
@@ -95,7 +98,9 @@ class Follower:
         """The newest state: ``current`` itself when asked within ``store.poll_ms``
         of the last poll (unless ``fresh``, or this process committed past it),
         else ``current`` extended by the changes since, or a base loaded whole
-        (no ``current``, or its snapshot expired). None: nothing written yet."""
+        (no ``current``, its snapshot expired, or another process built a newer
+        base: loaded here, in the foreground, which keeps the overlay to the
+        writes since the newest base). None: nothing written yet."""
         now = time.monotonic()
         current_version = current.version if current is not None else 0
         if not fresh and current_version >= self._wanted and now - self._polled < self.settings.store.poll_ms / 1000.0:
@@ -106,9 +111,10 @@ class Follower:
             if lake is None:
                 return None
             latest = lake.latest_snapshot()
-            if current is not None and current.version == latest:
+            newer = any(self._base_at < b <= latest for b in bases(self.settings))
+            if current is not None and current.version == latest and not newer:
                 return current
-            if current is not None and current.store is not None:
+            if current is not None and current.store is not None and not newer:
                 try:
                     changes = lake.changes_since(current.version, latest)
                 except StoreError:
@@ -122,12 +128,16 @@ class Follower:
         held = {b: p for b, p in bases(self.settings).items() if b <= latest}
         for snapshot in sorted(held, reverse=True)[:1]:
             try:
-                return open_view(lake, held[snapshot], self.settings, until=latest, memory_limit=self.memory_limit)
+                view = open_view(lake, held[snapshot], self.settings, until=latest, memory_limit=self.memory_limit)
             except StoreError:
                 break  # its snapshot expired from the lake: build one at the latest
+            self._base_at = snapshot
+            return view
         if not held and lake.count(at=latest) == 0:
             return None  # nothing remembered yet
-        return open_view(lake, self.build(latest), self.settings, until=latest, memory_limit=self.memory_limit)
+        view = open_view(lake, self.build(latest), self.settings, until=latest, memory_limit=self.memory_limit)
+        self._base_at = latest
+        return view
 
     def build(self, snapshot: int) -> Path:
         """A base file for ``snapshot`` (built unless one exists)."""
