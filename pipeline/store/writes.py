@@ -54,7 +54,7 @@ from pipeline.store.ingest import (
     validate,
 )
 from pipeline.store.lake.records import LakeMemory, LakeWrite
-from pipeline.store.overlay import DeltaMemory, Prepared
+from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
 from pipeline.store.reader import Reader, Snapshot
 from pipeline.store.vector import TreeRouter
 
@@ -116,10 +116,12 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     same_base = unchanged_ids(live.con, [r for r in records if overlay is None or r.id not in overlay.touched]) \
         if live.con is not None else set()
     base = live.in_base(ids)
+    # a memory whose links a forget cut (the lake: ``Overlay.unlinked``) is written again whole
+    cut = {e[3] for e in overlay.unlinked} if overlay is not None else set()
     keep: list[MemoryRecord] = []
     for r in records:
         current = overlay.members.get(record_id(r)) if overlay is not None else None
-        if r.id in same_base or (current is not None and _same_as_delta(r, current)):
+        if r.id not in cut and (r.id in same_base or (current is not None and _same_as_delta(r, current))):
             out.unchanged += 1
         else:
             keep.append(r)
@@ -416,6 +418,8 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
         if rest and snap.store is not None:
             found.update(_base_records(snap.store, rest))
         _drop_dead_links(found.values(), LiveView(snap))
+        if overlay.unlinked:
+            _drop_cut_links(found.values(), overlay)
         return [found[m] for m in dict.fromkeys(ids) if m in found]
     finally:
         if own:
@@ -433,6 +437,17 @@ def _drop_dead_links(records, live: LiveView) -> None:
     for r in records:
         for k in _LINKS:
             r[k] = [t for t in r[k] if t in alive]
+
+
+def _drop_cut_links(records, overlay: Overlay) -> None:
+    """Leave out of ``records``' links those a forget cut on the lake (``Overlay.unlinked``)."""
+    for r in records:
+        kept = set(overlay.linked(r["id"], [(r["id"], t, "supersedes") for t in r["supersedes"]]
+                                  + [(r["id"], t, "conflicts") for t in r["conflicts"]]
+                                  + [(t, r["id"], "supports") for t in r["supported_by"]]))
+        r["supersedes"] = [t for t in r["supersedes"] if (r["id"], t, "supersedes") in kept]
+        r["conflicts"] = [t for t in r["conflicts"] if (r["id"], t, "conflicts") in kept]
+        r["supported_by"] = [t for t in r["supported_by"] if (t, r["id"], "supports") in kept]
 
 
 def _as_record(mid, namespace, content, content_type, created_at, context, metadata, topics, concepts,

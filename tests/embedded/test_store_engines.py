@@ -188,3 +188,33 @@ def test_on_the_lake_a_large_write_builds_a_base_that_a_running_reader_takes_up(
         assert [m["id"] for m in get(settings, every, reader=reader)] == every
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("settings", ["lake"], indirect=True)
+def test_on_the_lake_a_memory_forgotten_and_remembered_again_does_not_get_its_old_links_back(embedded):
+    """The lake deletes every link to a forgotten memory (the segment store
+    keeps the declaring memory's link and lets liveness hide it, so there it
+    comes back): the answer does not depend on when a base was built."""
+    from workers.api import forget, remember, search
+
+    old = {"id": "old", "namespace": "o", "content": "the office is in lisbon"}
+    remember([old, {"id": "new", "namespace": "o", "content": "the office moved to porto", "supersedes": ["old"]},
+              {"id": "pal", "namespace": "o", "content": "the office may be in faro", "conflicts": ["old"]},
+              {"id": "fan", "namespace": "o", "content": "lisbon office fan club", "supported_by": ["old"]}])
+    remember({"id": "new2", "namespace": "o", "content": "the office moved again, to braga", "supersedes": ["old"]})
+    forget("old")
+    remember(old)
+
+    def links() -> tuple:
+        hit = [r for r in search("office lisbon", supersession="annotate").results if r.id == "old"]
+        return ([(m["id"], m["supersedes"], m["conflicts"], m["supported_by"])
+                 for m in _get(["new", "pal", "fan", "new2"])], [link.id for link in hit[0].superseded_by])
+
+    assert links() == ([("new", [], [], []), ("pal", [], [], []), ("fan", [], [], []), ("new2", [], [], [])], [])
+    again = remember({"id": "fan", "namespace": "o", "content": "lisbon office fan club", "supported_by": ["old"]})
+    assert again.updated == 1  # not taken as unchanged: declared anew, its link is back
+    after = ([("new", [], [], []), ("pal", [], [], []), ("fan", [], [], ["old"]), ("new2", [], [], [])], [])
+    assert links() == after
+    embedded.compact_delta_memories = 1  # the next write builds a base at its snapshot
+    assert remember({"id": "x", "namespace": "o", "content": "unrelated"}).compacted
+    assert links() == after

@@ -76,7 +76,7 @@ def deltas_since(changes: Changes, router: TreeRouter | None, settings: Settings
             seq=done.snapshot,
             memories=delta_memories([m.record() for m in memories], [m.created_at for m in memories], vectors,
                                     settings, router),
-            vectors=vectors, forget=list(done.forgotten))
+            vectors=vectors, forget=list(done.forgotten), unlinked=list(done.unlinked))
     return out
 
 
