@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts import id_problem
 from pipeline.embedders import Embedder
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.compact import compact
@@ -270,6 +270,9 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
             raise InputError(f"ids[{i}]", problem)
     own = reader is None
     reader = reader or Reader(data_dir, settings=settings)
+    if (settings.store.engine == "lake") != (reader.lake is not None):
+        raise StoreError(f"store.engine is {settings.store.engine!r} but the reader given follows "
+                         f"{'the lake' if reader.lake is not None else 'the segment store'}: make it with these settings")
     if reader.lake is not None:
         try:
             return _write_lake(settings, reader, parsed, forget, reason=reason, skip_invalid=skip_invalid,

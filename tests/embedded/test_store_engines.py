@@ -218,3 +218,12 @@ def test_on_the_lake_a_memory_forgotten_and_remembered_again_does_not_get_its_ol
     embedded.compact_delta_memories = 1  # the next write builds a base at its snapshot
     assert remember({"id": "x", "namespace": "o", "content": "unrelated"}).compacted
     assert links() == after
+
+
+def test_a_write_refuses_a_reader_of_the_other_engine(tmp_path):
+    from pipeline.errors import StoreError
+
+    settings = store_settings(tmp_path, "lake")
+    with pytest.raises(StoreError, match="^store.engine is 'lake' but the reader given follows the segment store"):
+        write(settings, parse_records({"id": "a", "namespace": "n", "content": "x"}, settings),
+              reader=Reader(settings.data_dir))
