@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pipeline.errors import StoreError
 from pipeline.store import segments
@@ -31,9 +31,14 @@ from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
 from pipeline.store.overlay import Delta, Overlay
 from pipeline.store.vector import TreeRouter, VectorIndex
 
-if TYPE_CHECKING:
-    from pipeline.settings import Settings
-    from pipeline.store.lake.follow import Follower
+
+class Source(Protocol):
+    """Where a ``Reader`` learns of new state other than ``MANIFEST``: the
+    lake (``pipeline.store.lake.follow.Follower``)."""
+
+    def follow(self, current: Snapshot | None, *, fresh: bool = False) -> Snapshot | None: ...
+
+    def close(self) -> None: ...
 
 
 class _Uses:
@@ -218,12 +223,12 @@ class View:
 class Reader:
     """The current ``Snapshot`` of ``data_dir`` for one process (thread-safe).
 
-    With ``settings`` whose ``store.engine`` is ``lake``, it follows the lake
-    (``pipeline.store.lake.follow``: a base built for a snapshot, the
-    snapshots since merged over it, the catalog asked at most every
-    ``store.poll_ms``) instead of ``MANIFEST``; ``lake`` is then that follower."""
+    Given ``lake`` (``store.engine = lake``: ``pipeline.store.lake.follow.reader_for``
+    makes the reader the settings name), it follows the lake instead of
+    ``MANIFEST``: a base built for a snapshot, the snapshots since merged over
+    it, the catalog asked at most every ``store.poll_ms``."""
 
-    def __init__(self, data_dir: Path, *, memory_limit: str | None = None, settings: Settings | None = None):
+    def __init__(self, data_dir: Path, *, memory_limit: str | None = None, lake: Source | None = None):
         self.data_dir = data_dir
         self.memory_limit = memory_limit
         self._lock = threading.RLock()
@@ -231,12 +236,7 @@ class Reader:
         self._loading: threading.Thread | None = None
         self._pending: Snapshot | None = None
         self._failed: BaseException | None = None
-        self.lake: Follower | None = None
-        if settings is not None and settings.store.engine == "lake":
-            # imported here: the lake's derive module reads this module's Snapshot
-            from pipeline.store.lake.follow import Follower
-
-            self.lake = Follower(settings, memory_limit=memory_limit)
+        self.lake = lake
 
     # -- public -----------------------------------------------------------------
     def snapshot(self, *, fresh: bool = False) -> Snapshot | None:

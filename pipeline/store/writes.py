@@ -39,7 +39,7 @@ from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.compact import compact
 from pipeline.store.database import Store, rows_by_ids, utcnow
-from pipeline.store.fulltext import tokenize
+from pipeline.store.delta import delta_memories
 from pipeline.store.ingest import (
     IngestReport,
     MemoryRecord,
@@ -47,16 +47,15 @@ from pipeline.store.ingest import (
     _embed_batched,
     content_hash,
     embedding_text,
-    fts_text,
     parse_lines,
     record_id,
     unchanged_ids,
     validate,
 )
+from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
 from pipeline.store.reader import Reader, Snapshot
-from pipeline.store.vector import TreeRouter
 
 
 class LiveView:
@@ -163,28 +162,6 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     return out
 
 
-def delta_memories(records: list[MemoryRecord], created: list[datetime], vectors: np.ndarray, settings: Settings,
-                   router: TreeRouter | None, *, for_delta: bool = True) -> list[DeltaMemory]:
-    """``records`` (with their ``created_at`` and embeddings, row by row) as a
-    delta's memories: tokenized for BM25 by the FTS extension itself and routed
-    to the nearest leaf of the base's tree (``router``; None: no base). A write
-    going straight into a base (not ``for_delta``) needs neither: compaction
-    indexes and places it."""
-    terms = tokenize([fts_text(r) for r in records], settings.fulltext) if for_delta else [(0, {}) for _ in records]
-    out = []
-    for i, r in enumerate(records):
-        length, counts = terms[i]
-        out.append(DeltaMemory(
-            id=record_id(r), namespace=r.namespace, content=r.content, content_type=r.content_type,
-            created_at=created[i], context=r.context, metadata=r.metadata, content_hash=content_hash(r.content),
-            topics=list(r.topics), concepts=list(r.concepts), supersedes=list(r.supersedes),
-            conflicts=list(r.conflicts), supported_by=list(r.supported_by),
-            tree=router.route(r.namespace, vectors[i]) if router is not None else [],
-            fts_len=length, terms=counts,
-        ))
-    return out
-
-
 # -- the write itself ---------------------------------------------------------------
 class WriteResult(BaseModel):
     """What a write did, as ``remember`` and ``forget`` return it (JSON on the wire)."""
@@ -269,7 +246,7 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
         if (problem := id_problem(mid)) is not None:
             raise InputError(f"ids[{i}]", problem)
     own = reader is None
-    reader = reader or Reader(data_dir, settings=settings)
+    reader = reader or reader_for(settings)
     if (settings.store.engine == "lake") != (reader.lake is not None):
         raise StoreError(f"store.engine is {settings.store.engine!r} but the reader given follows "
                          f"{'the lake' if reader.lake is not None else 'the segment store'}: make it with these settings")
@@ -340,7 +317,7 @@ def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: 
     target that another process forgets in between is committed with that
     link (liveness hides it, as after any forget)."""
     follower = reader.lake
-    assert follower is not None
+    assert isinstance(follower, Follower)
     ids = [record_id(r) for r in parsed.records]
     if write_id is not None and (applied := follower.written(write_id)) is not None:
         return WriteReport(ids=ids, version=applied, replayed=True)
@@ -405,7 +382,7 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
     (missing and forgotten ids are left out), with their links to live
     memories only: a link to a forgotten memory is dropped (SECURITY.md)."""
     own = reader is None
-    reader = reader or Reader(settings.data_dir, settings=settings)
+    reader = reader or reader_for(settings)
     try:
         snap = reader.snapshot()
         if snap is None:

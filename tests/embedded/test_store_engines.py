@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.reader import Reader
 from pipeline.store.writes import get, parse_records, write
 from tests.conftest import ENGINES, store_settings
@@ -129,7 +130,7 @@ def _other_process(tmp_path: Path, settings, body: str) -> dict:
 def test_on_the_lake_another_process_sees_the_writes_of_one_running_and_of_one_before(tmp_path):
     settings = store_settings(tmp_path, "lake")
     settings.store.poll_ms = 500
-    reader = Reader(settings.data_dir, settings=settings)  # a warm search process, started on an empty store
+    reader = reader_for(settings)  # a warm search process, started on an empty store
     try:
         assert reader.snapshot() is None
         first = _other_process(tmp_path, settings, """
@@ -173,7 +174,7 @@ def test_on_the_lake_a_large_write_builds_a_base_that_a_running_reader_takes_up(
         return parse_records([{"id": f"{prefix}{i}", "namespace": "n", "content": f"{prefix} memory {i}"}
                               for i in range(n)], settings)
 
-    reader = Reader(settings.data_dir, settings=settings)
+    reader = reader_for(settings)
     try:
         assert write(settings, batch("a", 2), reader=reader).compacted  # the first write builds the first base
         first = reader.snapshot()

@@ -40,7 +40,7 @@ from pipeline.store.lake.commit import snapshot_of_write
 from pipeline.store.lake.derive import build_base, deltas_since, open_view
 from pipeline.store.lake.records import Committed, LakeWrite
 from pipeline.store.lake.store import Lake
-from pipeline.store.reader import Snapshot
+from pipeline.store.reader import Reader, Snapshot
 
 _BASE = re.compile(r"base-(\d+)\.duckdb")
 
@@ -185,3 +185,10 @@ class Follower:
             elif self._attached is not None:
                 self._attached[0].close()
             self._lake = self._attached = None
+
+
+def reader_for(settings: Settings, *, memory_limit: str | None = None) -> Reader:
+    """The ``Reader`` of the store ``settings`` name: the lake's (``store.engine =
+    lake``) or the segment store's."""
+    lake = Follower(settings, memory_limit=memory_limit) if settings.store.engine == "lake" else None
+    return Reader(settings.data_dir, memory_limit=memory_limit, lake=lake)
