@@ -114,8 +114,19 @@ class StoreSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # `segments` until the lake does everything the segment store does
+    # (compaction, migrate, as_of: docs/LAKE.md, "What the next step must do").
+    engine: Literal["segments", "lake"] = Field(
+        "segments", description="which store writes and searches use: `segments` (a manifest over a base and delta "
+                                "files in the data dir) or `lake` (DuckLake: the catalog and data path below; "
+                                "docs/LAKE.md says what it does not do yet)")
+    # 100 ms: a write is visible to another warm process within about one poll
+    # plus the read of its changes, well inside the 1 s goal (docs/LAKE.md), while
+    # one poll (a catalog read, ~2-18 ms) costs a busy process at most ten reads a second.
+    poll_ms: int = Field(100, ge=0, description="with engine `lake`: a search process asks the catalog for its "
+                                                "latest snapshot at most this often (0: before every task)")
     catalog: str | None = Field(
-        None, description="the lake's catalog (docs/LAKE.md; not yet the store queries read): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
+        None, description="the lake's catalog (docs/LAKE.md; read and written with engine `lake`): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
                           "`postgres:CONNINFO` (several hosts; libpq, e.g. `postgres:dbname=dimple host=db user=dimple`)")
     data_path: Path | None = Field(
         None, description="folder of the lake's Parquet files (unset: `<data dir>/lake`); shared by every host of "

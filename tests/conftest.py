@@ -21,14 +21,24 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.settings import Settings
+from pipeline.settings import Settings, StoreSettings
 from workers.settings import WorkerSettings
+
+# The store engines (``store.engine``); a module runs its tests on each by
+# overriding ``settings`` with ``params=ENGINES`` and ``store_settings``.
+ENGINES = ("segments", "lake")
+
+
+def store_settings(tmp_path: Path, engine: str = "segments") -> Settings:
+    """Settings for a fresh store under tmp_path on ``engine``, with the hash embedder (no model)."""
+    return WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", store=StoreSettings(engine=engine),
+                          _env_file=None)
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh store under tmp_path, with the hash embedder (no model)."""
-    return WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None)
+    return store_settings(tmp_path)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

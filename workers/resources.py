@@ -23,6 +23,7 @@ import duckdb
 from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.store.database import Store
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.reader import Reader, Snapshot, View
 from pipeline.store.vector import VectorIndex, compile_kernels
 
@@ -90,7 +91,7 @@ class Resources:
         """This process's view of the published store (``pipeline.store.reader``)."""
         with self._lock:
             if self._reader is None:
-                self._reader = Reader(self.settings().data_dir, memory_limit=self.settings().query_memory_limit)
+                self._reader = reader_for(self.settings(), memory_limit=self.settings().query_memory_limit)
             return self._reader
 
     def snapshot(self) -> Snapshot | None:

@@ -22,11 +22,13 @@ _EDGES_BY_ORIGIN = "SELECT DISTINCT src, dst, kind, origin FROM edges WHERE {dst
 
 def _live_edges(con, wanted: list[str], overlay: Overlay) -> list[tuple[str, str, str]]:
     """Edges touching ``wanted``: the base's, less those a delta voided (their
-    declaring memory was rewritten or forgotten), plus those delta memories declare."""
-    base = [(s, d, k) for s, d, k, origin in rows_by_ids(con, _EDGES_BY_ORIGIN, wanted) if origin not in overlay.touched]
+    declaring memory was rewritten or forgotten, or a forget cut them on the
+    lake: ``Overlay.unlinked``), plus those delta memories declare."""
+    base = [(s, d, k) for s, d, k, origin in rows_by_ids(con, _EDGES_BY_ORIGIN, wanted)
+            if origin not in overlay.touched and (s, d, k, origin) not in overlay.unlinked]
     want = set(wanted)
     delta = [
-        (s, d, k) for m in overlay.members.values() for s, d, k in m.edges()
+        (s, d, k) for m in overlay.members.values() for s, d, k in overlay.linked(m.id, m.edges())
         if d in want or (k == "conflicts" and s in want)
     ]
     return sorted(set(base) | set(delta))

@@ -88,6 +88,9 @@ class Delta:
     memories: list[DeltaMemory]
     vectors: np.ndarray
     forget: list[str]
+    # (src, dst, kind, origin) links of live memories cut by this delta's
+    # forgets: the lake deletes them (pipeline.store.lake), a delta file never does
+    unlinked: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @classmethod
     def load(cls, data_dir, ref) -> Delta:
@@ -134,6 +137,9 @@ class Overlay:
     emb: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # term -> (rows, tfs)
     lens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # (src, dst, kind, origin): links of live memories a forget cut (``Delta.unlinked``), hidden even when
+    # the other end is remembered again; dropped when the origin is written again (it declares its links anew)
+    unlinked: set[tuple[str, str, str, str]] = field(default_factory=set)
     _dead_rows: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _dead_docs: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     # the base's term -> (termid, df), or None for a term the base lacks: the
@@ -162,9 +168,13 @@ class Overlay:
         vectors: dict[str, np.ndarray] = {}
         touched: set[str] = set()
         forgotten: set[str] = set()
+        unlinked: set[tuple[str, str, str, str]] = set()
         seqs = []
         for delta in deltas:
             seqs.append(delta.seq)
+            written = {m.id for m in delta.memories} | set(delta.forget)
+            if unlinked and written:
+                unlinked = {e for e in unlinked if e[3] not in written}
             for row, memory in enumerate(delta.memories):
                 members[memory.id] = memory
                 vectors[memory.id] = delta.vectors[row]
@@ -175,6 +185,7 @@ class Overlay:
                 vectors.pop(mid, None)
                 forgotten.add(mid)
                 touched.add(mid)
+            unlinked.update(delta.unlinked)
         ids = sorted(members)
         dim = next(iter(vectors.values())).shape[0] if vectors else dim
         emb = np.stack([vectors[m] for m in ids]).astype(np.float32) if ids else np.zeros((0, dim), np.float32)
@@ -193,7 +204,7 @@ class Overlay:
                 dead_ids = {r[0] for r in rows_by_ids(base_con, "SELECT id FROM memories WHERE {id}", sorted(touched), lookups=True)}
             base_docs, base_len, dead_docids = live_base(base_con, sorted(dead_ids), base_totals)
         return cls(
-            version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten,
+            version=version, seqs=seqs, members=members, touched=touched, forgotten=forgotten, unlinked=unlinked,
             dead_ids=dead_ids, dead_docids=dead_docids,
             base_docs=base_docs, base_len=base_len, ids=ids, emb=emb, postings=postings, lens=lens,
             base_terms=base_terms if base_terms is not None else {},
@@ -227,6 +238,12 @@ class Overlay:
     def live_ids(self, ids: list[str], base_ids: set[str]) -> set[str]:
         """Which of ``ids`` are live: in a delta, or in the base (``base_ids``) and not dead."""
         return {m for m in ids if m in self.members or (m in base_ids and m not in self.touched)}
+
+    def linked(self, origin: str, edges):
+        """``edges`` ((src, dst, kind) declared by ``origin``) less those a forget cut (``unlinked``)."""
+        if not self.unlinked:
+            return list(edges)
+        return [e for e in edges if (*e, origin) not in self.unlinked]
 
     # -- scope ----------------------------------------------------------------
     def rows_in(self, scope: Scope) -> np.ndarray:

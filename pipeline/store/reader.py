@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pipeline.errors import StoreError
 from pipeline.store import segments
@@ -30,6 +30,15 @@ from pipeline.store.database import Store, created_at_of
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
 from pipeline.store.overlay import Delta, Overlay
 from pipeline.store.vector import TreeRouter, VectorIndex
+
+
+class Source(Protocol):
+    """Where a ``Reader`` learns of new state other than ``MANIFEST``: the
+    lake (``pipeline.store.lake.follow.Follower``)."""
+
+    def follow(self, current: Snapshot | None, *, fresh: bool = False) -> Snapshot | None: ...
+
+    def close(self) -> None: ...
 
 
 class _Uses:
@@ -212,9 +221,14 @@ class View:
 
 
 class Reader:
-    """The current ``Snapshot`` of ``data_dir`` for one process (thread-safe)."""
+    """The current ``Snapshot`` of ``data_dir`` for one process (thread-safe).
 
-    def __init__(self, data_dir: Path, *, memory_limit: str | None = None):
+    Given ``lake`` (``store.engine = lake``: ``pipeline.store.lake.follow.reader_for``
+    makes the reader the settings name), it follows the lake instead of
+    ``MANIFEST``: a base built for a snapshot, the snapshots since merged over
+    it, the catalog asked at most every ``store.poll_ms``."""
+
+    def __init__(self, data_dir: Path, *, memory_limit: str | None = None, lake: Source | None = None):
         self.data_dir = data_dir
         self.memory_limit = memory_limit
         self._lock = threading.RLock()
@@ -222,14 +236,24 @@ class Reader:
         self._loading: threading.Thread | None = None
         self._pending: Snapshot | None = None
         self._failed: BaseException | None = None
+        self.lake = lake
 
     # -- public -----------------------------------------------------------------
-    def snapshot(self) -> Snapshot | None:
+    def snapshot(self, *, fresh: bool = False) -> Snapshot | None:
         """The newest published state (None when nothing was written yet).
 
         A new base is loaded in the background after the first one; until it
-        is ready the old base answers with the new deltas merged.
+        is ready the old base answers with the new deltas merged. On the lake,
+        the catalog is asked at most every ``store.poll_ms`` unless ``fresh``.
         """
+        if self.lake is not None:
+            with self._lock:
+                cur = self._current
+                snap = self.lake.follow(cur, fresh=fresh)
+                if cur is not None and snap is not cur and (snap is None or snap.store is not cur.store):
+                    cur.close()
+                self._current = snap
+                return snap
         with self._lock:
             if self._pending is not None:
                 self._swap()
@@ -260,6 +284,8 @@ class Reader:
             if self._current is not None:
                 self._current.close()
             self._current = None
+            if self.lake is not None:
+                self.lake.close()
 
     # -- internals --------------------------------------------------------------
     def _follow(self, manifest: segments.Manifest) -> Snapshot:

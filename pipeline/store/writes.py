@@ -14,6 +14,10 @@ lists it. Returns once that is on disk.
 A first write (no base yet) and a large one (``compact_delta_memories`` or
 more) go straight into a new base through compaction, as ``dimple ingest``
 of a whole file always did.
+
+With ``store.engine = lake`` a write is one catalog transaction instead
+(``_write_lake``; docs/LAKE.md): prepared the same way against the lake's
+latest snapshot, committed as one ``LakeWrite``, its version the snapshot.
 """
 
 from __future__ import annotations
@@ -30,12 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts import id_problem
 from pipeline.embedders import Embedder
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.compact import compact
 from pipeline.store.database import Store, rows_by_ids, utcnow
-from pipeline.store.fulltext import tokenize
+from pipeline.store.delta import delta_memories
 from pipeline.store.ingest import (
     IngestReport,
     MemoryRecord,
@@ -43,15 +47,15 @@ from pipeline.store.ingest import (
     _embed_batched,
     content_hash,
     embedding_text,
-    fts_text,
     parse_lines,
     record_id,
     unchanged_ids,
     validate,
 )
-from pipeline.store.overlay import DeltaMemory, Prepared
+from pipeline.store.lake.follow import Follower, reader_for
+from pipeline.store.lake.records import LakeMemory, LakeWrite
+from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
 from pipeline.store.reader import Reader, Snapshot
-from pipeline.store.vector import TreeRouter
 
 
 class LiveView:
@@ -111,10 +115,12 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     same_base = unchanged_ids(live.con, [r for r in records if overlay is None or r.id not in overlay.touched]) \
         if live.con is not None else set()
     base = live.in_base(ids)
+    # a memory whose links a forget cut (the lake: ``Overlay.unlinked``) is written again whole
+    cut = {e[3] for e in overlay.unlinked} if overlay is not None else set()
     keep: list[MemoryRecord] = []
     for r in records:
         current = overlay.members.get(record_id(r)) if overlay is not None else None
-        if r.id in same_base or (current is not None and _same_as_delta(r, current)):
+        if r.id not in cut and (r.id in same_base or (current is not None and _same_as_delta(r, current))):
             out.unchanged += 1
         else:
             keep.append(r)
@@ -153,28 +159,6 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     router = live.snap.router() if live.snap is not None and for_delta else None
     out.memories = delta_memories(keep, created, matrix, settings, router, for_delta=for_delta)
     out.vectors = matrix.reshape(len(keep), dim)
-    return out
-
-
-def delta_memories(records: list[MemoryRecord], created: list[datetime], vectors: np.ndarray, settings: Settings,
-                   router: TreeRouter | None, *, for_delta: bool = True) -> list[DeltaMemory]:
-    """``records`` (with their ``created_at`` and embeddings, row by row) as a
-    delta's memories: tokenized for BM25 by the FTS extension itself and routed
-    to the nearest leaf of the base's tree (``router``; None: no base). A write
-    going straight into a base (not ``for_delta``) needs neither: compaction
-    indexes and places it."""
-    terms = tokenize([fts_text(r) for r in records], settings.fulltext) if for_delta else [(0, {}) for _ in records]
-    out = []
-    for i, r in enumerate(records):
-        length, counts = terms[i]
-        out.append(DeltaMemory(
-            id=record_id(r), namespace=r.namespace, content=r.content, content_type=r.content_type,
-            created_at=created[i], context=r.context, metadata=r.metadata, content_hash=content_hash(r.content),
-            topics=list(r.topics), concepts=list(r.concepts), supersedes=list(r.supersedes),
-            conflicts=list(r.conflicts), supported_by=list(r.supported_by),
-            tree=router.route(r.namespace, vectors[i]) if router is not None else [],
-            fts_len=length, terms=counts,
-        ))
     return out
 
 
@@ -262,7 +246,18 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
         if (problem := id_problem(mid)) is not None:
             raise InputError(f"ids[{i}]", problem)
     own = reader is None
-    reader = reader or Reader(data_dir)
+    reader = reader or reader_for(settings)
+    if (settings.store.engine == "lake") != (reader.lake is not None):
+        raise StoreError(f"store.engine is {settings.store.engine!r} but the reader given follows "
+                         f"{'the lake' if reader.lake is not None else 'the segment store'}: make it with these settings")
+    if reader.lake is not None:
+        try:
+            return _write_lake(settings, reader, parsed, forget, reason=reason, skip_invalid=skip_invalid,
+                               embedder_for=_embedder_for(settings, embedder, embedders), progress=progress,
+                               write_id=write_id, t0=t0)
+        finally:
+            if own:
+                reader.close()
     try:
         with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
             applied = (segments.read_manifest(data_dir) or segments.Manifest()).applied(write_id)
@@ -310,6 +305,64 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     return report
 
 
+def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: list[str], *, reason: str | None,
+                skip_invalid: bool, embedder_for, progress: bool, write_id: str | None, t0: float) -> WriteReport:
+    """``write`` on the lake (``store.engine = lake``): validated and prepared
+    against the latest snapshot (unchanged records left out, embeddings of
+    unchanged content reused, a replaced memory's ``created_at`` kept), then
+    one catalog transaction (``LakeWrite``); ``version`` is its snapshot.
+
+    Writers do not hold a lock between reading the snapshot and committing:
+    the catalog serialises the commits, but a record validated against a link
+    target that another process forgets in between is committed with that
+    link (liveness hides it, as after any forget)."""
+    follower = reader.lake
+    assert isinstance(follower, Follower)
+    ids = [record_id(r) for r in parsed.records]
+    if write_id is not None and (applied := follower.written(write_id)) is not None:
+        return WriteReport(ids=ids, version=applied, replayed=True)
+    snap = reader.snapshot(fresh=True)
+    live = LiveView(snap)
+    skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
+    ids = [record_id(r) for r in parsed.records]  # the valid ones
+    forgotten_live = live.existing_ids(forget)
+    clash = sorted(forgotten_live & set(ids))
+    if clash:
+        raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
+    now = utcnow()
+    prepared = prepare(parsed.records, live, embedder_for, settings, now=now, for_delta=False, progress=progress)
+    gone = [m for m in forget if m in forgotten_live]
+    report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
+                         skipped=skipped, embedded=prepared.embedded, forgotten=len(gone),
+                         not_found=[m for m in forget if m not in forgotten_live], ids=ids,
+                         namespaces=sorted({m.namespace for m in prepared.memories}),
+                         version=snap.version if snap is not None else 0)
+    if prepared.memories or gone:
+        dim = prepared.vectors.shape[1] if prepared.vectors is not None else None
+        write = LakeWrite(remember=[LakeMemory.from_record(_as_memory_record(m), prepared.vectors[i], now)
+                                    for i, m in enumerate(prepared.memories)] if prepared.vectors is not None else [],
+                          forget=gone)
+        if write_id is not None:
+            write.write_id = write_id
+        done = follower.commit(write, dim)
+        report.version, report.replayed = done.snapshot, done.replayed
+        # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
+        if not done.replayed and (snap is None or snap.store is None
+                                  or len(prepared.memories) >= settings.compact_delta_memories):
+            follower.build(done.snapshot)
+            report.compacted = True
+    report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
+    return report
+
+
+def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
+    """A prepared memory as the record it was prepared from, its ``created_at`` resolved."""
+    return MemoryRecord.model_construct(
+        id=m.id, namespace=m.namespace, content=m.content, content_type=m.content_type, created_at=m.created_at,
+        topics=list(m.topics), concepts=list(m.concepts), supersedes=list(m.supersedes),
+        conflicts=list(m.conflicts), supported_by=list(m.supported_by), context=m.context, metadata=m.metadata)
+
+
 def _payload(prepared: Prepared) -> dict[str, Any]:
     return {"written_at": utcnow().isoformat(), "memories": [m.to_json() for m in prepared.memories],
             "forget": prepared.forget}
@@ -329,7 +382,7 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
     (missing and forgotten ids are left out), with their links to live
     memories only: a link to a forgotten memory is dropped (SECURITY.md)."""
     own = reader is None
-    reader = reader or Reader(settings.data_dir)
+    reader = reader or reader_for(settings)
     try:
         snap = reader.snapshot()
         if snap is None:
@@ -345,6 +398,8 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
         if rest and snap.store is not None:
             found.update(_base_records(snap.store, rest))
         _drop_dead_links(found.values(), LiveView(snap))
+        if overlay.unlinked:
+            _drop_cut_links(found.values(), overlay)
         return [found[m] for m in dict.fromkeys(ids) if m in found]
     finally:
         if own:
@@ -362,6 +417,17 @@ def _drop_dead_links(records, live: LiveView) -> None:
     for r in records:
         for k in _LINKS:
             r[k] = [t for t in r[k] if t in alive]
+
+
+def _drop_cut_links(records, overlay: Overlay) -> None:
+    """Leave out of ``records``' links those a forget cut on the lake (``Overlay.unlinked``)."""
+    for r in records:
+        kept = set(overlay.linked(r["id"], [(r["id"], t, "supersedes") for t in r["supersedes"]]
+                                  + [(r["id"], t, "conflicts") for t in r["conflicts"]]
+                                  + [(t, r["id"], "supports") for t in r["supported_by"]]))
+        r["supersedes"] = [t for t in r["supersedes"] if (r["id"], t, "supersedes") in kept]
+        r["conflicts"] = [t for t in r["conflicts"] if (r["id"], t, "conflicts") in kept]
+        r["supported_by"] = [t for t in r["supported_by"] if (t, r["id"], "supports") in kept]
 
 
 def _as_record(mid, namespace, content, content_type, created_at, context, metadata, topics, concepts,

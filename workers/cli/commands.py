@@ -27,7 +27,7 @@ from pipeline.contracts import parse_leg_weights
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
 from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
-from pipeline.store.reader import Reader
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.stats import store_stats
 from workers import resources
 from workers.api import audit_row, explain, explain_miss, forget, replay_row, search
@@ -319,7 +319,7 @@ def cmd_reindex(args) -> int:
 def cmd_stats(args) -> int:
     settings = cli_settings()
     require_store(settings)
-    reader = Reader(settings.data_dir)  # the base and its deltas as one consistent snapshot
+    reader = reader_for(settings)  # the base and its deltas as one consistent snapshot
     try:
         snap = reader.snapshot()
         if snap is None or snap.store is None:

@@ -24,7 +24,7 @@ from pipeline.errors import (
 )
 from pipeline.store import ingest, segments, writes
 from pipeline.store.compact import compact
-from pipeline.store.reader import Reader
+from pipeline.store.lake.follow import bases, reader_for
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import LiveView
 from workers import resources
@@ -110,7 +110,11 @@ def no_store(settings) -> StoreError:
 
 def require_store(settings) -> Path:
     """The published base file; ``no_store`` when there is none (before any model is loaded)."""
-    path = segments.base_path(settings.data_dir)
+    if settings.store.engine == "lake":  # a lake's first write builds its first base
+        built = bases(settings)
+        path = built[max(built)] if built else None
+    else:
+        path = segments.base_path(settings.data_dir)
     if path is None:
         raise no_store(settings)
     return path
@@ -197,7 +201,7 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
         raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
     lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
     parsed = ingest.parse_lines(lines, settings.limits)
-    reader = Reader(settings.data_dir)
+    reader = reader_for(settings)
     try:
         ingest.validate(parsed, LiveView(reader.snapshot()), skip_invalid)  # type: ignore[arg-type]
     finally:

@@ -26,7 +26,7 @@ from pipeline.evaluation.models import Comparison, RunReport
 from pipeline.evaluation.report import modes_lines, safe_name, write_comparison, write_modes, write_replay, write_run
 from pipeline.store import segments
 from pipeline.store.compact import compact
-from pipeline.store.reader import Reader
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.vector import compile_kernels
 from workers.api import search_many
 
@@ -230,7 +230,7 @@ def _check_namespaces(path: Path, queries: list[ev.QuerySpec], settings) -> None
     asked = {q.options.get("namespace") for q in queries} - {None}
     if not settings.embedded or not asked:
         return
-    reader = Reader(settings.data_dir)
+    reader = reader_for(settings)
     try:
         snap = reader.snapshot()
         held = snap.namespaces() if snap is not None else []

@@ -152,6 +152,11 @@ def _is_conflict(exc: BaseException) -> bool:
         isinstance(exc, duckdb.Error) and bool(_CONFLICT.search(str(exc))))
 
 
+class NoLake(StoreError):
+    """The lake has no record tables yet (nothing was written), and whoever
+    opened it cannot create them: it does not know the embedding dimension."""
+
+
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     exists = one(con, "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'lake_meta'",
                  [LAKE])[0]
@@ -169,7 +174,7 @@ def apply_schema(con: duckdb.DuckDBPyConnection, embedding_model: str | None, em
     if not pending:
         return
     if current == 0 and embedding_dim is None:
-        raise StoreError("a new lake needs the embedding dimension")
+        raise NoLake("a new lake needs the embedding dimension: nothing was written to it yet")
     con.execute("BEGIN TRANSACTION")
     try:
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'schema')")

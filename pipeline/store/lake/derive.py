@@ -9,12 +9,12 @@ reader's view at the latest snapshot ``L`` is base(B) + overlay(B..L).
 - ``deltas_since``: each snapshot after ``B`` as the ``Delta`` a write of
   today's store would have published: its memories tokenized and routed to
   the base's tree by the write path's own code
-  (``pipeline.store.writes.delta_memories``), its forgotten ids as tombstones.
+  (``pipeline.store.delta.delta_memories``), its forgotten ids as tombstones.
 - ``open_view``: the reader's ``Snapshot`` of a base file with those deltas
   merged (``Snapshot.open`` + ``Snapshot.extend``, as ``Reader`` does for
   delta files), the state every stage reads.
 
-Not yet wired to the query path: the reader still follows ``MANIFEST``.
+With ``store.engine = lake`` the reader reads these (``pipeline.store.lake.follow``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pipeline.errors import StoreError
 from pipeline.settings import Settings
 from pipeline.store.compact import fresh_base
 from pipeline.store.database import Store
+from pipeline.store.delta import delta_memories
 from pipeline.store.lake.records import Changes
 from pipeline.store.lake.store import Lake
 from pipeline.store.overlay import Delta
 from pipeline.store.reader import Snapshot
 from pipeline.store.vector import TreeRouter
-from pipeline.store.writes import delta_memories
 
 # The ``store_meta`` key of a base built from the lake: the snapshot it holds.
 SNAPSHOT_KEY = "lake_snapshot"
@@ -76,7 +76,7 @@ def deltas_since(changes: Changes, router: TreeRouter | None, settings: Settings
             seq=done.snapshot,
             memories=delta_memories([m.record() for m in memories], [m.created_at for m in memories], vectors,
                                     settings, router),
-            vectors=vectors, forget=list(done.forgotten))
+            vectors=vectors, forget=list(done.forgotten), unlinked=list(done.unlinked))
     return out
 
 

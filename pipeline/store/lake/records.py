@@ -151,8 +151,9 @@ class Changes:
         it wrote whole (a replacement deletes and inserts an id in one
         snapshot; its topics, concepts and declared edges are rewritten with it)
         and the ids it forgot. A forget also deletes the edges other memories
-        declared to or from the forgotten one; those deletions are not listed:
-        a link to a memory that is not live is never read (as in a delta)."""
+        declared to or from the forgotten one: those are ``unlinked`` (a link
+        to a memory that is not live is never read, but one remembered again
+        must not get its old links back)."""
         memories = self.tables.get("memories", TableChanges())
         inserted: dict[int, list[dict[str, Any]]] = {}
         deleted: dict[int, set[str]] = {}
@@ -169,6 +170,10 @@ class Changes:
             concepts.setdefault((snapshot, row["memory_id"]), []).append(row["concept"])
         for snapshot, row in self.tables.get("edges", TableChanges()).inserted:
             edges.setdefault((snapshot, row["origin"]), []).append((row["src"], row["dst"], row["kind"]))
+        cut: dict[int, list[tuple[str, str, str, str]]] = {}
+        for snapshot, row in self.tables.get("edges", TableChanges()).deleted:
+            if row["origin"] not in deleted.get(snapshot, set()):  # not rewritten or forgotten with its memory
+                cut.setdefault(snapshot, []).append((row["src"], row["dst"], row["kind"], row["origin"]))
         out = []
         for snapshot in sorted(set(inserted) | set(deleted)):
             rows = sorted(inserted.get(snapshot, []), key=lambda r: r["id"])
@@ -178,7 +183,7 @@ class Changes:
                                               sorted(edges.get((snapshot, row["id"]), [])))
                           for i, row in enumerate(rows)]
             gone = deleted.get(snapshot, set()) - {m.id for m in remembered}
-            out.append(SnapshotWrite(snapshot, remembered, sorted(gone)))
+            out.append(SnapshotWrite(snapshot, remembered, sorted(gone), sorted(set(cut.get(snapshot, [])))))
         return out
 
 
@@ -189,3 +194,5 @@ class SnapshotWrite:
     snapshot: int
     remembered: list[LakeMemory] = field(default_factory=list)  # inserted or replaced, whole, sorted by id
     forgotten: list[str] = field(default_factory=list)  # deleted and not written again, sorted
+    # (src, dst, kind, origin): edges a live memory declared, deleted because the other end was forgotten
+    unlinked: list[tuple[str, str, str, str]] = field(default_factory=list)

@@ -40,22 +40,26 @@ class Lake:
         self.settings = settings
 
     @classmethod
-    def open(cls, settings: Settings, *, embedding_model: str | None = None,
-             embedding_dim: int | None = None) -> Lake:
+    def open(cls, settings: Settings, *, embedding_model: str | None = None, embedding_dim: int | None = None,
+             attached: tuple[duckdb.DuckDBPyConnection, Catalog, Path] | None = None) -> Lake:
         """Attach the lake ``settings`` name (``store.catalog``, ``store.data_path``),
         creating its record tables when new. A new lake records ``embedding_model``
-        and ``embedding_dim``; an existing one must match the dimension when given."""
-        con, catalog, data_path = attach(settings)
+        and ``embedding_dim``; an existing one must match the dimension when given.
+        ``attached``: a connection ``catalog.attach`` made, kept open on failure
+        (a reader holds one while the lake has no tables: ``NoLake``)."""
+        con, catalog, data_path = attached or attach(settings)
         try:
             commits.retrying(con, lambda: apply_schema(con, embedding_model, embedding_dim),
                              deadline_s=settings.write_wait_s, what="creating the lake's tables")
             meta = dict(con.execute("SELECT key, value FROM lake_meta").fetchall())
             info = LakeInfo(int(meta["schema_version"]), meta["embedding_model"], int(meta["embedding_dim"]))
         except BaseException:
-            con.close()
+            if attached is None:
+                con.close()
             raise
         if embedding_dim is not None and embedding_dim != info.embedding_dim:
-            con.close()
+            if attached is None:
+                con.close()
             raise StoreError(f"the lake at {catalog} holds {info.embedding_dim}-d embeddings "
                              f"({info.embedding_model}); the configured model gives {embedding_dim}-d")
         return cls(con, catalog, data_path, info, settings)
