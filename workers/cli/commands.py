@@ -24,6 +24,7 @@ from threadpoolctl import threadpool_limits
 from pipeline import audit
 from pipeline.audit.letters import drain_outbox
 from pipeline.contracts import parse_leg_weights
+from pipeline.embedders import model_identity
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
 from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
@@ -339,6 +340,9 @@ def cmd_stats(args) -> int:
     print(f"deltas      {seg['deltas']} pending ({seg['delta_memories']} memories written, "
           f"{seg['delta_forgotten']} forgotten), merged into the base by the next compaction")
     print(f"model       {stats['embedding_model']} ({stats['embedding_dim']}-d)")
+    if stats["embedding_model"] not in ("unknown", model_identity(settings.embedding_model)):
+        print(f"            not the configured {settings.embedding_model}: vector queries and writes are refused "
+              f"(README: 'Changing the embedding model')")
     print(f"memories    {stats['memories']} in {stats['namespaces']} namespace(s)")
     for ns, n in stats["by_namespace"].items():
         print(f"  {ns:<24} {n}")
