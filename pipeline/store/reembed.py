@@ -19,7 +19,7 @@ from pipeline.errors import StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.compact import fresh_base
-from pipeline.store.ingest import MemoryRecord, _embed_batched, embedding_text
+from pipeline.store.ingest import MemoryRecord, _embed_batched, embedding_text, record_id
 from pipeline.store.reader import Reader
 from pipeline.store.writes import get
 
@@ -58,7 +58,7 @@ def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: b
                                      progress)
             embed_s = time.perf_counter() - t1
             target = segments.new_base_path(data_dir, start.next_seq)
-            fresh_base(target, records, {r.id: vectors[i] for i, r in enumerate(records)}, settings,
+            fresh_base(target, records, {record_id(r): vectors[i] for i, r in enumerate(records)}, settings,
                        embedding_model=embedder.name, embedding_dim=embedder.dim, rebuild=True)
             new = segments.Manifest(
                 version=start.version + 1, base=str(target.relative_to(data_dir)), deltas=[],
