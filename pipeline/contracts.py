@@ -304,6 +304,8 @@ class Query(_Strict):
     scope: Scope = Field(default_factory=Scope)
     budget: Budget = Field(default_factory=Budget)
     vector: list[float] | None = None
+    embedded_by: str | None = Field(None, description="the model that made ``vector`` (an embedder's name); the "
+                                    "vector leg refuses a vector of another model than the store's")
     identity: str = Field("", description="FNV-1a 64 (hex) of the text, or of the vector in semantic mode")
     identity_of: Literal["text", "vector"] = "text"
 

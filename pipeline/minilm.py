@@ -112,8 +112,39 @@ class _Layer:
     ln2: tuple[np.ndarray, np.ndarray]
 
 
+class UnsupportedModel(ValueError):
+    """A model this numpy BERT cannot run exactly (``pipeline.embedders`` then uses sentence-transformers)."""
+
+
+_POOLING = {"mean": "mean", "mean_sqrt_len_tokens": "mean", "cls": "cls", "max": "max"}  # sqrt(n) vs n: one scale, gone at L2
+_LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                   "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+_FILES = ("modules.json", "config.json", "tokenizer.json", "model.safetensors")
+
+
+def _pooling_mode(cfg: dict) -> str:
+    """The one pooling mode of a ``Pooling`` config, in either of sentence-transformers' layouts."""
+    mode = cfg.get("pooling_mode")
+    if mode is None:  # the layout before sentence-transformers 6: one bool per mode
+        modes = [m for k, m in _LEGACY_POOLING.items() if cfg.get(k)]
+        mode = modes[0] if len(modes) == 1 else (modes or "mean")
+    if isinstance(mode, list) and len(mode) == 1:
+        mode = mode[0]
+    if not isinstance(mode, str) or mode not in _POOLING:
+        raise UnsupportedModel(f"pooling {mode!r} (implemented: {', '.join(_POOLING)})")
+    return _POOLING[mode]
+
+
 class MiniLMEmbedder:
-    """Text to unit-length float32 vectors with the packaged all-MiniLM-L6-v2 (or a model like it)."""
+    """Text to unit-length float32 vectors with the packaged all-MiniLM-L6-v2, or a BERT model like it.
+
+    ``path``: a sentence-transformers folder whose pipeline is a BERT
+    ``Transformer`` (erf gelu, absolute positions, float32 safetensors, a
+    ``tokenizer.json``), one ``Pooling`` (mean, cls or max) and optionally
+    ``Normalize``, with no default prompt. Anything else raises
+    ``UnsupportedModel`` (from the configs, before the weights load, where they tell).
+    """
 
     def __init__(self, path: str | None = None, batch_size: int = 64):
         if path is None:
@@ -123,32 +154,50 @@ class MiniLMEmbedder:
         else:
             root, self.name = Path(path), str(path)
         self.batch_size = max(1, int(batch_size))
+        if not (root / "modules.json").is_file():
+            raise UnsupportedModel(f"no modules.json in {root} (not a sentence-transformers folder)")
 
-        # The sentence-transformers pipeline must be Transformer -> mean Pooling [-> Normalize].
+        # The sentence-transformers pipeline must be Transformer -> Pooling [-> Normalize]; the
+        # output is L2-normalised either way (the store keeps unit vectors).
         modules = _json(root / "modules.json")
         kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
         if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
-            raise ValueError(f"unsupported sentence-transformers modules {kinds} in {root}")
+            raise UnsupportedModel(f"sentence-transformers modules {kinds} in {root}")
+        tf = root / modules[0].get("path", "")
+        missing = [f for f in _FILES[1:] if not (tf / f).is_file()]
+        if missing:
+            raise UnsupportedModel(f"no {', '.join(missing)} in {tf}")
+        st_cfg = _json(root / "config_sentence_transformers.json") if (root / "config_sentence_transformers.json").is_file() else {}
+        if st_cfg.get("default_prompt_name"):
+            raise UnsupportedModel(f"a default prompt ({st_cfg['default_prompt_name']!r}) is prepended to every text")
         pooling = _json(root / modules[1]["path"] / "config.json")
-        modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
-        if modes != ["pooling_mode_mean_tokens"]:
-            raise ValueError(f"only mean pooling is implemented, {root} asks for {modes}")
+        self.pooling = _pooling_mode(pooling)
 
-        cfg = _json(root / "config.json")
+        cfg = _json(tf / "config.json")
         if cfg.get("model_type") != "bert" or cfg.get("hidden_act") != "gelu":
-            raise ValueError(f"expected a BERT with erf gelu, got {cfg.get('model_type')}/{cfg.get('hidden_act')}")
+            raise UnsupportedModel(f"expected a BERT with erf gelu, got {cfg.get('model_type')}/{cfg.get('hidden_act')}")
         if cfg.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError("only absolute position embeddings are implemented")
+            raise UnsupportedModel("only absolute position embeddings are implemented")
+        if cfg.get("dtype", cfg.get("torch_dtype", "float32")) not in ("float32", None):
+            raise UnsupportedModel(f"weights in {cfg.get('dtype', cfg.get('torch_dtype'))} (float32 implemented)")
         self.dim = int(cfg["hidden_size"])
-        if int(pooling.get("word_embedding_dimension", self.dim)) != self.dim:
-            raise ValueError("pooling dimension differs from the transformer's hidden size")
+        width = pooling.get("embedding_dimension", pooling.get("word_embedding_dimension", self.dim))
+        if int(width) != self.dim:
+            raise UnsupportedModel("pooling dimension differs from the transformer's hidden size")
         self.heads = int(cfg["num_attention_heads"])
         self.eps = float(cfg["layer_norm_eps"])
+        st = _json(tf / "sentence_bert_config.json") if (tf / "sentence_bert_config.json").is_file() else {}
+        text_out = (st.get("modality_config") or {}).get("text") or {}
+        if (st.get("processing_kwargs") or st.get("transformer_task", "feature-extraction") != "feature-extraction"
+                or st.get("module_output_name", "token_embeddings") != "token_embeddings"
+                or text_out.get("method", "forward") != "forward"
+                or text_out.get("method_output_name", "last_hidden_state") != "last_hidden_state"):
+            raise UnsupportedModel(f"sentence_bert_config.json asks for {st}")  # not BERT's last hidden state as it is
+        root = tf
 
         # Tokenizer: tokenizer.json ships truncation at 128 and fixed padding to 128, but
         # sentence-transformers truncates at max_seq_length (capped by the tokenizer's
         # model_max_length and the position table) and pads to each batch's longest text.
-        st = _json(root / "sentence_bert_config.json")
         tok_cfg = _json(root / "tokenizer_config.json") if (root / "tokenizer_config.json").exists() else {}
         limits = [st.get("max_seq_length"), tok_cfg.get("model_max_length"), cfg["max_position_embeddings"]]
         self.max_seq_length = int(min(n for n in limits if n))
@@ -160,11 +209,18 @@ class MiniLMEmbedder:
             self.tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase()] + ([old] if old else []))
 
         # Weights, laid out for x @ W: Q, K and V fused into one (d, 3d) matrix per layer.
-        w = load_file(str(root / "model.safetensors"))
+        try:
+            w = load_file(str(root / "model.safetensors"))
+        except Exception as exc:  # noqa: BLE001 - e.g. bfloat16, which numpy has no type for
+            raise UnsupportedModel(f"model.safetensors: {exc}") from None
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
 
         def g(name: str) -> np.ndarray:
-            return np.ascontiguousarray(w[prefix + name], dtype=np.float32)
+            if prefix + name not in w:
+                raise UnsupportedModel(f"model.safetensors has no {prefix + name}")
+            if w[prefix + name].dtype != np.float32:
+                raise UnsupportedModel(f"{prefix + name} is {w[prefix + name].dtype} (float32 implemented)")
+            return np.ascontiguousarray(w[prefix + name])
 
         self.word, self.pos, self.type = (g(f"embeddings.{n}_embeddings.weight") for n in ("word", "position", "token_type"))
         self.emb_ln = (g("embeddings.LayerNorm.weight"), g("embeddings.LayerNorm.bias"))
@@ -244,5 +300,10 @@ class MiniLMEmbedder:
             down += x
             x = layer_norm_(down, *L.ln2, self.eps)
         x = x.reshape(b, n, d)
-        pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        if self.pooling == "cls":  # padding is on the right: every row's [CLS] is its first token
+            pooled = x[:, 0]
+        elif self.pooling == "max":
+            pooled = np.where(mask[:, :, None] > 0, x, np.float32(-np.inf)).max(axis=1)
+        else:
+            pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)

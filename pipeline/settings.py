@@ -176,7 +176,9 @@ class Settings(BaseSettings):
                                        "log unless audit_dir is set")
     embedding_model: str = Field(
         PACKAGED_MODEL,
-        description="sentence-transformers model path or name; the default is the packaged all-MiniLM-L6-v2",
+        description="sentence-transformers model folder or cached name; the default is the packaged all-MiniLM-L6-v2. "
+                    "A store holds one model's vectors: after changing it, run `dimple reembed` "
+                    "(README: 'Changing the embedding model')",
     )
     embedding_device: str = Field("cpu", description="torch device for the embedder")
     embed_batch_size: int = Field(64, ge=1, le=4096, description="texts per encode call")

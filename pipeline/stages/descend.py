@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.contracts import Batch, Hit, LegRun, vectors_consumed
+from pipeline.embedders import check_model
 from pipeline.errors import InputError
 from pipeline.settings import TreeSettings
 from pipeline.stages.stage import Resources, Stage
@@ -20,13 +21,16 @@ from pipeline.timing import ms_since
 
 
 def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettings,
-                  overlay: Overlay | None = None, trace: dict[str, list] | None = None) -> Batch:
+                  overlay: Overlay | None = None, trace: dict[str, list] | None = None,
+                  model: str | None = None) -> Batch:
     """The ``search.descend`` stage: the vector leg for every query of a batch.
 
     With deltas (``overlay``) the base's beam descent skips dead rows and the
     live delta memories in scope are scored exactly; one ranking, ties by id.
     ``trace`` (a dict) gets each query's beam, depth by depth, under its id
-    (``pipeline.store.vector.descend``'s ``trace``).
+    (``pipeline.store.vector.descend``'s ``trace``). ``model``: the one the
+    store recorded; a query vector embedded by another is refused
+    (``check_model``), as is one of another dimension.
     """
     live = overlay is not None and not overlay.empty
     for state in batch.states:
@@ -39,6 +43,8 @@ def descend_batch(batch: Batch, index: VectorIndex | None, con, tree: TreeSettin
         t0 = time.perf_counter()
         hits: list[tuple[str, float]]
         profile: dict[str, Any]
+        if q.vector is not None and q.embedded_by is not None and model is not None and index is not None:
+            check_model(model, index.emb.shape[1], q.embedded_by, len(q.vector), "the store")
         if q.vector is not None and index is not None and len(q.vector) != index.emb.shape[1]:
             raise InputError("vector", f"{len(q.vector)} dimensions; the store's embeddings have {index.emb.shape[1]}")
         if index is None or index.size == 0 or q.vector is None:
@@ -76,7 +82,8 @@ def run(batch: Batch, res: Resources, trace: dict[str, list] | None = None) -> B
     with res.view() as v:
         if v is None:
             return vectors_consumed(descend_batch(batch, None, None, res.settings().tree))
-        return vectors_consumed(descend_batch(batch, v.index(), v.cursor, res.settings().tree, v.overlay, trace))
+        return vectors_consumed(descend_batch(batch, v.index(), v.cursor, res.settings().tree, v.overlay, trace,
+                                              v.model))
 
 
 STAGE = Stage("search.descend", run)

@@ -31,8 +31,10 @@ def embed_batch(batch: Batch, embedder: Encoder) -> Batch:
         todo.append(state)
     if todo:
         vectors = embedder.embed([s.query.text for s in todo])
+        model = getattr(embedder, "name", None)
         for state, vec in zip(todo, vectors):
             state.query.vector = vec.tolist()
+            state.query.embedded_by = model
             if not state.query.wants("fts"):  # semantic: the vector is the query's identity
                 state.query.identity = vector_identity(vec)
                 state.query.identity_of = "vector"
@@ -51,6 +53,10 @@ class _LazyEmbedder:
 
     def __init__(self, res: Resources):
         self._res = res
+
+    @property
+    def name(self) -> str:
+        return self._res.embedder().name
 
     def embed(self, texts):
         return self._res.embedder().embed(texts)

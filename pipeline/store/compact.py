@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.embedders import model_identity
 from pipeline.errors import StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
@@ -188,7 +189,8 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
             afresh = start.base is not None and (
                 rebuild or _rewrites_base(data_dir / start.base, forget | set(members), forget))
             if start.base is None:
-                fresh_base(target, records, vectors, settings, embedding_model=settings.embedding_model,
+                model = extra.model if extra is not None and extra.model else model_identity(settings.embedding_model)
+                fresh_base(target, records, vectors, settings, embedding_model=model,
                            embedding_dim=dim, rebuild=rebuild)
             else:
                 if afresh:

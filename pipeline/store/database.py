@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from pipeline.errors import SchemaTooNewError, StoreError
+from pipeline.embedders import check_model
+from pipeline.errors import ModelMismatchError, SchemaTooNewError, StoreError
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
@@ -115,8 +116,8 @@ class Store:
         """Open (and for writers create and migrate) the store at ``path``.
 
         A new store records ``embedding_model`` and ``embedding_dim``; an
-        existing one must match them when given, so a store is never mixed
-        across models.
+        existing one must match them when given (``check_model``), so a store
+        is never mixed across models.
         """
         path = Path(path)
         if read_only and not path.exists():
@@ -157,12 +158,11 @@ class Store:
             con.close()
             raise
         store = cls(path, con, read_only, info)
-        if embedding_dim is not None and embedding_dim != info.embedding_dim:
+        try:
+            check_model(info.embedding_model, info.embedding_dim, embedding_model, embedding_dim, f"store {path}")
+        except ModelMismatchError:
             store.close()
-            raise StoreError(
-                f"store {path} holds {info.embedding_dim}-d embeddings ({info.embedding_model}); "
-                f"the configured model gives {embedding_dim}-d"
-            )
+            raise
         return store
 
     @classmethod

@@ -113,6 +113,7 @@ class Prepared:
     unchanged: int = 0
     embedded: int = 0
     embed_s: float = 0.0  # seconds spent embedding ``embedded`` texts
+    model: str | None = None  # the embedder's name (``model_identity``) when it embedded any
     not_found: list[str] = field(default_factory=list)
 
     @property

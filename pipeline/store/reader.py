@@ -193,7 +193,8 @@ class Snapshot:
         try:
             cur = self.store.cursor() if self.store is not None else None
             try:
-                yield View(cursor=cur, overlay=self.overlay, index=self.index, postings=self.postings)
+                yield View(cursor=cur, overlay=self.overlay, index=self.index, postings=self.postings,
+                           model=self.store.info.embedding_model if self.store is not None else None)
             finally:
                 if cur is not None:
                     cur.close()
@@ -209,6 +210,7 @@ class View:
     overlay: Overlay
     index: Callable[[], VectorIndex | None]
     postings: Callable[[], Postings | None]
+    model: str | None = None  # the embedding model the base recorded (``pipeline.embedders.check_model``)
 
     def created_at(self, ids: list[str]) -> dict[str, datetime]:
         """``created_at`` of the live memories among ``ids``: a delta's, else the base's."""

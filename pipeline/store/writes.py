@@ -33,7 +33,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts import id_problem
-from pipeline.embedders import Embedder
+from pipeline.embedders import Embedder, check_model
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
@@ -149,6 +149,11 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
     if todo:
         t0 = time.perf_counter()
         embedder = embedder_for(len(todo))
+        store = live.snap.store if live.snap is not None else None
+        if store is not None:  # before embedding: a store holds one model's vectors
+            check_model(store.info.embedding_model, store.info.embedding_dim, embedder.name, embedder.dim,
+                        f"the store in {settings.data_dir}")
+        out.model = embedder.name
         fresh = _embed_batched(embedder, [embedding_text(keep[i]) for i in todo], settings.embed_batch_size, progress)
         for i, vec in zip(todo, fresh):
             vectors[i] = np.asarray(vec, dtype=np.float32)

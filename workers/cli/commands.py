@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,12 @@ from threadpoolctl import threadpool_limits
 from pipeline import audit
 from pipeline.audit.letters import drain_outbox
 from pipeline.contracts import parse_leg_weights
+from pipeline.embedders import model_identity
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
 from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
 from pipeline.store.lake.follow import reader_for
+from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
 from workers import resources
 from workers.api import audit_row, explain, explain_miss, forget, replay_row, search
@@ -158,6 +161,11 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
     s.set_defaults(func=cmd_reindex)
+
+    s = sub.add_parser("reembed", help="embed every memory again with the configured DIMPLE_EMBEDDING_MODEL "
+                                       "(after changing it; writes wait meanwhile)")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.set_defaults(func=cmd_reembed)
 
     s = sub.add_parser("stats", help="what the store holds")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -316,6 +324,20 @@ def cmd_reindex(args) -> int:
     return 0
 
 
+def cmd_reembed(args) -> int:
+    settings = cli_settings()
+    require_store(settings)
+    report = reembed(settings, progress=not args.json)
+    if args.json:
+        print(json.dumps(asdict(report)))
+        return 0
+    was_model, was_dim = report.previous
+    print(f"re-embedded {report.memories} memories with {report.model} ({report.dim}-d; was {was_model}, "
+          f"{was_dim}-d) in {report.seconds['total']:.1f}s ({report.seconds['embed']:.1f}s embedding), "
+          f"store version {report.version}")
+    return 0
+
+
 def cmd_stats(args) -> int:
     settings = cli_settings()
     require_store(settings)
@@ -339,6 +361,9 @@ def cmd_stats(args) -> int:
     print(f"deltas      {seg['deltas']} pending ({seg['delta_memories']} memories written, "
           f"{seg['delta_forgotten']} forgotten), merged into the base by the next compaction")
     print(f"model       {stats['embedding_model']} ({stats['embedding_dim']}-d)")
+    if stats["embedding_model"] not in ("unknown", model_identity(settings.embedding_model)):
+        print(f"            not the configured {settings.embedding_model}: vector queries and writes are refused "
+              f"(README: 'Changing the embedding model')")
     print(f"memories    {stats['memories']} in {stats['namespaces']} namespace(s)")
     for ns, n in stats["by_namespace"].items():
         print(f"  {ns:<24} {n}")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.errors import StoreError
+from pipeline.embedders import check_model
+from pipeline.errors import ModelMismatchError, StoreError
 from pipeline.settings import Settings
 from pipeline.store.lake import commit as commits
 from pipeline.store.lake import erase as erasing
@@ -44,7 +45,7 @@ class Lake:
              attached: tuple[duckdb.DuckDBPyConnection, Catalog, Path] | None = None) -> Lake:
         """Attach the lake ``settings`` name (``store.catalog``, ``store.data_path``),
         creating its record tables when new. A new lake records ``embedding_model``
-        and ``embedding_dim``; an existing one must match the dimension when given.
+        and ``embedding_dim``; an existing one must match them when given (``check_model``).
         ``attached``: a connection ``catalog.attach`` made, kept open on failure
         (a reader holds one while the lake has no tables: ``NoLake``)."""
         con, catalog, data_path = attached or attach(settings)
@@ -57,11 +58,12 @@ class Lake:
             if attached is None:
                 con.close()
             raise
-        if embedding_dim is not None and embedding_dim != info.embedding_dim:
+        try:
+            check_model(info.embedding_model, info.embedding_dim, embedding_model, embedding_dim, f"the lake at {catalog}")
+        except ModelMismatchError:
             if attached is None:
                 con.close()
-            raise StoreError(f"the lake at {catalog} holds {info.embedding_dim}-d embeddings "
-                             f"({info.embedding_model}); the configured model gives {embedding_dim}-d")
+            raise
         return cls(con, catalog, data_path, info, settings)
 
     def close(self) -> None:
