@@ -24,6 +24,8 @@ from pipeline.audit.writer import AuditWriter
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.store.database import Store
 from pipeline.store.reader import Reader, Snapshot, View
+from pipeline.store.tuned import overlay, read_tuned
+from pipeline.store.tuned import path as tuned_path
 from pipeline.store.vector import VectorIndex, compile_kernels
 
 from .settings import WorkerSettings, get_settings
@@ -39,6 +41,8 @@ class Resources:
         self._reader: Reader | None = None
         self._audit_writer: AuditWriter | None = None
         self._inherited: list[Any] = []  # a forked child's copies of its parent's connections, never used
+        # (settings as configured, the tuned file's stat key, those settings with the store's tuned values)
+        self._effective: tuple[WorkerSettings, tuple[int, int, int] | None, WorkerSettings] | None = None
 
     def configure(self, settings: WorkerSettings) -> None:
         """Use ``settings`` from now on.
@@ -47,6 +51,8 @@ class Resources:
         unless the model or device changes.
         """
         with self._lock:
+            if self._effective is not None and settings is self._effective[2]:
+                settings = self._effective[0]  # settings() handed back: keep them apart from the store's tuned values
             previous = self._settings
             if previous is not None and (
                 settings.embedding_model != previous.embedding_model
@@ -58,11 +64,25 @@ class Resources:
                 self.close_store()
 
     def settings(self) -> WorkerSettings:
-        """The settings in use: those configured, else the process's (``get_settings``)."""
+        """The settings in use: those configured, else the process's
+        (``get_settings``), with the store's tuned fusion settings over them
+        (``pipeline.store.tuned``). The tuned file is looked at (one ``stat``)
+        at every call, so a ``dimple tune --apply`` or ``--reset`` made while
+        this process runs applies from its next stage on; it is read only when
+        it changed."""
         with self._lock:
             if self._settings is None:
                 self._settings = get_settings()
-            return self._settings
+            base = self._settings
+            if not base.use_tuned:
+                return base
+            key = _stat_key(tuned_path(base.data_dir))
+            cached = self._effective
+            if cached is not None and cached[0] is base and cached[1] == key:
+                return cached[2]
+            effective = overlay(base, read_tuned(base.data_dir) if key is not None else None)
+            self._effective = (base, key, effective)
+            return effective
 
     def embedder(self, bulk: bool = False) -> Embedder:
         """This process's embedder for queries, or (``bulk``) for ingest (``make_embedder``)."""
@@ -172,6 +192,15 @@ class Resources:
         self._inherited.extend(x for x in (self._reader, self._audit_writer) if x is not None)
         self._reader, self._audit_writer = None, None
         self._lock = threading.RLock()  # a thread of the parent may have held it at the fork
+
+
+def _stat_key(path: os.PathLike[str]) -> tuple[int, int, int] | None:
+    """What tells a replaced or rewritten file from the one read before (None: no file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 _PROCESS = Resources()
