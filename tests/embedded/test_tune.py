@@ -147,3 +147,22 @@ def test_fewer_than_twenty_judged_queries_are_refused_naming_the_field(tune_env,
     queries, qrels = _inputs(tmp_path)
     assert main(["tune", str(queries), str(qrels), "--folds", "1"]) == 2
     assert "--folds" in capsys.readouterr().err
+
+
+def test_re_fusing_the_legs_gives_what_a_search_with_that_configuration_serves(tune_env, tmp_path):
+    """``fused_runs`` runs each query's legs once and re-fuses them per
+    configuration: each configuration's lists equal the searches' own."""
+    from pipeline import evaluation as ev
+    from pipeline.evaluation.tune import FusionConfig, fused_runs
+
+    queries = [ev.QuerySpec(f"q{i}", f"{COMMON} zx{i}code", {"namespace": "n"}) for i in range(4)]
+    queries.append(ev.QuerySpec("own", f"{COMMON} zx1code", {"fusion": "rrf"}))  # its own option wins
+    qset = ev.QuerySet("s", queries, {})
+    configs = [FusionConfig("convex", convex_alpha=0.2), FusionConfig("rrf", rrf_k=60)]
+    res = resources.current()
+    runs = fused_runs(qset, res.settings(), res, res.snapshot(), configs, defaults={"max_units": 20})
+    for config in configs:
+        workers.configure(config.apply(tune_env))
+        served = api.search_many([{"query": q.text, "max_units": 20, **q.options} for q in queries])
+        assert runs[config] == {q.id: [r.id for r in s.results] for q, s in zip(queries, served)}, config.name
+    assert runs[configs[0]]["q0"] != runs[configs[1]]["q0"]  # the configurations do differ here
