@@ -8,6 +8,7 @@ judged queries are refused naming the field."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from workers import api, audit, resources
 from workers.cli import main
 from workers.cli.common import ingest_file
 from workers.cli.tune import EXIT_NOT_SIGNIFICANT
+from workers.resources import TUNED_CHECK_S
 
 N_QUERIES = 24
 COMMON = "kettle orchard lantern"  # in every query and every distractor: the vector leg follows these
@@ -125,12 +127,15 @@ def test_stored_settings_apply_at_the_next_call_unless_a_process_turns_them_off(
     res = resources.current()
     assert (res.settings().fusion, res.settings().rrf_k) == ("convex", 10)
     write_tuned(settings.data_dir, TunedFusion(fusion="rrf", rrf_k=60))
-    assert (res.settings().fusion, res.settings().rrf_k) == ("rrf", 60)  # no restart, no reconfigure
+    time.sleep(TUNED_CHECK_S)  # the most a running process takes to see it: no restart, no reconfigure
+    assert (res.settings().fusion, res.settings().rrf_k) == ("rrf", 60)
     # settings handed back (as a replay does) do not keep the store's values once they are removed
     workers.configure(res.settings())
     write_tuned(settings.data_dir, None)
+    time.sleep(TUNED_CHECK_S)
     assert (res.settings().fusion, res.settings().rrf_k) == ("convex", 10)
     write_tuned(settings.data_dir, TunedFusion(fusion="convex", convex_alpha=0.2))
+    time.sleep(TUNED_CHECK_S)
     assert read_tuned(settings.data_dir).version == 1 and res.settings().convex_alpha == 0.2
     workers.configure(settings.replace(use_tuned=False))
     assert res.settings().convex_alpha == 0.5
