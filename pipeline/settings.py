@@ -212,6 +212,8 @@ class Settings(BaseSettings):
     rrf_k: int = Field(10, ge=1, le=100_000, description="fusion=rrf: the RRF constant k")
     vector_weight: float = Field(1.0, ge=0, description="fusion=rrf: hybrid weight of the vector leg")
     fts_weight: float = Field(1.0, ge=0, description="fusion=rrf: hybrid weight of the full-text leg")
+    use_tuned: bool = Field(True, description="use the store's tuned fusion, convex_alpha and rrf_k (`dimple tune "
+                                              "--apply`, kept in the data dir) over these; false: this process's own")
     leg_top_k: int = Field(100, ge=1, le=10_000, description="candidates each leg hands to fusion")
     preview_chars: int = Field(80, ge=8, le=10_000, description="preview length in results and graph links")
     query_memory_limit: str = Field(

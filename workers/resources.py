@@ -25,9 +25,17 @@ from pipeline.embedders import Embedder, make_embedder
 from pipeline.store.database import Store
 from pipeline.store.lake.follow import reader_for
 from pipeline.store.reader import Reader, Snapshot, View
+from pipeline.store.tuned import overlay, read_tuned
+from pipeline.store.tuned import path as tuned_path
 from pipeline.store.vector import VectorIndex, compile_kernels
 
 from .settings import WorkerSettings, get_settings
+
+# How often a process looks whether the store's tuned settings changed: a query
+# asks for its settings ~15 times (embedded, all stages), a stat cost 2-30 us
+# here (the higher under load), so one look per 0.2 s keeps it off the query's
+# time while an --apply still reaches every worker within 0.2 s.
+TUNED_CHECK_S = 0.2
 
 
 class Resources:
@@ -40,6 +48,9 @@ class Resources:
         self._reader: Reader | None = None
         self._audit_writer: AuditWriter | None = None
         self._inherited: list[Any] = []  # a forked child's copies of its parent's connections, never used
+        # (settings as configured, the tuned file's stat key, those settings with the store's tuned values)
+        self._effective: tuple[WorkerSettings, tuple[int, int, int] | None, WorkerSettings] | None = None
+        self._tuned_due = 0.0  # monotonic time the tuned file is next looked at
 
     def configure(self, settings: WorkerSettings) -> None:
         """Use ``settings`` from now on.
@@ -48,7 +59,10 @@ class Resources:
         unless the model or device changes.
         """
         with self._lock:
+            if self._effective is not None and settings is self._effective[2]:
+                settings = self._effective[0]  # settings() handed back: keep them apart from the store's tuned values
             previous = self._settings
+            self._tuned_due = 0.0  # the next settings() looks at the store's tuned file
             if previous is not None and (
                 settings.embedding_model != previous.embedding_model
                 or settings.embedding_device != previous.embedding_device
@@ -59,11 +73,29 @@ class Resources:
                 self.close_store()
 
     def settings(self) -> WorkerSettings:
-        """The settings in use: those configured, else the process's (``get_settings``)."""
+        """The settings in use: those configured, else the process's
+        (``get_settings``), with the store's tuned fusion settings over them
+        (``pipeline.store.tuned``). The tuned file is looked at (one ``stat``)
+        at most every ``TUNED_CHECK_S``, and at the first call after
+        ``configure``, so a ``dimple tune --apply`` or ``--reset`` made while
+        this process runs applies within that time; it is read only when it
+        changed."""
         with self._lock:
             if self._settings is None:
                 self._settings = get_settings()
-            return self._settings
+            base = self._settings
+            if not base.use_tuned:
+                return base
+            cached, now = self._effective, time.monotonic()
+            if cached is not None and cached[0] is base and now < self._tuned_due:
+                return cached[2]
+            self._tuned_due = now + TUNED_CHECK_S
+            key = _stat_key(tuned_path(base.data_dir))
+            if cached is not None and cached[0] is base and cached[1] == key:
+                return cached[2]
+            effective = overlay(base, read_tuned(base.data_dir) if key is not None else None)
+            self._effective = (base, key, effective)
+            return effective
 
     def embedder(self, bulk: bool = False) -> Embedder:
         """This process's embedder for queries, or (``bulk``) for ingest (``make_embedder``)."""
@@ -173,6 +205,15 @@ class Resources:
         self._inherited.extend(x for x in (self._reader, self._audit_writer) if x is not None)
         self._reader, self._audit_writer = None, None
         self._lock = threading.RLock()  # a thread of the parent may have held it at the fork
+
+
+def _stat_key(path: os.PathLike[str]) -> tuple[int, int, int] | None:
+    """What tells a replaced or rewritten file from the one read before (None: no file)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 _PROCESS = Resources()

@@ -191,7 +191,7 @@ class WhyNot(_Strict):
 
 
 # -- one store version for the whole replay ---------------------------------------------
-class _Pinned:
+class Pinned:
     """``res`` with every stage reading ``snapshot`` and using ``settings``."""
 
     def __init__(self, res: Resources, snapshot: Snapshot | None, settings: Settings):
@@ -226,7 +226,7 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
         raise InputError("query_id", f"query {row.query_id} cannot be replayed: its text was not stored "
                                      "(DIMPLE_STORE_QUERY_TEXT=false)")
     settings = _as_logged(res.settings(), row)
-    pinned = _Pinned(res, snapshot, settings)
+    pinned = Pinned(res, snapshot, settings)
     version = snapshot.version if snapshot is not None else None
     with pinned.view() as v:
         link, index = _memory(v, memory_id, settings, version)
@@ -375,7 +375,7 @@ def _kth(hits: list[Hit], k: int) -> float | None:
     return hits[k - 1].score if len(hits) >= k else None
 
 
-def _vector_leg(keep: dict[str, Batch], res: _Pinned, memory_id: str, total: int, leaf: str | None,
+def _vector_leg(keep: dict[str, Batch], res: Pinned, memory_id: str, total: int, leaf: str | None,
                 index: VectorIndex | None, settings: Settings) -> VectorLeg:
     state = keep[DESCEND].states[0]
     q, leg = state.query, state.legs.get("vector")
@@ -431,7 +431,7 @@ def _beam_cut(index: VectorIndex, leaf: str, trace: list[list[tuple[str, float]]
                    beam_width=width, score=score, last_kept_score=kept, leaf_best_rank=best, leaves_reached=reached)
 
 
-def _fulltext_leg(keep: dict[str, Batch], start: Batch, res: _Pinned, memory_id: str, total: int) -> FulltextLeg:
+def _fulltext_leg(keep: dict[str, Batch], start: Batch, res: Pinned, memory_id: str, total: int) -> FulltextLeg:
     state = keep[FULLTEXT].states[0]
     q, leg = state.query, state.legs.get("fts")
     hits = leg.hits if leg is not None else []
@@ -491,7 +491,7 @@ def _fulltext_drop(memory_id: str, leg: FulltextLeg) -> Drop | None:
 
 
 # -- after fusion -----------------------------------------------------------------------
-def _without_budget(fused: Batch, res: _Pinned) -> QueryState:
+def _without_budget(fused: Batch, res: Pinned) -> QueryState:
     """The stages after fusion again, with no budget: every candidate in the
     order the budget would cut (supersession applied, scope held)."""
     out = fused.model_copy(deep=True)

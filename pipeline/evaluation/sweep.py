@@ -44,7 +44,9 @@ def config_name(config: dict[str, Any]) -> str:
 
 
 def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str, Any]) -> tuple[Settings, dict[str, Any]]:
-    """Settings (validated copy) and per-query defaults for one sweep configuration."""
+    """Settings (validated copy) and per-query defaults for one sweep
+    configuration; one that sets fusion (RRF k, weights) turns the store's
+    tuned fusion settings off (``use_tuned``), so it is what runs."""
     changes: dict[str, Any] = {}
     tree = {}
     if "rrf_k" in config:  # an RRF k axis is RRF: under convex fusion k would change nothing
@@ -60,6 +62,8 @@ def apply_config(settings: Settings, defaults: dict[str, Any], config: dict[str,
         tree["max_leaf_items"] = config["max_leaf_items"]
     if tree:
         changes["tree"] = {**settings.tree.model_dump(), **tree}
+    if "rrf_k" in config or "weights" in config:  # the configuration runs, not the store's tuned fusion (dimple tune)
+        changes["use_tuned"] = False
     asks = dict(defaults)
     if "mode" in config:
         asks["mode"] = config["mode"]

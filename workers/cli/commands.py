@@ -32,6 +32,7 @@ from pipeline.store.fulltext import query_terms
 from pipeline.store.lake.follow import reader_for
 from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
+from pipeline.store.tuned import overlay, read_tuned
 from workers import resources
 from workers.api import audit_row, explain, explain_miss, forget, replay_row, search
 from workers.app import QUEUES, get_app
@@ -53,6 +54,7 @@ from .demo import run_demo
 from .eval import register as register_eval
 from .mcp import register as register_mcp
 from .render import format_explain, format_results, format_why_not, one_line
+from .tune import register as register_tune
 
 EXIT_USER = 2
 # stdout closed by its reader (``dimple stats | head``): 128 + SIGPIPE, the
@@ -247,6 +249,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
     register_eval(sub)
+    register_tune(sub)
     register_mcp(sub)
     # -v works before or after the subcommand: each subcommand takes it too
     # (suppressed when absent, so it never resets a -v given before it)
@@ -377,6 +380,7 @@ def cmd_stats(args) -> int:
 
 def cmd_config(args) -> int:
     settings = cli_settings()
+    settings = overlay(settings, read_tuned(settings.data_dir))  # as the store's queries run (dimple tune)
     print(json.dumps(settings.masked(), indent=2, default=str))
     return 0
 

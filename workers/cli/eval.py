@@ -27,6 +27,7 @@ from pipeline.evaluation.report import modes_lines, safe_name, write_comparison,
 from pipeline.store import segments
 from pipeline.store.compact import compact
 from pipeline.store.lake.follow import reader_for
+from pipeline.store.tuned import overlay, read_tuned, write_tuned
 from pipeline.store.vector import compile_kernels
 from workers.api import search_many
 
@@ -319,6 +320,10 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
         runs, secs = ev.run_queries(search_many, qset.queries, defaults=defaults, batch_size=size,
                                     in_flight=in_flight, progress=bar.update, origin=Origin.eval)
     extra = {"in_flight": in_flight, **(extra_config or {})}
+    if settings.embedded:  # the settings the queries ran with: the store's tuned fusion included (dimple tune)
+        tuned = read_tuned(settings.data_dir) if settings.use_tuned else None
+        settings = overlay(settings, tuned)
+        extra["tuned_version"] = tuned.version if tuned is not None else None
     report = ev.evaluate_run(qset, runs, secs, config=_config(settings, defaults, size, extra), name=name)
     return report, runs
 
@@ -524,6 +529,9 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
             (copy.data_dir / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(settings.data_dir / name, copy.data_dir / name)
         (copy.data_dir / segments.MANIFEST).write_text(manifest.as_json(), encoding="utf-8")
+    tuned = read_tuned(settings.data_dir)  # the copy fuses as the store does
+    if tuned is not None:
+        write_tuned(copy.data_dir, tuned.settings, tuned.evidence)
     compact(copy, rebuild=True, wait=True)
     return copy
 
