@@ -87,8 +87,9 @@ def merge_legs(parts: list[Batch]) -> Batch:
 def fuse_state(state: QueryState, k: int) -> QueryState:
     """Convex fusion or RRF, as the query asks, over the legs that ran (weight > 0)."""
     t0 = time.perf_counter()
-    for name in LEGS:
-        state.legs.setdefault(name, LegRun(leg=name))
+    # every leg, in LEGS order, whichever legs the canvas ran (a leg no query
+    # of the batch wants is left out of it: ``Batch.legs``)
+    state.legs = {name: state.legs[name] if name in state.legs else LegRun(leg=name) for name in LEGS}
     ran = {name: leg for name, leg in state.legs.items() if leg.ran and state.query.weights.get(name, 0) > 0}
     if state.query.fusion is Fusion.convex:
         state.fused = convex({name: [(h.id, h.score) for h in leg.hits] for name, leg in ran.items()},
