@@ -25,8 +25,9 @@ _CONCEPTS = "SELECT memory_id, concept FROM memory_concepts WHERE {memory_id} OR
 _EDGES = "SELECT DISTINCT src, dst, kind, origin FROM edges WHERE {dst} OR (kind = 'conflicts' AND {src})"
 
 # How many memories a BaseGraph keeps at most (the oldest read go first): the
-# working set of many queries, bounded whatever the store's size.
-BASE_GRAPH_MEMORIES = 100_000
+# candidates of a hundred or more queries, bounded whatever the store's size
+# (tens of MB per search process at a few hundred characters of content each).
+BASE_GRAPH_MEMORIES = 20_000
 
 Row = tuple  # (id, namespace, content_type, created_at, content)
 Memory = tuple[Row, tuple[str, ...], tuple[str, ...]]  # row, topic keys sorted, concepts sorted
