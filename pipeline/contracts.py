@@ -490,6 +490,13 @@ class Batch(_Strict):
         the embedder (``workers.canvas`` leaves ``search.embed`` out)."""
         return any(s.query.wants("vector") and s.query.vector is None for s in self.states)
 
+    def legs(self) -> tuple[str, ...]:
+        """The legs (``LEGS``, in that order) some query of the batch wants: the
+        canvas runs only those (``workers.canvas``); a leg no query wants would
+        record only that it did not run, which fusion records by itself. Both
+        for a batch without queries."""
+        return tuple(leg for leg in LEGS if any(s.query.wants(leg) for s in self.states)) or LEGS
+
 
 def vectors_consumed(batch: Batch) -> Batch:
     """Drop the query vectors once the vector leg has run: nothing after it

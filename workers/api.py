@@ -231,10 +231,10 @@ def _dispatch(model: Batch, single: bool):
     then (its caller gave up, or its worker was lost and it came back late) is
     discarded unrun, audit row included. A batch that needs no embedding
     (keyword) does not wait on the ``embed`` queue."""
-    batch, embed = model.model_dump(mode="json"), model.needs_embedding()
+    batch, embed, legs = model.model_dump(mode="json"), model.needs_embedding(), model.legs()
     app = get_app()
     if app.conf.task_always_eager:
-        res = query_canvas(app, batch, embed=embed).apply()
+        res = query_canvas(app, batch, embed=embed, legs=legs).apply()
         out = EagerSearchResult(res.id, res.get(), res.state)
     else:
         budget = resources.current().settings().task_timeout_s
@@ -243,7 +243,7 @@ def _dispatch(model: Batch, single: bool):
         try:
             epoch = broker_epoch.epochs().current(broker)
             sent_at = time.monotonic()
-            res = query_canvas(app, batch, expires=expires, embed=embed).apply_async()
+            res = query_canvas(app, batch, expires=expires, embed=embed, legs=legs).apply_async()
         except (*BROKER_DOWN, broker_epoch.redis.RedisError) as exc:
             reset_connections(app)
             raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None

@@ -3,10 +3,13 @@
     chain(chord(group(chain(embed, descend), fulltext), fuse), augment, scope, budget)
 
 The full-text leg does not wait for the embedding, and a batch that needs no
-embedding (keyword queries, or queries given with their vectors) leaves
-``search.embed`` out, so it never waits on the ``embed`` queue: its vector leg
-is ``descend`` alone, which records the leg as not run. The order is the one
-``pipeline.stages.registry`` declares (and ``run_local`` runs in-process).
+embedding (queries given with their vectors) leaves ``search.embed`` out, so
+it never waits on the ``embed`` queue. A leg no query of the batch wants
+(``Batch.legs``: the vector leg of a keyword batch, the full-text leg of a
+semantic one) is left out too: the chord's header is then the other leg
+alone, and fusion records the missing leg as not run, as the leg's own stage
+would have. The order is the one ``pipeline.stages.registry`` declares (and
+``run_local`` runs in-process, every leg).
 
 With ``expires`` (an ISO-8601 time, the query's deadline) every stage's
 message carries it: a worker discards a stage it receives after then instead
@@ -20,17 +23,19 @@ from uuid import uuid4
 
 from celery import Celery, chain, chord, group
 
+from pipeline.contracts import LEGS
 from pipeline.stages.registry import AFTER_FUSION, FULLTEXT_LEG, FUSION, VECTOR_LEG
 
 from .tasks import stage_task_id
 
 
 def query_canvas(app: Celery, batch: dict, expires: str | None = None, canvas_id: str | None = None, *,
-                 embed: bool = True):
+                 embed: bool = True, legs: tuple[str, ...] = LEGS):
     """The canvas for ``batch``; its last stage's task id is ``canvas_id`` (new
     by default) and every other stage's derives from it (``tasks.stage_task_id``),
     so a stage delivered again after its query was answered is not run again.
-    ``embed=False`` (``Batch.needs_embedding`` false) leaves ``search.embed`` out."""
+    ``embed=False`` (``Batch.needs_embedding`` false) leaves ``search.embed`` out;
+    ``legs`` (``Batch.legs``) names the legs that run."""
     cid = canvas_id or str(uuid4())
     vector_leg = VECTOR_LEG if embed else VECTOR_LEG[1:]  # (search.embed, search.descend): descend alone
 
@@ -43,7 +48,8 @@ def query_canvas(app: Celery, batch: dict, expires: str | None = None, canvas_id
         sigs = [sig(first, batch)] + [sig(n) for n in rest]
         return chain(*sigs) if rest else sigs[0]
 
+    header = [leg(names) for name, names in (("vector", vector_leg), ("fts", FULLTEXT_LEG)) if name in legs]
     return chain(
-        chord(group(leg(vector_leg), leg(FULLTEXT_LEG)), sig(FUSION)),
+        chord(group(*header), sig(FUSION)),
         *(sig(name) for name in AFTER_FUSION),
     )

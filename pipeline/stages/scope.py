@@ -10,13 +10,32 @@ result and no graph context outside the scope ever leaves the pipeline.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import Protocol
 
-from pipeline.contracts import Batch, GraphLink, Result, Scope
+from pipeline.contracts import Batch, Result, Scope
 from pipeline.stages.stage import Resources, Stage
 from pipeline.timing import ms_since
 
 
-def in_scope(item: Result | GraphLink, scope: Scope) -> bool:
+class Scoped(Protocol):
+    """What the scope looks at: a ``Result``, a ``GraphLink``, or a memory as
+    ``search.augment`` reads it (``pipeline.stages.augment.Facets``)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def content_type(self) -> str: ...
+
+    @property
+    def topics(self) -> Sequence[str]: ...
+
+    @property
+    def concepts(self) -> Sequence[str]: ...
+
+
+def in_scope(item: Scoped, scope: Scope) -> bool:
     if scope.namespace is not None and item.namespace != scope.namespace:
         return False
     if scope.content_types and item.content_type not in scope.content_types:

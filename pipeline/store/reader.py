@@ -28,6 +28,7 @@ from pipeline.errors import StoreError
 from pipeline.store import segments
 from pipeline.store.database import Store, created_at_of
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
+from pipeline.store.graph import BaseGraph
 from pipeline.store.overlay import Delta, Overlay
 from pipeline.store.vector import TreeRouter, VectorIndex
 
@@ -55,6 +56,7 @@ class _Uses:
         self.totals = fulltext_totals(store.con) if store is not None else None
         self._router: TreeRouter | None = None
         self.terms: dict[str, tuple[int, int] | None] = {}  # Overlay.base_terms
+        self.graph = BaseGraph()  # what search.augment read of this base, kept for the next queries
         self._postings: Postings | None = None
         self._postings_read = False
         self._postings_lock = threading.Lock()
@@ -194,7 +196,8 @@ class Snapshot:
             cur = self.store.cursor() if self.store is not None else None
             try:
                 yield View(cursor=cur, overlay=self.overlay, index=self.index, postings=self.postings,
-                           model=self.store.info.embedding_model if self.store is not None else None)
+                           model=self.store.info.embedding_model if self.store is not None else None,
+                           graph=self._uses.graph)
             finally:
                 if cur is not None:
                     cur.close()
@@ -211,6 +214,7 @@ class View:
     index: Callable[[], VectorIndex | None]
     postings: Callable[[], Postings | None]
     model: str | None = None  # the embedding model the base recorded (``pipeline.embedders.check_model``)
+    graph: BaseGraph | None = None  # the base's graph as read so far (pipeline.store.graph)
 
     def created_at(self, ids: list[str]) -> dict[str, datetime]:
         """``created_at`` of the live memories among ``ids``: a delta's, else the base's."""

@@ -11,11 +11,13 @@ needs to hold the scope over them too.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from pipeline.contracts import Batch, GraphLink, Result
 from pipeline.stages.augment.supersede import ordered, walk_successors
 from pipeline.stages.scope import in_scope
 from pipeline.stages.stage import Resources, Stage
+from pipeline.store.graph import BaseGraph
 from pipeline.store.graph import Graph as StoreGraph
 from pipeline.store.overlay import Overlay
 from pipeline.timing import ms_since
@@ -27,26 +29,58 @@ def preview(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
 
 
+class Facets(NamedTuple):
+    """A memory as the scope sees it (``pipeline.stages.scope.Scoped``), with
+    the topics and concepts every result and link of it shows."""
+
+    namespace: str
+    content_type: str
+    topics: list[str]  # sorted, unique
+    concepts: list[str]
+
+
 class Graph(StoreGraph):
     """The store's graph read (``pipeline.store.graph``), with the links a
-    result shows (``pipeline.stages.augment.supersede`` reads it through its ``Graph``)."""
+    result shows (``pipeline.stages.augment.supersede`` reads it through its ``Graph``).
+    Each memory's facets and preview are worked out once per call, however
+    many results and links show it."""
+
+    def __init__(self, con, overlay: Overlay | None = None, base: BaseGraph | None = None):
+        super().__init__(con, overlay, base)
+        self._facets: dict[str, Facets] = {}
+        self._previews: dict[tuple[str, int], str] = {}
+
+    def facets(self, mid: str) -> Facets:
+        """``mid``'s namespace, type, topics and concepts (it must be in ``rows``)."""
+        out = self._facets.get(mid)
+        if out is None:
+            _, ns, ctype, _, _ = self.rows[mid]
+            out = self._facets[mid] = Facets(ns, ctype, sorted(set(self.topics[mid])), list(self.concepts[mid]))
+        return out
+
+    def preview(self, mid: str, width: int) -> str:
+        out = self._previews.get((mid, width))
+        if out is None:
+            out = self._previews[(mid, width)] = preview(self.rows[mid][4], width)
+        return out
 
     def link(self, mid: str, preview_chars: int) -> GraphLink:
-        _, ns, ctype, _, content = self.rows[mid]
-        return GraphLink(
-            id=mid, preview=preview(content, preview_chars), namespace=ns, content_type=ctype,
-            topics=sorted(set(self.topics[mid])), concepts=self.concepts[mid],
-        )
+        f = self.facets(mid)
+        return GraphLink(id=mid, preview=self.preview(mid, preview_chars), namespace=f.namespace,
+                         content_type=f.content_type, topics=list(f.topics), concepts=list(f.concepts))
 
 
-def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None = None) -> Batch:
+def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None = None,
+                  base: BaseGraph | None = None) -> Batch:
     """The ``search.augment`` stage: fused candidates become results with graph context.
 
     With deltas (``overlay``), delta memories are read from it and memories a
     delta replaced or forgot are never read from the base: a forgotten memory
     appears neither as a result nor in a link. Each query's ``supersession``
     (``pipeline.stages.augment.supersede``) then decides where a superseded result's
-    newest in-scope successor goes, before the budget's cap below.
+    newest in-scope successor goes, before the budget's cap below. ``base``
+    keeps what was read of the base for later calls (``View.graph``); without
+    it everything is read afresh.
     """
     t0 = time.perf_counter()
     wanted = sorted({f.id for s in batch.states for f in s.fused})
@@ -55,9 +89,9 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
             state.results = []
             state.timings["augment"] = ms_since(t0)
         return batch
-    graph = Graph(con, overlay)
+    graph = Graph(con, overlay, base)
     graph.load(wanted)
-    walk_successors(graph, batch.states, preview_chars)
+    walk_successors(graph, batch.states)
 
     def link(mid: str) -> GraphLink:
         return graph.link(mid, preview_chars)
@@ -73,8 +107,9 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
         scope, cap = state.query.scope, state.query.budget.max_units
         kept_in_scope = 0
         fused_of = {f.id: f for f in state.fused}
-        for mid, above in ordered(graph, state, preview_chars):
-            inside = in_scope(link(mid), scope)
+        for mid, above in ordered(graph, state):
+            facets = graph.facets(mid)
+            inside = in_scope(facets, scope)
             if cap is not None and kept_in_scope >= cap and inside:
                 state.beyond_budget += 1
                 continue
@@ -87,8 +122,8 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
                     rank=len(results) + 1, id=mid, score=fused.score if fused else 0.0, rrf=fused.rrf if fused else 0.0,
                     recency_factor=fused.recency_factor if fused else None, ranks=fused.ranks if fused else {},
                     namespace=ns, content_type=ctype, created_at=created, content=content,
-                    preview=preview(content, preview_chars),
-                    topics=sorted(set(graph.topics[mid])), concepts=graph.concepts[mid],
+                    preview=graph.preview(mid, preview_chars),
+                    topics=list(facets.topics), concepts=list(facets.concepts),
                     superseded_by=[link(m) for m in sorted(per.get("superseded_by", ())) if m in graph.rows],
                     conflicts=[link(m) for m in sorted(per.get("conflicts", ())) if m in graph.rows],
                     supported_by=[link(m) for m in sorted(per.get("supported_by", ())) if m in graph.rows],
@@ -103,7 +138,8 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
 
 def run(batch: Batch, res: Resources) -> Batch:
     with res.view() as v:
-        out = augment_batch(batch, v.cursor if v else None, res.settings().preview_chars, v.overlay if v else None)
+        out = augment_batch(batch, v.cursor if v else None, res.settings().preview_chars, v.overlay if v else None,
+                            v.graph if v else None)
         for state in out.states:
             state.store_version = v.overlay.version if v else None
         return out

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Protocol
 
-from pipeline.contracts import GraphLink, QueryState, Scope, Supersession
-from pipeline.stages.scope import in_scope
+from pipeline.contracts import QueryState, Scope, Supersession
+from pipeline.stages.scope import Scoped, in_scope
 
 
 class Graph(Protocol):
@@ -45,7 +45,7 @@ class Graph(Protocol):
 
     def created_at(self, mid: str) -> datetime: ...
 
-    def link(self, mid: str, preview_chars: int) -> GraphLink: ...
+    def facets(self, mid: str) -> Scoped: ...
 
 # How many links of a chain are followed at most (each is one small read per batch).
 MAX_CHAIN = 64
@@ -55,23 +55,23 @@ def _wants(state: QueryState) -> bool:
     return state.query.options.supersession is not Supersession.annotate
 
 
-def _successors(graph: Graph, mid: str, scope: Scope, preview_chars: int) -> list[str]:
+def _successors(graph: Graph, mid: str, scope: Scope) -> list[str]:
     """The live memories inside ``scope`` that supersede ``mid``."""
-    return [s for s in graph.superseded_by(mid) if in_scope(graph.link(s, preview_chars), scope)]
+    return [s for s in graph.superseded_by(mid) if in_scope(graph.facets(s), scope)]
 
 
-def _superseded(graph: Graph, state: QueryState, preview_chars: int) -> list[str]:
+def _superseded(graph: Graph, state: QueryState) -> list[str]:
     """The query's live, in-scope candidates that something live supersedes."""
     scope = state.query.scope
     return [f.id for f in state.fused if f.id in graph.rows and graph.superseded_by(f.id)
-            and in_scope(graph.link(f.id, preview_chars), scope)]
+            and in_scope(graph.facets(f.id), scope)]
 
 
-def walk_successors(graph: Graph, states: list[QueryState], preview_chars: int) -> None:
+def walk_successors(graph: Graph, states: list[QueryState]) -> None:
     """Load the supersession chains of every promote/hide query's superseded
     candidates, one level per round for the whole batch, through in-scope
     memories only."""
-    active = [(s, _superseded(graph, s, preview_chars)) for s in states if _wants(s)]
+    active = [(s, _superseded(graph, s)) for s in states if _wants(s)]
     active = [(s, starts) for s, starts in active if starts]
     for _ in range(MAX_CHAIN):
         need: set[str] = set()
@@ -87,32 +87,32 @@ def walk_successors(graph: Graph, states: list[QueryState], preview_chars: int) 
                 if not graph.loaded(mid):
                     need.add(mid)
                     continue
-                stack.extend(_successors(graph, mid, scope, preview_chars))
+                stack.extend(_successors(graph, mid, scope))
         if not need:
             return
         graph.load(need)
 
 
-def newest_successors(graph: Graph, mid: str, scope: Scope, preview_chars: int) -> list[str]:
+def newest_successors(graph: Graph, mid: str, scope: Scope) -> list[str]:
     """The ends of ``mid``'s in-scope supersession chain(s), newest first:
     the in-scope successors reachable from it that nothing in scope supersedes
     (in a cycle, the newest memory on it)."""
     reached: list[str] = []
     seen, stack = {mid}, [mid]
     while stack:
-        for s in _successors(graph, stack.pop(), scope, preview_chars):
+        for s in _successors(graph, stack.pop(), scope):
             if s not in seen:
                 seen.add(s)
                 reached.append(s)
                 if graph.loaded(s):
                     stack.append(s)
-    ends = [s for s in reached if not (graph.loaded(s) and _successors(graph, s, scope, preview_chars))]
+    ends = [s for s in reached if not (graph.loaded(s) and _successors(graph, s, scope))]
     if not ends and reached:
         ends = [max(reached, key=lambda s: (graph.created_at(s), s))]
     return sorted(ends, key=lambda s: (graph.created_at(s), s), reverse=True)
 
 
-def ordered(graph: Graph, state: QueryState, preview_chars: int) -> list[tuple[str, str | None]]:
+def ordered(graph: Graph, state: QueryState) -> list[tuple[str, str | None]]:
     """The query's live candidates in the order its ``supersession`` serves
     them, as ``(id, promoted_above)``; counts what ``hide`` drops in
     ``state.hidden_superseded``."""
@@ -121,11 +121,11 @@ def ordered(graph: Graph, state: QueryState, preview_chars: int) -> list[tuple[s
         return [(m, None) for m in live]
     hide = state.query.options.supersession is Supersession.hide
     scope = state.query.scope
-    superseded = set(_superseded(graph, state, preview_chars))
+    superseded = set(_superseded(graph, state))
     out: list[tuple[str, str | None]] = []
     placed: set[str] = set()
     for mid in live:
-        ends = newest_successors(graph, mid, scope, preview_chars) if mid in superseded else []
+        ends = newest_successors(graph, mid, scope) if mid in superseded else []
         for s in ends:
             if s not in placed:
                 out.append((s, mid))

@@ -65,9 +65,18 @@ def convex(legs: dict[str, list[tuple[str, float]]], weights: dict[str, float]) 
     return [Fused(id=m, rrf=scores[m], score=scores[m], ranks=ranks[m]) for m in order]
 
 
+def _own(state: QueryState) -> QueryState:
+    """A copy of ``state`` owning what merging and fusing change (its query,
+    legs and timings); the rest is shared, never changed in place. A deep copy
+    took ~0.3 ms of a keyword query, more with a hundred hits per leg."""
+    return state.model_copy(update={"query": state.query.model_copy(), "timings": dict(state.timings),
+                                    "legs": {name: leg.model_copy() for name, leg in state.legs.items()}})
+
+
 def merge_legs(parts: list[Batch]) -> Batch:
-    """Join the chord's header results (one batch per leg) into one batch."""
-    base = parts[0].model_copy(deep=True)
+    """Join the chord's header results (one batch per leg) into one batch;
+    the parts are left as they were."""
+    base = Batch(states=[_own(s) for s in parts[0].states])
     for other in parts[1:]:
         if len(other.states) != len(base.states):
             raise ValueError("chord parts disagree on the number of queries")
@@ -76,7 +85,7 @@ def merge_legs(parts: list[Batch]) -> Batch:
                 raise ValueError("chord parts disagree on query order")
             for name, leg in theirs.legs.items():
                 if leg.ran or name not in state.legs:
-                    state.legs[name] = leg
+                    state.legs[name] = leg.model_copy()  # fusion cuts its hits: not the part's
             for stage, ms in theirs.timings.items():
                 state.timings.setdefault(stage, ms)
             if theirs.query.vector is not None:
@@ -87,8 +96,9 @@ def merge_legs(parts: list[Batch]) -> Batch:
 def fuse_state(state: QueryState, k: int) -> QueryState:
     """Convex fusion or RRF, as the query asks, over the legs that ran (weight > 0)."""
     t0 = time.perf_counter()
-    for name in LEGS:
-        state.legs.setdefault(name, LegRun(leg=name))
+    # every leg, in LEGS order, whichever legs the canvas ran (a leg no query
+    # of the batch wants is left out of it: ``Batch.legs``)
+    state.legs = {name: state.legs[name] if name in state.legs else LegRun(leg=name) for name in LEGS}
     ran = {name: leg for name, leg in state.legs.items() if leg.ran and state.query.weights.get(name, 0) > 0}
     if state.query.fusion is Fusion.convex:
         state.fused = convex({name: [(h.id, h.score) for h in leg.hits] for name, leg in ran.items()},
