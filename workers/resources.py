@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 
 from pipeline.audit.writer import AuditWriter
+from pipeline.contracts import Batch
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.store.database import Store
 from pipeline.store.lake.follow import reader_for
@@ -102,6 +103,15 @@ class Resources:
         while the old one answers.
         """
         return self.reader().snapshot()
+
+    def reach(self, batch: Batch | list[Batch]) -> None:
+        """Bring this process's store to the highest ``min_version`` the batch's
+        queries ask for (``Reader.at_least``: at once, waiting at most
+        ``store.min_version_wait_ms``), so the stage reads a state that new or newer."""
+        batches = batch if isinstance(batch, list) else [batch]
+        wanted = max((s.query.options.min_version or 0 for b in batches for s in b.states), default=0)
+        if wanted:
+            self.reader().at_least(wanted, self.settings().store.min_version_wait_ms / 1000.0)
 
     def store(self) -> Store | None:
         """The published base, read-only (None when none exists yet)."""

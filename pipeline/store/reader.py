@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.errors import StoreError
+from pipeline.errors import StoreError, VersionNotReachedError
 from pipeline.store import segments
 from pipeline.store.database import Store, created_at_of
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
@@ -268,6 +269,27 @@ class Reader:
                 except FileNotFoundError:
                     continue  # compaction removed a file between reading MANIFEST and opening it
             raise StoreError(f"the store in {self.data_dir} kept changing while reading it")
+
+    def at_least(self, version: int, wait_s: float) -> Snapshot | None:
+        """The newest state, at ``version`` or later (read-your-writes: a search's
+        ``min_version``). The state this process holds answers when it is new
+        enough; else the store is asked at once (on the lake, not waiting out
+        ``store.poll_ms``) and again every few milliseconds for at most ``wait_s``,
+        then ``VersionNotReachedError`` names ``min_version``."""
+        snap = self.snapshot()
+        if version == 0 or (snap is not None and snap.version >= version):
+            return snap
+        start = time.monotonic()
+        pause = 0.005
+        while True:
+            snap = self.snapshot(fresh=True)
+            if snap is not None and snap.version >= version:
+                return snap
+            waited = time.monotonic() - start
+            if waited >= wait_s:
+                raise VersionNotReachedError(version, snap.version if snap is not None else None, waited * 1000.0)
+            time.sleep(min(pause, wait_s - waited))
+            pause = min(pause * 2, 0.05)
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until a background base load (if any) is done and in use."""
