@@ -74,6 +74,10 @@ class VersionNotReachedError(InputError):
         super().__init__("min_version", f"the store is at version {seen if seen is not None else 'none (empty)'}, "
                                         f"not {wanted}, after waiting {waited_ms:.0f} ms "
                                         "(store.min_version_wait_ms)")
+        self.args = (wanted, seen, waited_ms)  # what Celery sends and rebuilds it from: typed on the caller's side too
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
 
 
 class QueryTimeoutError(DimpleError):

@@ -112,3 +112,16 @@ def test_dimple_search_takes_min_version(embedded, capsys):
     done = remember({"id": "a", "namespace": "n", "content": "the cli finds this"})
     assert main(["search", "cli finds", "--mode", "keyword", "--min-version", str(done.version), "--json"]) == 0
     assert f'"store_version": {done.version}' in capsys.readouterr().out
+
+
+def test_a_version_never_reached_on_a_worker_reaches_the_caller_typed():
+    """Celery sends a worker's error as its class and ``args`` (JSON) and rebuilds it on the caller's side."""
+    from celery.backends.base import Backend
+
+    from workers.app import get_app
+
+    backend = Backend(app=get_app(), serializer="json")
+    sent = backend.prepare_exception(VersionNotReachedError(9, 4, 250.0), serializer="json")
+    got = backend.exception_to_python(sent)
+    assert type(got) is VersionNotReachedError and got.field == "min_version" and (got.wanted, got.seen) == (9, 4)
+    assert str(got) == "min_version: the store is at version 4, not 9, after waiting 250 ms (store.min_version_wait_ms)"
