@@ -112,6 +112,12 @@ def test_dimple_search_takes_min_version(embedded, capsys):
     done = remember({"id": "a", "namespace": "n", "content": "the cli finds this"})
     assert main(["search", "cli finds", "--mode", "keyword", "--min-version", str(done.version), "--json"]) == 0
     assert f'"store_version": {done.version}' in capsys.readouterr().out
+    embedded.store.min_version_wait_ms = 50
+    assert main(["search", "cli finds", "--min-version", str(done.version + 1000)]) == 2
+    assert main(["search", "cli finds", "--min-version", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert f"min_version: the store is at version {done.version}, not {done.version + 1000}" in err
+    assert "min_version: " in err.split("\n", 1)[1]
 
 
 def test_a_version_never_reached_on_a_worker_reaches_the_caller_typed():
