@@ -82,7 +82,10 @@ def _register(app: Celery, stage: Stage) -> Task:
         res = resources.current()
         if stage.name != EMBED:  # every stage reading the store answers from min_version or later
             res.reach(batch)
-        out = stage.run(batch, res)
+            with res.pinned(batch):  # or from the snapshot as_of names
+                out = stage.run(batch, res)
+        else:
+            out = stage.run(batch, res)
         if stage.name == LAST:
             audit.emit(app, out)
         return out.model_dump(mode="json")

@@ -39,6 +39,8 @@ class Source(Protocol):
 
     def follow(self, current: Snapshot | None, *, fresh: bool = False) -> Snapshot | None: ...
 
+    def view_at(self, snapshot: int) -> Snapshot: ...
+
     def close(self) -> None: ...
 
 
@@ -240,6 +242,7 @@ class Reader:
         self._pending: Snapshot | None = None
         self._failed: BaseException | None = None
         self.lake = lake
+        self._past: dict[int, Snapshot] = {}  # as_of snapshots, oldest asked first
 
     # -- public -----------------------------------------------------------------
     def snapshot(self, *, fresh: bool = False) -> Snapshot | None:
@@ -291,6 +294,19 @@ class Reader:
             time.sleep(min(pause, wait_s - waited))
             pause = min(pause * 2, 0.05)
 
+    def as_of(self, snapshot: int) -> Snapshot:
+        """The store as it was at ``snapshot`` (lake only; the last two asked are
+        kept open); ``StoreError`` naming ``store.engine`` on the segment store."""
+        if self.lake is None:
+            raise StoreError("store.engine: as_of reads a past snapshot, which only the lake engine keeps "
+                             "(DIMPLE_STORE__ENGINE=lake)")
+        with self._lock:
+            snap = self._past.pop(snapshot, None) or self.lake.view_at(snapshot)
+            self._past[snapshot] = snap
+            while len(self._past) > 2:
+                self._past.pop(next(iter(self._past))).close()
+            return snap
+
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until a background base load (if any) is done and in use."""
         thread = self._loading
@@ -308,6 +324,9 @@ class Reader:
             if self._current is not None:
                 self._current.close()
             self._current = None
+            for past in self._past.values():
+                past.close()
+            self._past.clear()
             if self.lake is not None:
                 self.lake.close()
 
