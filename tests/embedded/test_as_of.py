@@ -81,3 +81,15 @@ def test_the_segment_store_refuses_as_of_naming_the_engine(tmp_path):
             search("alpha", as_of=done.version)
     finally:
         resources.current().close_store()
+
+
+def test_dimple_search_takes_as_of(embedded, capsys):
+    from workers.api import remember
+    from workers.cli import main
+
+    first = remember({"id": "a", "namespace": "n", "content": "the cli finds this"})
+    remember({"id": "b", "namespace": "n", "content": "the cli finds that too"})
+    assert main(["search", "cli finds", "--mode", "keyword", "--as-of", str(first.version), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"id": "a"' in out and '"id": "b"' not in out
+    assert main(["search", "cli finds", "--as-of", "0"]) == 2 and "as_of" in capsys.readouterr().err
