@@ -93,3 +93,16 @@ def test_dimple_search_takes_as_of(embedded, capsys):
     out = capsys.readouterr().out
     assert '"id": "a"' in out and '"id": "b"' not in out
     assert main(["search", "cli finds", "--as-of", "0"]) == 2 and "as_of" in capsys.readouterr().err
+
+
+def test_without_a_base_at_or_before_it_as_of_builds_one_there(embedded):
+    from pipeline.store.lake.follow import base_file, bases
+    from workers.api import forget, remember
+
+    remember({"id": "a", "namespace": "n", "content": "alpha note"})
+    second = remember({"id": "b", "namespace": "n", "content": "beta note"})
+    forget("a")
+    for path in bases(embedded).values():  # as on a host that never built one (its first write's is gone)
+        path.unlink()
+    assert _ids("note", as_of=second.version) == ["b"]  # a was live then, and is forgotten since
+    assert list(bases(embedded)) == [second.version] and base_file(embedded, second.version).exists()
