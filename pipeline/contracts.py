@@ -174,6 +174,14 @@ class QueryOptions(_Strict):
     )
     fusion: Fusion | None = Field(None, description="rrf | convex (default: the fusion setting)")
     origin: Origin = Field(Origin.query, description="query | eval | replay: who asked (recorded in the audit row)")
+    min_version: int | None = Field(
+        None, ge=0, strict=True,
+        description="read-your-writes: answer from a store version (lake snapshot, or manifest version) >= this, "
+                    "e.g. the `version` a write returned (waits at most `store.min_version_wait_ms`)")
+    as_of: int | None = Field(
+        None, ge=1, strict=True,
+        description="lake engine: answer as the store was at this snapshot (a `version` a write returned), "
+                    "memories forgotten since left out; one batch reads one snapshot")
 
     @field_validator("content_type", mode="before")
     @classmethod

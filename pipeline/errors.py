@@ -65,6 +65,21 @@ class SchemaTooNewError(StoreError):
     """The store was written by a newer dimple than this one."""
 
 
+class VersionNotReachedError(InputError):
+    """A search's ``min_version`` was not reached by the store within
+    ``store.min_version_wait_ms``; ``field`` is ``min_version``."""
+
+    def __init__(self, wanted: int, seen: int | None, waited_ms: float):
+        self.wanted, self.seen = wanted, seen
+        super().__init__("min_version", f"the store is at version {seen if seen is not None else 'none (empty)'}, "
+                                        f"not {wanted}, after waiting {waited_ms:.0f} ms "
+                                        "(store.min_version_wait_ms)")
+        self.args = (wanted, seen, waited_ms)  # what Celery sends and rebuilds it from: typed on the caller's side too
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+
 class QueryTimeoutError(DimpleError):
     """No answer from the workers within the caller's timeout."""
 

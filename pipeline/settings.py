@@ -125,6 +125,13 @@ class StoreSettings(BaseModel):
     # one poll (a catalog read, ~2-18 ms) costs a busy process at most ten reads a second.
     poll_ms: int = Field(100, ge=0, description="with engine `lake`: a search process asks the catalog for its "
                                                 "latest snapshot at most this often (0: before every task)")
+    # 5 s: a write another process committed is visible within a poll plus the read
+    # of its changes (well under a second); a separate bound, below the query's task
+    # timeout, so a version never reached is a typed error naming `min_version`
+    # rather than the caller's timeout, and a stage never holds its worker for long.
+    min_version_wait_ms: int = Field(5000, ge=0, description="a search with `min_version` waits at most this long "
+                                                             "for the store to reach that version, polling at once "
+                                                             "(either engine), then fails naming `min_version`")
     catalog: str | None = Field(
         None, description="the lake's catalog (docs/LAKE.md; read and written with engine `lake`): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
                           "`postgres:CONNINFO` (several hosts; libpq, e.g. `postgres:dbname=dimple host=db user=dimple`)")

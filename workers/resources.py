@@ -21,7 +21,9 @@ from typing import Any
 import duckdb
 
 from pipeline.audit.writer import AuditWriter
+from pipeline.contracts import Batch
 from pipeline.embedders import Embedder, make_embedder
+from pipeline.errors import InputError
 from pipeline.store.database import Store
 from pipeline.store.lake.follow import reader_for
 from pipeline.store.reader import Reader, Snapshot, View
@@ -51,6 +53,7 @@ class Resources:
         # (settings as configured, the tuned file's stat key, those settings with the store's tuned values)
         self._effective: tuple[WorkerSettings, tuple[int, int, int] | None, WorkerSettings] | None = None
         self._tuned_due = 0.0  # monotonic time the tuned file is next looked at
+        self._pin = threading.local()  # .snap: the as_of snapshot this thread's stage reads (``pinned``)
 
     def configure(self, settings: WorkerSettings) -> None:
         """Use ``settings`` from now on.
@@ -135,6 +138,35 @@ class Resources:
         """
         return self.reader().snapshot()
 
+    def reach(self, batch: Batch | list[Batch]) -> None:
+        """Bring this process's store to the highest ``min_version`` the batch's
+        queries ask for (``Reader.at_least``: at once, waiting at most
+        ``store.min_version_wait_ms``), so the stage reads a state that new or newer."""
+        batches = batch if isinstance(batch, list) else [batch]
+        wanted = max((s.query.options.min_version or 0 for b in batches for s in b.states), default=0)
+        if wanted:
+            self.reader().at_least(wanted, self.settings().store.min_version_wait_ms / 1000.0)
+
+    @contextmanager
+    def pinned(self, batch: Batch | list[Batch]) -> Iterator[None]:
+        """Within: this thread's ``view()`` reads the snapshot the batch's
+        queries ask for with ``as_of`` (``Reader.as_of``), none asked: the newest."""
+        batches = batch if isinstance(batch, list) else [batch]
+        wanted = {s.query.options.as_of for b in batches for s in b.states}
+        if wanted == {None}:
+            yield
+            return
+        if len(wanted) > 1:
+            raise InputError("as_of", "one batch reads one snapshot: send queries with other as_of values "
+                                      "(or none) in other batches")
+        snapshot = wanted.pop()
+        assert snapshot is not None
+        self._pin.snap = self.reader().as_of(snapshot)
+        try:
+            yield
+        finally:
+            self._pin.snap = None
+
     def store(self) -> Store | None:
         """The published base, read-only (None when none exists yet)."""
         snap = self.snapshot()
@@ -148,7 +180,7 @@ class Resources:
     def view(self) -> Iterator[View | None]:
         """One published state for one stage of this thread (``Snapshot.view``),
         None when nothing was written yet."""
-        snap = self.snapshot()
+        snap = getattr(self._pin, "snap", None) or self.snapshot()
         if snap is None:
             yield None
             return

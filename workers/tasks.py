@@ -47,6 +47,7 @@ def _in(batch: object, stage: str) -> Batch:
 # only the final result is stored (and failures, task_store_errors_even_if_ignored,
 # which the caller's parent check reads), not one stored copy per hop.
 LAST = "search.budget"
+EMBED = "search.embed"  # the one stage that reads no store
 
 
 # Celery builds a repr of every task's result (for its success log line and
@@ -87,7 +88,13 @@ def _register(app: Celery, stage: Stage) -> Task:
             batch = [_in(p, stage.name) for p in payload]
         else:
             batch = _in(payload, stage.name)
-        out = stage.run(batch, resources.current())
+        res = resources.current()
+        if stage.name != EMBED:  # every stage reading the store answers from min_version or later
+            res.reach(batch)
+            with res.pinned(batch):  # or from the snapshot as_of names
+                out = stage.run(batch, res)
+        else:
+            out = stage.run(batch, res)
         if stage.name == LAST:
             audit.emit(app, out)
         return out.model_dump(mode="json")

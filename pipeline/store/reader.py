@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.errors import StoreError
+from pipeline.errors import StoreError, VersionNotReachedError
 from pipeline.store import segments
 from pipeline.store.database import Store, created_at_of
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
@@ -38,6 +39,8 @@ class Source(Protocol):
     lake (``pipeline.store.lake.follow.Follower``)."""
 
     def follow(self, current: Snapshot | None, *, fresh: bool = False) -> Snapshot | None: ...
+
+    def view_at(self, snapshot: int) -> Snapshot: ...
 
     def close(self) -> None: ...
 
@@ -243,6 +246,7 @@ class Reader:
         self._pending: Snapshot | None = None
         self._failed: BaseException | None = None
         self.lake = lake
+        self._past: dict[int, Snapshot] = {}  # as_of snapshots, oldest asked first
 
     # -- public -----------------------------------------------------------------
     def snapshot(self, *, fresh: bool = False) -> Snapshot | None:
@@ -273,6 +277,40 @@ class Reader:
                     continue  # compaction removed a file between reading MANIFEST and opening it
             raise StoreError(f"the store in {self.data_dir} kept changing while reading it")
 
+    def at_least(self, version: int, wait_s: float) -> Snapshot | None:
+        """The newest state, at ``version`` or later (read-your-writes: a search's
+        ``min_version``). The state this process holds answers when it is new
+        enough; else the store is asked at once (on the lake, not waiting out
+        ``store.poll_ms``) and again every few milliseconds for at most ``wait_s``,
+        then ``VersionNotReachedError`` names ``min_version``."""
+        snap = self.snapshot()
+        if version == 0 or (snap is not None and snap.version >= version):
+            return snap
+        start = time.monotonic()
+        pause = 0.005
+        while True:
+            snap = self.snapshot(fresh=True)
+            if snap is not None and snap.version >= version:
+                return snap
+            waited = time.monotonic() - start
+            if waited >= wait_s:
+                raise VersionNotReachedError(version, snap.version if snap is not None else None, waited * 1000.0)
+            time.sleep(min(pause, wait_s - waited))
+            pause = min(pause * 2, 0.05)
+
+    def as_of(self, snapshot: int) -> Snapshot:
+        """The store as it was at ``snapshot`` (lake only; the last two asked are
+        kept open); ``StoreError`` naming ``store.engine`` on the segment store."""
+        if self.lake is None:
+            raise StoreError("store.engine: as_of reads a past snapshot, which only the lake engine keeps "
+                             "(DIMPLE_STORE__ENGINE=lake)")
+        with self._lock:
+            snap = self._past.pop(snapshot, None) or self.lake.view_at(snapshot)
+            self._past[snapshot] = snap
+            while len(self._past) > 2:
+                self._past.pop(next(iter(self._past))).close()
+            return snap
+
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until a background base load (if any) is done and in use."""
         thread = self._loading
@@ -290,6 +328,9 @@ class Reader:
             if self._current is not None:
                 self._current.close()
             self._current = None
+            for past in self._past.values():
+                past.close()
+            self._past.clear()
             if self.lake is not None:
                 self.lake.close()
 

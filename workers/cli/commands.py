@@ -198,6 +198,12 @@ def _parser() -> argparse.ArgumentParser:
                         "directly above it; default), hide (the successor in its place)")
     s.add_argument("--fusion", help="rrf (weighted reciprocal rank fusion) | convex (weighted sum of min-max "
                                     "normalised scores) (default DIMPLE_FUSION, rrf)")
+    s.add_argument("--min-version", type=int, metavar="V",
+                   help="read-your-writes: answer from store version V or later (the `version` a write printed), "
+                        "waiting at most DIMPLE_STORE__MIN_VERSION_WAIT_MS")
+    s.add_argument("--as-of", type=int, metavar="S",
+                   help="lake engine: answer as the store was at snapshot S (a write's version), "
+                        "memories forgotten since left out")
     s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 
@@ -395,7 +401,7 @@ def search_options(args) -> dict[str, Any]:
         "mode": args.mode,
         "recency_boost": args.recency_boost,
     }
-    for name in ("top_k", "max_units", "max_chars", "max_ms", "now", "supersession", "fusion"):
+    for name in ("top_k", "max_units", "max_chars", "max_ms", "now", "supersession", "fusion", "min_version", "as_of"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value

@@ -18,8 +18,7 @@ one wins, the others' equal files are dropped.
 
 A running process switches to a newer base when it sees one (in the
 foreground, at its next poll). Not yet: loading it in the background, bases
-found through the catalog (other hosts), compaction of the lake's files, and
-``as_of``.
+found through the catalog (other hosts), and compaction of the lake's files.
 """
 
 from __future__ import annotations
@@ -31,8 +30,9 @@ import time
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
-from pipeline.errors import StoreError
+from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.lake.catalog import Catalog, NoLake, attach
@@ -40,6 +40,7 @@ from pipeline.store.lake.commit import snapshot_of_write
 from pipeline.store.lake.derive import build_base, deltas_since, open_view
 from pipeline.store.lake.records import Committed, LakeWrite
 from pipeline.store.lake.store import Lake
+from pipeline.store.overlay import Delta
 from pipeline.store.reader import Reader, Snapshot
 
 _BASE = re.compile(r"base-(\d+)\.duckdb")
@@ -138,6 +139,32 @@ class Follower:
         view = open_view(lake, self.build(latest), self.settings, until=latest, memory_limit=self.memory_limit)
         self._base_at = latest
         return view
+
+    def view_at(self, snapshot: int) -> Snapshot:
+        """The store as it was at ``snapshot`` (``as_of``), memories forgotten
+        since left out: the newest base at or before it plus the snapshots up to
+        it (``open_view(until=snapshot)``), else a base built at it (a whole
+        build: seconds per 100k memories, kept in ``indexes/`` for the next),
+        then the forgets committed after it as one delta."""
+        with self.lock:
+            lake = self.lake()
+            latest = lake.latest_snapshot() if lake is not None else 0
+            if lake is None or not 0 < snapshot <= latest:
+                raise InputError("as_of", f"no snapshot {snapshot} in the lake (its latest is {latest})")
+            held = {b: p for b, p in bases(self.settings).items() if b <= snapshot}
+            base = held[max(held)] if held else self.build(snapshot)
+            dim = lake.info.embedding_dim
+            try:
+                view = open_view(lake, base, self.settings, until=snapshot, memory_limit=self.memory_limit)
+                forgotten = sorted({i for done in lake.changes_since(snapshot, latest).writes(dim)
+                                    for i in done.forgotten})
+            except StoreError as exc:
+                raise InputError("as_of", f"snapshot {snapshot} can no longer be read: {exc}") from None
+            if not forgotten:
+                return view
+            empty = np.zeros((0, dim), np.float32)
+            return view.extend(snapshot, {latest + 1: Delta(seq=latest + 1, memories=[], vectors=empty,
+                                                            forget=forgotten)})
 
     def build(self, snapshot: int) -> Path:
         """A base file for ``snapshot`` (built unless one exists)."""

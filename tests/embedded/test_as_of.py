@@ -1,0 +1,108 @@
+"""``search(..., as_of=S)`` on the lake (issue 34 item 5, second half): the
+answer is the store as it was at snapshot S, memories forgotten since left
+out; the segment store refuses naming ``store.engine``."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import InputError, StoreError
+from tests.conftest import store_settings
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return store_settings(tmp_path, "lake")
+
+
+def _ids(query: str, **options) -> list[str]:
+    from workers.api import search
+
+    return sorted(r.id for r in search(query, mode="keyword", **options).results)
+
+
+def test_as_of_answers_as_the_store_was_then_without_what_was_forgotten_since(embedded):
+    from workers.api import audit_row, forget, remember, search
+
+    first = remember([{"id": "a", "namespace": "n", "content": "the office is in lisbon"},
+                      {"id": "b", "namespace": "n", "content": "the office cat is called lisbon"}])
+    moved = remember({"id": "a", "namespace": "n", "content": "the office moved to porto"})
+    remember({"id": "c", "namespace": "n", "content": "a second office in lisbon"})
+    forget("b")
+    assert _ids("lisbon") == ["c"]
+    assert _ids("lisbon", as_of=first.version) == ["a"]  # b was forgotten since: never served again
+    assert _ids("porto", as_of=first.version) == [] and _ids("porto", as_of=moved.version) == ["a"]
+    then = search("office", mode="keyword", as_of=moved.version)
+    assert then.store_version == moved.version and sorted(r.id for r in then.results) == ["a"]
+    assert audit_row(then.query_id).query_profile["store_version"] == moved.version
+    assert _ids("lisbon") == ["c"]  # the newest state is untouched
+
+
+def test_as_of_in_one_batch_reads_one_snapshot(embedded):
+    from workers.api import remember, search_many
+
+    first = remember({"id": "a", "namespace": "n", "content": "alpha"})
+    remember({"id": "b", "namespace": "n", "content": "beta"})
+    same = search_many([{"query": "beta", "mode": "keyword", "as_of": first.version},
+                        {"query": "alpha", "mode": "keyword", "as_of": first.version}])
+    assert [[r.id for r in a.results] for a in same] == [[], ["a"]]
+    with pytest.raises(InputError) as caught:
+        search_many([{"query": "beta", "as_of": first.version}, "alpha"])
+    assert caught.value.field == "as_of"
+
+
+@pytest.mark.parametrize("bad", [0, -1, "3", 1.5, True])
+def test_a_bad_as_of_is_refused_naming_the_field(embedded, bad):
+    from workers.api import remember, search
+
+    remember({"id": "a", "namespace": "n", "content": "alpha"})
+    with pytest.raises(InputError) as caught:
+        search("alpha", as_of=bad)
+    assert caught.value.field == "as_of"
+
+
+def test_a_snapshot_the_lake_does_not_hold_is_refused_naming_as_of(embedded):
+    from workers.api import remember, search
+
+    done = remember({"id": "a", "namespace": "n", "content": "alpha"})
+    with pytest.raises(InputError, match=f"^as_of: no snapshot {done.version + 5} in the lake"):
+        search("alpha", as_of=done.version + 5)
+
+
+def test_the_segment_store_refuses_as_of_naming_the_engine(tmp_path):
+    import workers
+    from workers import resources
+    from workers.api import remember, search
+
+    workers.configure(store_settings(tmp_path, "segments"))
+    try:
+        done = remember({"id": "a", "namespace": "n", "content": "alpha"})
+        with pytest.raises(StoreError, match="^store.engine: as_of"):
+            search("alpha", as_of=done.version)
+    finally:
+        resources.current().close_store()
+
+
+def test_dimple_search_takes_as_of(embedded, capsys):
+    from workers.api import remember
+    from workers.cli import main
+
+    first = remember({"id": "a", "namespace": "n", "content": "the cli finds this"})
+    remember({"id": "b", "namespace": "n", "content": "the cli finds that too"})
+    assert main(["search", "cli finds", "--mode", "keyword", "--as-of", str(first.version), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"id": "a"' in out and '"id": "b"' not in out
+    assert main(["search", "cli finds", "--as-of", "0"]) == 2 and "as_of" in capsys.readouterr().err
+
+
+def test_without_a_base_at_or_before_it_as_of_builds_one_there(embedded):
+    from pipeline.store.lake.follow import base_file, bases
+    from workers.api import forget, remember
+
+    remember({"id": "a", "namespace": "n", "content": "alpha note"})
+    second = remember({"id": "b", "namespace": "n", "content": "beta note"})
+    forget("a")
+    for path in bases(embedded).values():  # as on a host that never built one (its first write's is gone)
+        path.unlink()
+    assert _ids("note", as_of=second.version) == ["b"]  # a was live then, and is forgotten since
+    assert list(bases(embedded)) == [second.version] and base_file(embedded, second.version).exists()
