@@ -548,11 +548,20 @@ def replay_row(row: AuditRecord) -> dict[str, Any]:
     if row.query_text is None:
         return {"verdict": "not possible: the query text was not stored (DIMPLE_STORE_QUERY_TEXT=false)", "changes": []}
     settings = resources.current().settings()
+    at = replay_snapshot(row)
+    options = replay_options(row)
     unlogged = settings.embedded and settings.audit_enabled
     if unlogged:
         configure(settings.replace(audit_enabled=False))
+    gone = None
     try:
-        now = search(row.query_text, **replay_options(row))
+        try:
+            now = search(row.query_text, **options, **({"as_of": at} if at is not None else {}))
+        except InputError as exc:  # the lake no longer holds the row's snapshot (store.retain)
+            if at is None or exc.field != "as_of":
+                raise
+            gone, at = exc.reason, None
+            now = search(row.query_text, **options)
     finally:
         if unlogged:
             configure(settings)
@@ -562,8 +571,21 @@ def replay_row(row: AuditRecord) -> dict[str, Any]:
     moved = store_changed(row, now.store_version)
     if moved and not diff["same"]:
         verdict += f"; {moved}"
-    return {"verdict": verdict, "changes": changes, "store_changed": moved,
+    if gone is not None:
+        verdict += f"; replayed on the current store, the row's snapshot is not held any more ({gone})"
+    return {"verdict": verdict, "changes": changes, "store_changed": moved, "replayed_at": at,
             "replay_query_id": now.query_id, "logged_as": None if settings.embedded else now.query_id}
+
+
+def replay_snapshot(row: AuditRecord) -> int | None:
+    """The snapshot a logged query read, to replay it there: on the lake engine,
+    which keeps ``store.retain`` of snapshots, so a replay shows what a setting
+    change did and not what later writes did; None on the segment store, which
+    holds only its current version (the replay says when the store moved)."""
+    version = row.query_profile.get("store_version")
+    if resources.current().settings().store.engine != "lake" or not isinstance(version, int) or version < 1:
+        return None
+    return version
 
 
 def audit_row(query_id: Any) -> AuditRecord:
@@ -599,6 +621,7 @@ def explain_miss(query_id: str, memory_id: str) -> WhyNot:
     """Why memory ``memory_id`` was not among the results of query ``query_id``
     (its ``Results.query_id``, or a unique prefix of at least 4 characters):
     the logged query (its audit row) replayed in this process, stage by stage,
+    on the lake engine at the snapshot it read (while the lake holds it), else
     on the store as it is now (``pipeline.audit.whynot``), naming the stage
     that dropped the memory and the numbers behind it (or the rank it was
     returned at). Embedded or through a broker, it reads the store and the
@@ -608,6 +631,14 @@ def explain_miss(query_id: str, memory_id: str) -> WhyNot:
     stored) or ``memory_id`` (not a memory id; not in the store).
     """
     res = resources.current()
-    return why_not(audit_row(query_id), memory_id, res, res.snapshot())
+    row = audit_row(query_id)
+    snapshot, at = res.snapshot(), replay_snapshot(row)
+    if at is not None:
+        try:
+            snapshot = res.reader().as_of(at)
+        except InputError as exc:  # not held any more: the current store, and the answer's caveat says it moved
+            if exc.field != "as_of":
+                raise
+    return why_not(row, memory_id, res, snapshot)
 
 

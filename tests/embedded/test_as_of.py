@@ -106,3 +106,24 @@ def test_without_a_base_at_or_before_it_as_of_builds_one_there(embedded):
         path.unlink()
     assert _ids("note", as_of=second.version) == ["b"]  # a was live then, and is forgotten since
     assert list(bases(embedded)) == [second.version] and base_file(embedded, second.version).exists()
+
+
+def test_audit_explain_replays_a_logged_query_at_the_snapshot_it_read(embedded):
+    """On the lake a logged query is replayed at its own snapshot (issue 32):
+    ``explain``'s diff shows what a setting change did, not what later writes
+    did, and why-not answers as the store was then."""
+    from workers.api import explain, explain_miss, remember, search
+
+    remember([{"id": "a", "namespace": "n", "content": "the deploy window is friday"},
+              {"id": "b", "namespace": "n", "content": "deploy notes for the window"}])
+    asked = search("deploy window", mode="keyword")
+    assert [r.id for r in asked.results] and "c" not in [r.id for r in asked.results]
+    remember({"id": "c", "namespace": "n", "content": "deploy window: the deploy window moved, deploy window"})
+    assert search("deploy window", mode="keyword").results[0].id == "c"  # a later write leads now
+    replay = explain(asked.query_id)["replay"]
+    assert replay["replayed_at"] == asked.store_version
+    assert replay["verdict"] == "same list" and replay["changes"] == [] and replay["store_changed"] is None
+    with pytest.raises(InputError) as caught:  # c was not in the store the query read
+        explain_miss(asked.query_id, "c")
+    assert caught.value.field == "memory_id"
+    assert explain_miss(asked.query_id, asked.results[0].id).reason == "returned"
