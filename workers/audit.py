@@ -211,18 +211,19 @@ class _EmbeddedWriter:
         deadline = time.monotonic() + EMBEDDED_LINGER_S
         while rows < EMBEDDED_MAX_ROWS:
             remaining = 0.0 if self.hurry.is_set() else deadline - time.monotonic()
-            try:
-                if remaining <= 0:
-                    item = self.queue.get_nowait()
-                else:  # in slices, so that a ``flush`` ends the wait within one
-                    item = self.queue.get(timeout=min(remaining, 0.01))
+            try:  # a ``flush`` wakes this wait with an empty item (``wake``)
+                item = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
             except queue.Empty:
-                if remaining <= 0:
-                    break
-                continue
+                break
             items.append(item)
             rows += len(item[1])
         return items
+
+    def wake(self) -> None:
+        """End a linger now (``flush``): an item without rows, if the thread runs."""
+        with self.lock:
+            if self.thread is not None and self.thread.is_alive():
+                self.queue.put((None, []))  # type: ignore[arg-type]
 
     def _run(self) -> None:
         while True:
@@ -230,6 +231,8 @@ class _EmbeddedWriter:
             # one write per run of items bound for one audit store (settings change with ``configure``)
             groups: list[tuple[WorkerSettings, list[AuditRecord]]] = []
             for settings, records in items:
+                if not records:  # a wake-up (``wake``), or a batch without rows
+                    continue
                 if groups and groups[-1][0].audit_path == settings.audit_path:
                     groups[-1][1].extend(records)
                 else:
@@ -268,6 +271,7 @@ def flush(timeout: float = 30.0) -> bool:
         done.set()
 
     _EMBEDDED.hurry.set()
+    _EMBEDDED.wake()
     try:
         threading.Thread(target=waiter, daemon=True).start()
         finished = done.wait(timeout)
