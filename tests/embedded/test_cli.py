@@ -192,7 +192,10 @@ def test_a_closed_stdout_ends_quietly(cli_store, argv):
     import sys
     from pathlib import Path
 
+    from workers import audit
+
     assert main(["search", "billing"]) == 0  # an audit row for 'audit tail'
+    assert audit.flush()  # written before another process reads the log (the writer batches up to a second)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "workers.cli", *argv], cwd=root, env=env,
