@@ -558,6 +558,27 @@ def validation_error(exc: ValidationError, default: str) -> InputError:
     return InputError(where, "unknown option" if kind == "extra_forbidden" else msg.removeprefix("Value error, "))
 
 
+def fusion_for(options: QueryOptions, settings: Settings) -> tuple[dict[str, float], Fusion]:
+    """The leg weights and fusion function a query gets: its own options
+    (``weights``, ``mode``, ``fusion``) first, the settings (with the store's
+    tuned values, ``Resources.settings()``) for what they leave open.
+    ``make_query`` resolves them where the query is made, and ``search.fuse``
+    again where it is fused, so a caller whose process sees other settings
+    than the workers' (another data dir, no ``TUNED.json``) still gets the
+    store's fusion."""
+    if options.weights is not None:
+        weights = {"vector": options.weights.vector, "fts": options.weights.fts}
+    elif options.mode is Mode.keyword:
+        weights = {"vector": 0.0, "fts": 1.0}
+    elif options.mode is Mode.semantic:
+        weights = {"vector": 1.0, "fts": 0.0}
+    elif (options.fusion or settings.fusion) == Fusion.convex.value:
+        weights = {"vector": settings.convex_alpha, "fts": 1.0 - settings.convex_alpha}
+    else:
+        weights = {"vector": settings.vector_weight, "fts": settings.fts_weight}
+    return weights, options.fusion or Fusion(settings.fusion)
+
+
 def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, settings: Settings) -> Query:
     """Validate a caller's query and resolve weights, budgets and top-k from settings.
 
@@ -579,16 +600,7 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
             options = QueryOptions.model_validate(options)
         except ValidationError as exc:
             raise validation_error(exc, "options") from exc  # every problem stays readable on __cause__
-    if options.weights is not None:
-        weights = {"vector": options.weights.vector, "fts": options.weights.fts}
-    elif options.mode is Mode.keyword:
-        weights = {"vector": 0.0, "fts": 1.0}
-    elif options.mode is Mode.semantic:
-        weights = {"vector": 1.0, "fts": 0.0}
-    elif (options.fusion or settings.fusion) == Fusion.convex.value:
-        weights = {"vector": settings.convex_alpha, "fts": 1.0 - settings.convex_alpha}
-    else:
-        weights = {"vector": settings.vector_weight, "fts": settings.fts_weight}
+    weights, fusion = fusion_for(options, settings)
     if not any(w > 0 for w in weights.values()):
         raise InputError("weights", "at least one leg needs a weight above 0")
     defaults = settings.budget
@@ -597,7 +609,7 @@ def make_query(text: Any, options: QueryOptions | dict[str, Any] | None, setting
         identity=text_identity(text),
         options=options,
         weights=weights,
-        fusion=options.fusion or Fusion(settings.fusion),
+        fusion=fusion,
         top_k=options.top_k or settings.leg_top_k,
         budget=Budget(
             max_units=options.max_units if options.max_units is not None else defaults.max_units,

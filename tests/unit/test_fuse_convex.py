@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from pipeline.contracts import Fusion, Hit, LegRun, QueryOptions, QueryState, make_query, options_from_recorded
+from pipeline.contracts import Batch, Fusion, Hit, LegRun, QueryOptions, QueryState, make_query, options_from_recorded
 from pipeline.errors import InputError
 from pipeline.settings import Settings
-from pipeline.stages.fuse import convex, fuse_state
+from pipeline.stages.fuse import convex, fuse_batch, fuse_state
 
 SETTINGS = Settings(_env_file=None)
 CONVEX = SETTINGS.replace(convex_alpha=0.4)  # convex is the default (issue 31); alpha 0.4 for hand-worked figures
@@ -130,3 +130,39 @@ def test_a_sweep_rrf_k_axis_sweeps_rrf_under_the_convex_default():
     q = make_query("deploy window", QueryOptions(), swept)
     assert (swept.rrf_k, q.fusion) == (30, Fusion.rrf)
     assert q.weights == {"vector": 1.0, "fts": 3.0} and swept.convex_alpha == CONVEX.convex_alpha
+
+
+def _legs_of(state: QueryState) -> list[Batch]:
+    """``state`` as the two chord parts ``search.fuse`` receives (one leg each)."""
+    parts = []
+    for leg in ("vector", "fts"):
+        part = state.model_copy(deep=True)
+        part.legs = {leg: state.legs[leg]}
+        parts.append(Batch(states=[part]))
+    return parts
+
+
+def test_the_fuse_stage_resolves_the_fusion_a_query_left_open_from_the_serving_settings():
+    # made by a client that sees plain RRF (no tuned file in its data dir); the
+    # workers serve a store tuned to convex alpha 0.4 (``Resources.settings()``)
+    made = _state(settings=RRF)
+    assert made.query.fusion is Fusion.rrf
+    out = fuse_batch(_legs_of(made), 60, lambda ids: {}, CONVEX).states[0]
+    here = _state(settings=CONVEX)
+    fuse_state(here, 60)
+    assert out.query.fusion is Fusion.convex and out.query.weights == here.query.weights
+    assert [(f.id, f.score) for f in out.fused] == [(f.id, f.score) for f in here.fused]
+    assert out.query.recorded()["fusion"] == "convex"  # what the audit row says was in effect
+
+
+@pytest.mark.parametrize("options", [{"fusion": "rrf"}, {"fusion": "rrf", "weights": {"vector": 3, "fts": 1}},
+                                     {"weights": {"vector": 3, "fts": 1}}, {"mode": "keyword"}])
+def test_what_a_query_asks_for_itself_is_not_resolved_again(options):
+    made = _state(options, settings=RRF)
+    out = fuse_batch(_legs_of(made), 60, lambda ids: {}, CONVEX).states[0]
+    # the query's own weights or mode stand; its fusion stands where it asked for one, else the store's
+    alone = _state(options, settings=RRF if "fusion" in options else CONVEX)
+    fuse_state(alone, 60)
+    assert (out.query.fusion, out.query.weights) == (alone.query.fusion, alone.query.weights)
+    assert out.query.weights == made.query.weights
+    assert [(f.id, f.score) for f in out.fused] == [(f.id, f.score) for f in alone.fused]

@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from pipeline.contracts import LEGS, Batch, Fused, Fusion, LegRun, QueryState
+from pipeline.contracts import LEGS, Batch, Fused, Fusion, LegRun, QueryState, fusion_for
+from pipeline.settings import Settings
 from pipeline.stages.fuse.recency import apply_recency
 from pipeline.stages.stage import Resources, Stage
 from pipeline.timing import ms_since
@@ -113,10 +114,18 @@ def fuse_state(state: QueryState, k: int) -> QueryState:
     return state
 
 
-def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], dict[str, datetime]]) -> Batch:
-    """The ``search.fuse`` stage: merge the legs, fuse, apply recency where asked."""
+def fuse_batch(parts: list[Batch], k: int, created_at_of: Callable[[list[str]], dict[str, datetime]],
+               settings: Settings | None = None) -> Batch:
+    """The ``search.fuse`` stage: merge the legs, fuse, apply recency where asked.
+
+    With ``settings`` (the serving process's, tuned values included), the
+    weights and fusion a query's options leave open are resolved again from
+    them (``fusion_for``): the store's tuned fusion holds whichever process
+    made the query."""
     batch = merge_legs(parts)
     for state in batch.states:
+        if settings is not None:
+            state.query.weights, state.query.fusion = fusion_for(state.query.options, settings)
         fuse_state(state, k)
         boost = state.query.options.recency_boost
         if boost > 0 and state.fused:
@@ -132,7 +141,7 @@ def run(parts: list[Batch], res: Resources) -> Batch:
     settings = res.settings()
     with res.view() as v:
         created = v.created_at if v is not None else _nothing_created
-        return fuse_batch(parts, settings.rrf_k, created)
+        return fuse_batch(parts, settings.rrf_k, created, settings)
 
 
 def _nothing_created(ids: list[str]) -> dict[str, datetime]:
