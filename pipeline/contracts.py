@@ -178,10 +178,29 @@ class QueryOptions(_Strict):
         None, ge=0, strict=True,
         description="read-your-writes: answer from a store version (lake snapshot, or manifest version) >= this, "
                     "e.g. the `version` a write returned (waits at most `store.min_version_wait_ms`)")
-    as_of: int | None = Field(
-        None, ge=1, strict=True,
+    as_of: int | datetime | None = Field(
+        None,
         description="lake engine: answer as the store was at this snapshot (a `version` a write returned), "
-                    "memories forgotten since left out; one batch reads one snapshot")
+                    "or at this time (ISO 8601, UTC unless it says otherwise: the last snapshot committed by "
+                    "then), memories forgotten since left out; one batch reads one snapshot")
+
+    @field_validator("as_of", mode="before")
+    @classmethod
+    def _snapshot_or_time(cls, value: Any) -> Any:
+        # a snapshot id is an int (not a bool, float or digit string: a typo
+        # must not read another snapshot); a time a datetime or ISO text
+        if value is None or isinstance(value, datetime):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise ValueError("a snapshot id is 1 or more")
+            return value
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value)
+            except ValueError:
+                pass
+        raise ValueError("a snapshot id (an integer >= 1) or an ISO 8601 time")
 
     @field_validator("content_type", mode="before")
     @classmethod

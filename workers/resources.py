@@ -156,12 +156,14 @@ class Resources:
         if wanted == {None}:
             yield
             return
-        if len(wanted) > 1:
+        reader = self.reader()
+        snapshots = {None if at is None else reader.past_snapshot(at) for at in wanted}  # a time: its snapshot
+        if len(snapshots) > 1:
             raise InputError("as_of", "one batch reads one snapshot: send queries with other as_of values "
                                       "(or none) in other batches")
-        snapshot = wanted.pop()
+        snapshot = snapshots.pop()
         assert snapshot is not None
-        self._pin.snap = self.reader().as_of(snapshot)
+        self._pin.snap = reader.as_of(snapshot)
         try:
             yield
         finally:

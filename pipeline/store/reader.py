@@ -298,12 +298,20 @@ class Reader:
             time.sleep(min(pause, wait_s - waited))
             pause = min(pause * 2, 0.05)
 
-    def as_of(self, snapshot: int) -> Snapshot:
-        """The store as it was at ``snapshot`` (lake only; the last two asked are
-        kept open); ``StoreError`` naming ``store.engine`` on the segment store."""
+    def past_snapshot(self, at: int | datetime) -> int:
+        """The snapshot ``as_of`` names: a snapshot id as it is, a time the last
+        snapshot committed by then (lake only); ``StoreError`` naming
+        ``store.engine`` on the segment store."""
         if self.lake is None:
             raise StoreError("store.engine: as_of reads a past snapshot, which only the lake engine keeps "
                              "(DIMPLE_STORE__ENGINE=lake)")
+        return at if isinstance(at, int) else self.lake.snapshot_for(at)
+
+    def as_of(self, at: int | datetime) -> Snapshot:
+        """The store as it was at ``at`` (a snapshot or a time, ``past_snapshot``;
+        lake only; the last two asked are kept open)."""
+        snapshot = self.past_snapshot(at)
+        assert self.lake is not None
         with self._lock:
             snap = self._past.pop(snapshot, None) or self.lake.view_at(snapshot)
             self._past[snapshot] = snap

@@ -127,3 +127,36 @@ def test_audit_explain_replays_a_logged_query_at_the_snapshot_it_read(embedded):
         explain_miss(asked.query_id, "c")
     assert caught.value.field == "memory_id"
     assert explain_miss(asked.query_id, asked.results[0].id).reason == "returned"
+
+
+def test_as_of_a_time_answers_as_the_last_snapshot_committed_by_then(embedded, capsys):
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from workers.api import audit_row, remember, search
+    from workers.cli.commands import main
+
+    first = remember({"id": "a", "namespace": "n", "content": "the office is in lisbon"})
+    time.sleep(0.05)
+    between = datetime.now(UTC)
+    time.sleep(0.05)
+    moved = remember({"id": "a", "namespace": "n", "content": "the office moved to porto"})
+    assert moved.version > first.version
+    then = search("office", mode="keyword", as_of=between)
+    assert then.store_version == first.version and [r.id for r in then.results] == ["a"]
+    assert "lisbon" in then.results[0].content
+    assert audit_row(then.query_id).query_profile["store_version"] == first.version
+    # naive ISO text is UTC; the same time as text and as a datetime read the same snapshot
+    naive = between.replace(tzinfo=None).isoformat()
+    assert search("lisbon", mode="keyword", as_of=naive).store_version == first.version
+    assert _ids("porto", as_of=datetime.now(UTC)) == ["a"]
+    with pytest.raises(InputError, match="^as_of: .* is in the future"):
+        search("office", as_of=datetime.now(UTC) + timedelta(hours=1))
+    with pytest.raises(InputError, match="^as_of: no snapshot of the lake at or before"):
+        search("office", as_of="2001-01-01T00:00:00")
+    with pytest.raises(InputError) as caught:
+        search("office", as_of="last tuesday")
+    assert caught.value.field == "as_of"
+    capsys.readouterr()
+    assert main(["search", "office", "--mode", "keyword", "--as-of", naive]) == 0
+    assert "lisbon" in capsys.readouterr().out

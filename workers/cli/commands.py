@@ -140,6 +140,12 @@ def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     return [parser] + [p for child in subparsers(parser) for p in all_parsers(child)]
 
 
+def _snapshot_or_time(text: str) -> int | str:
+    """``--as-of``: a snapshot id as an int, anything else as text for the
+    query's validation (an ISO time, or an ``InputError`` naming ``as_of``)."""
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
     p.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
@@ -201,9 +207,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--min-version", type=int, metavar="V",
                    help="read-your-writes: answer from store version V or later (the `version` a write printed), "
                         "waiting at most DIMPLE_STORE__MIN_VERSION_WAIT_MS")
-    s.add_argument("--as-of", type=int, metavar="S",
-                   help="lake engine: answer as the store was at snapshot S (a write's version), "
-                        "memories forgotten since left out")
+    s.add_argument("--as-of", type=_snapshot_or_time, metavar="S|TIME",
+                   help="lake engine: answer as the store was at snapshot S (a write's version) or at an "
+                        "ISO 8601 TIME (UTC unless it says otherwise), memories forgotten since left out")
     s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
     s.set_defaults(func=cmd_search)
 

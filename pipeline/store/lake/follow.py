@@ -27,6 +27,7 @@ import os
 import re
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -165,6 +166,20 @@ class Follower:
             empty = np.zeros((0, dim), np.float32)
             return view.extend(snapshot, {latest + 1: Delta(seq=latest + 1, memories=[], vectors=empty,
                                                             forget=forgotten)})
+
+    def snapshot_for(self, at: datetime) -> int:
+        """The snapshot ``as_of`` a time stands for: the last one committed at
+        or before ``at`` (UTC when it names no zone). A time still to come is
+        refused: a commit before it would change the answer between one stage
+        of a query and the next; a past time's snapshot never changes."""
+        when = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+        if when > datetime.now(UTC):
+            raise InputError("as_of", f"{when.isoformat()} is in the future")
+        with self.lock:
+            lake = self.lake()
+            if lake is None:
+                raise InputError("as_of", "no snapshot in the lake yet")
+            return lake.snapshot_at(when)
 
     def build(self, snapshot: int) -> Path:
         """A base file for ``snapshot`` (built unless one exists)."""
