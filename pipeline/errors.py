@@ -22,7 +22,13 @@ class InputError(DimpleError, ValueError):
     def __init__(self, field: str, reason: str):
         self.field = field
         self.reason = reason
-        super().__init__(f"{field}: {reason}")
+        # ``args`` is what Celery sends (JSON) and rebuilds the error from on
+        # the caller's side (``cls(*args)``): the error raised on a worker
+        # reaches the caller as itself, with its field
+        super().__init__(field, reason)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.reason}"
 
 
 @dataclass
@@ -75,9 +81,6 @@ class VersionNotReachedError(InputError):
                                         f"not {wanted}, after waiting {waited_ms:.0f} ms "
                                         "(store.min_version_wait_ms)")
         self.args = (wanted, seen, waited_ms)  # what Celery sends and rebuilds it from: typed on the caller's side too
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.reason}"
 
 
 class QueryTimeoutError(DimpleError):
