@@ -33,7 +33,7 @@ def on_lake(settings):
     return settings.replace(store={**settings.store.model_dump(), "engine": "lake"})
 
 
-def segment_store(settings, seed: int, first: int = 150, before: int = 20, after: int = 15):
+def segment_store(settings, seed: int, first: int = 120, before: int = 12, after: int = 10):
     """A segment store written by the write path: a first batch (straight into a
     base), ``before`` random writes, a compaction, ``after`` more (left as deltas).
     Returns the history and every content each id was ever written with."""
@@ -118,6 +118,8 @@ def test_a_migrated_store_answers_every_query_as_the_segment_store_did(tmp_path)
         held = lake.read()
         assert [m.id for m in held] == live
         assert np.array_equal(np.stack([m.embedding for m in held]), segment_vectors(seg, live))
+        ends = lake.con.execute("SELECT list(src) || list(dst) || list(origin) FROM edges").fetchone()[0]
+        assert ends and set(ends) <= set(live), "a link to a forgotten memory was carried over"
     # not one byte of a forgotten memory, nor of a replaced memory's old text, in the lake's files
     folders = (lake_settings.lake_data_path, seg.data_dir / "indexes", seg.data_dir / "lake.sqlite")
     gone = [t for m, ts in texts.items() for t in (ts if m not in history.live else ts[:-1])]
