@@ -21,8 +21,9 @@ from pipeline.store.database import utcnow
 from pipeline.store.ingest import MemoryRecord
 from pipeline.store.lake import Lake, LakeMemory, LakeWrite
 from pipeline.store.lake.follow import bases, reader_for
-from pipeline.store.lake.migrate import MARKER, BatchDone, migrate, refuse_unmigrated
+from pipeline.store.lake.migrate import BatchDone, migrate
 from pipeline.store.reader import Reader
+from pipeline.store.segments import MIGRATED as MARKER
 from pipeline.store.writes import LiveView, get, parse_records, write
 from tests.lakes import files_holding
 from tests.unit.test_lake_derive import DIM, History, Pinned, _settings, answers, assert_same_answers
@@ -92,14 +93,14 @@ def test_a_migrated_store_answers_every_query_as_the_segment_store_did(tmp_path)
     assert any(len(t) > 1 for m, t in texts.items() if m in history.live), "a replacement"
     lake_settings = on_lake(seg)
     with pytest.raises(StoreError, match="^store.engine: .* holds a segment store .*'dimple migrate'"):
-        refuse_unmigrated(lake_settings)
+        segments.refuse_unmigrated(seg.data_dir)
 
     seen: list[BatchDone] = []
     report = migrated(lake_settings, batch_size=40, on_batch=seen.append)
     assert (report.memories, report.batches, report.resumed) == (len(live), -(-len(live) // 40), 0)
     assert [b.index for b in seen] == list(range(1, report.batches + 1)) and seen[-1].snapshot == report.snapshot
     assert (seg.data_dir / MARKER).exists() and list(bases(lake_settings)) == [report.snapshot]
-    refuse_unmigrated(lake_settings)  # the lake opens now
+    segments.refuse_unmigrated(seg.data_dir)  # the lake opens now
 
     ours_reader = reader_for(lake_settings)
     try:

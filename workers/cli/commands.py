@@ -30,8 +30,6 @@ from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError,
 from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
 from pipeline.store.lake.follow import reader_for
-from pipeline.store.lake.migrate import BATCH_SIZE as MIGRATE_BATCH
-from pipeline.store.lake.migrate import SEGMENT_FILES, BatchDone, migrate
 from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
 from pipeline.store.tuned import overlay, read_tuned
@@ -55,6 +53,7 @@ from .common import (
 from .demo import run_demo
 from .eval import register as register_eval
 from .mcp import register as register_mcp
+from .migrate import register as register_migrate
 from .render import format_explain, format_results, format_why_not, one_line
 from .tune import register as register_tune
 
@@ -163,14 +162,6 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compact", help="merge the pending deltas into a new base now")
     s.set_defaults(func=cmd_compact)
 
-    s = sub.add_parser("migrate", help="copy the segment store of the data dir into the lake (run with "
-                                       "DIMPLE_STORE__ENGINE=lake); the segment store's files stay until you remove them")
-    s.add_argument("--batch-size", type=int, default=MIGRATE_BATCH, metavar="N",
-                   help=f"memories per lake commit (default {MIGRATE_BATCH}); a migrate that stopped resumes at "
-                        "the size it began with")
-    s.add_argument("--json", action="store_true", help="print the report as JSON (no progress lines)")
-    s.set_defaults(func=cmd_migrate)
-
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
     s.set_defaults(func=cmd_reindex)
 
@@ -267,6 +258,7 @@ def _parser() -> argparse.ArgumentParser:
     register_eval(sub)
     register_tune(sub)
     register_mcp(sub)
+    register_migrate(sub)
     # -v works before or after the subcommand: each subcommand takes it too
     # (suppressed when absent, so it never resets a -v given before it)
     for child in all_parsers(p)[1:]:
@@ -330,33 +322,6 @@ def cmd_compact(args) -> int:
         print(f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
               f"forgotten memor{'y' if report.forgotten == 1 else 'ies'} erased from the store's files, "
               f"in {report.seconds:.1f}s (store version {report.version}){removed}")
-    return 0
-
-
-def cmd_migrate(args) -> int:
-    settings = cli_settings()
-
-    def progress(done: BatchDone) -> None:
-        print(f"batch {done.index}/{done.total}: {done.memories} memories, lake snapshot {done.snapshot}",
-              file=sys.stderr, flush=True)
-
-    report = migrate(settings, batch_size=args.batch_size, on_batch=None if args.json else progress)
-    if args.json:
-        print(json.dumps(asdict(report), default=str))
-        return 0
-    if report.already:
-        assert report.marker is not None
-        print(f"already migrated: {report.memories} memories in {report.batches} batches, lake snapshot "
-              f"{report.snapshot}, at {report.marker.migrated_at}; nothing to do")
-    else:
-        resumed = f" ({report.resumed} committed by an earlier run)" if report.resumed else ""
-        print(f"migrated {report.memories} memories in {report.batches} batches{resumed} into the lake "
-              f"{report.marker.catalog if report.marker else settings.lake_catalog}: snapshot {report.snapshot}, "
-              f"{report.seconds:.1f}s")
-    held = [name for name in SEGMENT_FILES if (settings.data_dir / name).exists()]
-    if held:
-        print(f"the segment store stays in {settings.data_dir} ({', '.join(held)}); once the lake answers as you "
-              f"expect, remove it: cd {settings.data_dir} && rm -r {' '.join(held)}")
     return 0
 
 

@@ -25,7 +25,6 @@ from pipeline.errors import (
 from pipeline.store import ingest, segments, writes
 from pipeline.store.compact import compact
 from pipeline.store.lake.follow import bases, reader_for
-from pipeline.store.lake.migrate import refuse_unmigrated
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import LiveView
 from workers import resources
@@ -112,7 +111,7 @@ def no_store(settings) -> StoreError:
 def require_store(settings) -> Path:
     """The published base file; ``no_store`` when there is none (before any model is loaded)."""
     if settings.store.engine == "lake":  # a lake's first write builds its first base
-        refuse_unmigrated(settings)
+        segments.refuse_unmigrated(settings.data_dir)
         built = bases(settings)
         path = built[max(built)] if built else None
     else:

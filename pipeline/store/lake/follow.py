@@ -38,7 +38,6 @@ from pipeline.store import segments
 from pipeline.store.lake.catalog import Catalog, NoLake, attach
 from pipeline.store.lake.commit import snapshot_of_write
 from pipeline.store.lake.derive import build_base, deltas_since, open_view
-from pipeline.store.lake.migrate import refuse_unmigrated
 from pipeline.store.lake.records import Committed, LakeWrite
 from pipeline.store.lake.store import Lake
 from pipeline.store.overlay import Delta
@@ -218,7 +217,9 @@ class Follower:
 def reader_for(settings: Settings, *, memory_limit: str | None = None) -> Reader:
     """The ``Reader`` of the store ``settings`` name: the lake's (``store.engine =
     lake``) or the segment store's. On the lake, a data dir holding a segment
-    store not yet migrated is refused (``migrate.refuse_unmigrated``)."""
-    refuse_unmigrated(settings)
-    lake = Follower(settings, memory_limit=memory_limit) if settings.store.engine == "lake" else None
+    store not yet migrated is refused (``segments.refuse_unmigrated``)."""
+    lake = None
+    if settings.store.engine == "lake":
+        segments.refuse_unmigrated(settings.data_dir)
+        lake = Follower(settings, memory_limit=memory_limit)
     return Reader(settings.data_dir, memory_limit=memory_limit, lake=lake)

@@ -3,8 +3,8 @@ copied into the lake (docs/LAKE.md, issue 34 item 7).
 
 With ``store.engine = lake``, a data dir that holds a segment store (``MANIFEST``,
 or a pre-segment ``store.duckdb``) and no ``MIGRATED`` marker is refused on
-open (``refuse_unmigrated``: every reader the settings make, the CLI's
-commands), naming ``store.engine`` and the command to run: no silent rebuild,
+open (``segments.refuse_unmigrated``: every reader the settings make, the
+CLI's commands), naming ``store.engine`` and the command to run: no silent rebuild,
 and no lake that quietly lacks the memories the user wrote.
 
 ``migrate`` reads every live memory of the segment store at its current
@@ -20,7 +20,7 @@ base at the last batch's snapshot (as the lake's first write does: the first
 search does not wait for it) and writes ``MIGRATED`` in the data dir.
 
 Nothing of the segment store is deleted: ``MANIFEST``, ``segments/`` and the
-lock files stay until the operator removes them (``SEGMENT_FILES``).
+lock files stay until the operator removes them (``segments.STORE_FILES``).
 Forgotten memories are not carried over: the reader does not return them,
 nor any link to one.
 """
@@ -45,42 +45,17 @@ from pipeline.store import segments
 from pipeline.store.database import utcnow
 from pipeline.store.ingest import MemoryRecord
 from pipeline.store.lake.commit import snapshot_of_write
+from pipeline.store.lake.follow import Follower
 from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.lake.store import Lake
 from pipeline.store.reader import Reader
+from pipeline.store.writes import LiveView, get
 
-# The marker a migrate leaves in the data dir: the lake holds this segment store.
-MARKER = "MIGRATED"
-MARKER_FORMAT = 1
 # Memories per lake commit: one catalog transaction and one Parquet file per
 # table each; at 1,000 a batch of 384-d embeddings is ~1.5 MB, and a 1M store
 # is 1,000 commits.
 BATCH_SIZE = 1000
-# What the segment store is made of (relative to the data dir; the legacy
-# names only in stores from before segments): what an operator removes once
-# the lake answers as expected.
-SEGMENT_FILES = (segments.MANIFEST, segments.SEGMENTS, "WRITE.lock", "COMPACT.lock", segments.LEGACY_FILE,
-                 segments.LEGACY_CURRENT, "generations")
-
-
-def _described(manifest: segments.Manifest) -> str:
-    if manifest.version == 0 and manifest.base is not None and not manifest.deltas:
-        return f"a segment store from before segments ({manifest.base})"
-    return f"a segment store ({segments.MANIFEST}, version {manifest.version})"
-
-
-def refuse_unmigrated(settings: Settings) -> None:
-    """With ``store.engine = lake``: a ``StoreError`` naming ``store.engine``
-    when the data dir holds a segment store that ``migrate`` has not copied into
-    the lake. Reads one small file (or two names): cheap enough for every open."""
-    data_dir = settings.data_dir
-    if settings.store.engine != "lake" or (data_dir / MARKER).exists() or not segments.exists(data_dir):
-        return
-    manifest = segments.read_manifest(data_dir)
-    assert manifest is not None
-    raise StoreError(f"store.engine: {data_dir} holds {_described(manifest)} that is not in the lake yet: run "
-                     "'dimple migrate' (with DIMPLE_STORE__ENGINE=lake) to copy it there, or set "
-                     "DIMPLE_STORE__ENGINE=segments to go on using it")
+MARKER_FORMAT = 1
 
 
 @dataclass
@@ -100,23 +75,23 @@ class Marker:
     @classmethod
     def read(cls, data_dir: Path) -> Marker | None:
         try:
-            data = json.loads((data_dir / MARKER).read_text(encoding="utf-8"))
+            data = json.loads((data_dir / segments.MIGRATED).read_text(encoding="utf-8"))
             if data.get("format") != MARKER_FORMAT:
                 raise ValueError(f"format {data.get('format')!r}")
             return cls(**data)
         except FileNotFoundError:
             return None
         except (ValueError, TypeError) as exc:
-            raise StoreError(f"{data_dir / MARKER} is not a migrate marker this dimple reads: {exc}") from None
+            raise StoreError(f"{data_dir / segments.MIGRATED} is not a migrate marker this dimple reads: {exc}") from None
 
     def write(self, data_dir: Path) -> None:
         """Written whole, fsynced and renamed into place: a reader sees it or not, never half."""
-        tmp = data_dir / f"{MARKER}.tmp"
+        tmp = data_dir / f"{segments.MIGRATED}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, data_dir / MARKER)
+        os.replace(tmp, data_dir / segments.MIGRATED)
         segments.fsync_dir(data_dir)
 
 
@@ -165,10 +140,6 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
     in the data dir; the lake already holds memories it did not get from this
     migrate; the segment store changed since a migrate began or finished. A
     second run over an unchanged, migrated store does nothing (``already``)."""
-    # imported here: they import pipeline.store.lake.follow, which imports this module (``refuse_unmigrated``)
-    from pipeline.store.lake.follow import Follower
-    from pipeline.store.writes import LiveView, get
-
     t0 = time.perf_counter()
     data_dir = settings.data_dir
     if settings.store.engine != "lake":
@@ -194,7 +165,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                     raise StoreError(
                         f"the segment store in {data_dir} changed after it was migrated (version "
                         f"{done.segment_version} then, {manifest.version} now): those writes are not in the lake. "
-                        f"Start again into an empty lake (remove {data_dir / MARKER} and the lake: "
+                        f"Start again into an empty lake (remove {data_dir / segments.MIGRATED} and the lake: "
                         f"store.catalog, store.data_path), or remove the segment store if they do not matter")
                 return MigrateReport(memories=done.memories, batches=done.batches, snapshot=done.snapshot,
                                      segment_version=done.segment_version, already=True, marker=done,
