@@ -187,11 +187,10 @@ def refuse_unmigrated(data_dir: Path) -> None:
     ``store.engine`` and ``dimple migrate`` when ``data_dir`` holds a segment
     store that was not copied into the lake (no ``MIGRATED`` marker). Reads one
     small file (or two names): cheap enough for every open."""
-    if (data_dir / MIGRATED).exists():
+    if (data_dir / MIGRATED).exists() or not exists(data_dir):
         return
     manifest = read_manifest(data_dir)
-    if manifest is None or (manifest.base is None and not manifest.deltas):
-        return
+    assert manifest is not None
     found = (f"a segment store ({MANIFEST}, version {manifest.version})" if (data_dir / MANIFEST).exists()
              else f"a segment store from before segments ({manifest.base})")
     raise StoreError(f"store.engine: {data_dir} holds {found} that is not in the lake yet: run 'dimple migrate' "

@@ -9,6 +9,8 @@ The history and the query comparison are test_lake_derive's."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,21 @@ def test_an_empty_segment_store_is_migrated_to_an_empty_lake(tmp_path):
     finally:
         reader.close()
     assert files_holding(b"to be forgotten", on_lake(seg).lake_data_path, seg.data_dir / "lake.sqlite") == []
+
+
+def test_a_store_from_before_segments_is_refused_and_migrated(tmp_path):
+    seg = _settings(tmp_path, "data")
+    write(seg, parse_records([{"id": f"o{i}", "namespace": "n", "content": f"old note {i} about redis"}
+                              for i in range(12)], seg))
+    # the layout before segments: one store.duckdb, no MANIFEST
+    segments.base_path(seg.data_dir).rename(seg.data_dir / "store.duckdb")
+    (seg.data_dir / "MANIFEST").unlink()
+    shutil.rmtree(seg.data_dir / "segments")
+    before = get(seg, [f"o{i}" for i in range(12)])
+    assert len(before) == 12
+    with pytest.raises(StoreError, match=r"holds a segment store from before segments \(store.duckdb\) that is not"):
+        reader_for(on_lake(seg))
+    report = migrated(on_lake(seg))
+    assert (report.memories, report.segment_version) == (12, 0)
+    assert get(on_lake(seg), [f"o{i}" for i in range(12)]) == before
+    assert (seg.data_dir / "store.duckdb").exists()

@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -48,8 +47,8 @@ from pipeline.store.lake.commit import snapshot_of_write
 from pipeline.store.lake.follow import Follower
 from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.lake.store import Lake
-from pipeline.store.reader import Reader
-from pipeline.store.writes import LiveView, get
+from pipeline.store.reader import Reader, Snapshot
+from pipeline.store.writes import get
 
 # Memories per lake commit: one catalog transaction and one Parquet file per
 # table each; at 1,000 a batch of 384-d embeddings is ~1.5 MB, and a 1M store
@@ -187,7 +186,6 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                 size, committed = _resumable(lake, state, batch_size)
                 chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
                 report = MigrateReport(memories=len(ids), batches=len(chunks), segment_version=manifest.version)
-                live = LiveView(snap)
                 last = None
                 for index, chunk in enumerate(chunks, start=1):
                     wid = write_id(state, size, index)
@@ -198,7 +196,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                     records = [MemoryRecord.model_validate(r) for r in get(settings, chunk, reader)]
                     if [r.id for r in records] != chunk:
                         raise StoreError(f"the segment store in {data_dir} changed while it was read")
-                    vectors = _embeddings(live, chunk)
+                    vectors = _embeddings(snap, chunk)
                     now = utcnow()
                     write = LakeWrite([LakeMemory.from_record(r, vectors[i], now) for i, r in enumerate(records)],
                                       write_id=wid)
@@ -253,16 +251,18 @@ def _resumable(lake: Lake, state: str, batch_size: int) -> tuple[int, set[str]]:
     return (sizes.pop() if sizes else batch_size), set(ours)
 
 
-def _embeddings(live: Any, ids: list[str]) -> np.ndarray:
-    """The stored embeddings of the live memories ``ids`` (a delta's, else the base's), in order."""
-    overlay = live.overlay
-    base = live.in_base([m for m in ids if m not in overlay.members])
+def _embeddings(snap: Snapshot, ids: list[str]) -> np.ndarray:
+    """The stored embeddings of the live memories ``ids``, in order: a delta's
+    from the overlay, else the base's from its vector index (the rows the
+    vector leg scores, read once for the whole store)."""
+    overlay = snap.overlay
+    index = snap.index() if any(m not in overlay.members for m in ids) else None
     rows = []
     for mid in ids:
         if mid in overlay.members:
             rows.append(overlay.emb[overlay.row_of[mid]])
-        elif mid in base:
-            rows.append(base[mid][3])
+        elif index is not None and mid in index.row_of:
+            rows.append(index.emb[index.row_of[mid]])
         else:
             raise StoreError(f"memory {mid!r}: no embedding in the segment store")
     return np.stack(rows).astype(np.float32)
