@@ -39,7 +39,8 @@ def cmd_migrate(args) -> int:
         print(f"already migrated: {report.memories} memories in {report.batches} batches, lake snapshot "
               f"{report.snapshot}, at {report.marker.migrated_at}; nothing to do")
     else:
-        resumed = f" ({report.resumed} committed by an earlier run)" if report.resumed else ""
+        resumed = (f" ({report.resumed} committed by an earlier run, batches of {report.batch_size} as it began)"
+                   if report.resumed else "")
         print(f"migrated {report.memories} memories in {report.batches} batches{resumed} into the lake "
               f"{report.marker.catalog if report.marker else settings.lake_catalog}: snapshot {report.snapshot}, "
               f"{report.seconds:.1f}s")

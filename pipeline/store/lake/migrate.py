@@ -109,6 +109,7 @@ class BatchDone:
 class MigrateReport:
     memories: int = 0  # live memories of the segment store, now in the lake
     batches: int = 0
+    batch_size: int = 0  # memories per batch: the size asked for, or the one a resumed run began with
     resumed: int = 0  # batches an earlier, stopped run had committed (not written again)
     snapshot: int = 0  # the lake snapshot holding the last batch
     seconds: float = 0.0
@@ -185,7 +186,8 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
             with Lake.open(settings, embedding_model=model, embedding_dim=dim) as lake:
                 size, committed = _resumable(lake, state, batch_size)
                 chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
-                report = MigrateReport(memories=len(ids), batches=len(chunks), segment_version=manifest.version)
+                report = MigrateReport(memories=len(ids), batches=len(chunks), batch_size=size,
+                                       segment_version=manifest.version)
                 last = None
                 for index, chunk in enumerate(chunks, start=1):
                     wid = write_id(state, size, index)
@@ -212,6 +214,9 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                 else:
                     report.snapshot = lake.latest_snapshot()
                 catalog, data_path = str(lake.catalog), str(lake.data_path)
+            # the segment store's vector index is no longer needed: the base build reads the lake whole
+            reader.close()
+            del snap
             if ids:
                 follower = Follower(settings)
                 try:
