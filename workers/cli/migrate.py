@@ -15,7 +15,8 @@ from .common import cli_settings
 def register(sub) -> None:
     """Add ``migrate`` to the ``dimple`` parser."""
     s = sub.add_parser("migrate", help="copy the segment store of the data dir into the lake (run with "
-                                       "DIMPLE_STORE__ENGINE=lake); the segment store's files stay until you remove them")
+                                       "DIMPLE_STORE__ENGINE=lake); the segment store's files stay until you "
+                                       "remove them")
     s.add_argument("--batch-size", type=int, default=BATCH_SIZE, metavar="N",
                    help=f"memories per lake commit (default {BATCH_SIZE}); a migrate that stopped resumes at the "
                         "size it began with")

@@ -81,7 +81,8 @@ class Marker:
         except FileNotFoundError:
             return None
         except (ValueError, TypeError) as exc:
-            raise StoreError(f"{data_dir / segments.MIGRATED} is not a migrate marker this dimple reads: {exc}") from None
+            raise StoreError(f"{data_dir / segments.MIGRATED} is not a migrate marker this dimple reads: "
+                             f"{exc}") from None
 
     def write(self, data_dir: Path) -> None:
         """Written whole, fsynced and renamed into place: a reader sees it or not, never half."""
@@ -184,7 +185,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                 model = configured
             state = _state(manifest)
             with Lake.open(settings, embedding_model=model, embedding_dim=dim) as lake:
-                size, committed = _resumable(lake, state, batch_size)
+                size, committed = _resumable(lake, state, batch_size, data_dir)
                 chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
                 report = MigrateReport(memories=len(ids), batches=len(chunks), batch_size=size,
                                        segment_version=manifest.version)
@@ -233,7 +234,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
     return report
 
 
-def _resumable(lake: Lake, state: str, batch_size: int) -> tuple[int, set[str]]:
+def _resumable(lake: Lake, state: str, batch_size: int, data_dir: Path) -> tuple[int, set[str]]:
     """The batch size to use and the write ids of this migrate the lake holds
     (a run that stopped: its batches, at its batch size). Refused when the lake
     holds memories any other write put there."""
@@ -246,9 +247,11 @@ def _resumable(lake: Lake, state: str, batch_size: int) -> tuple[int, set[str]]:
         if others[0] or not ours:
             earlier = " (an earlier migrate of this segment store at another version)" \
                 if others[1] is not None and str(others[1]).startswith("migrate-") else ""
-            raise StoreError(f"the lake at {lake.catalog} already holds {held} memor{'y' if held == 1 else 'ies'} written by other writes"
-                             f"{earlier}: 'dimple migrate' fills an empty lake. Point store.catalog and "
-                             "store.data_path at a new one, or remove that lake first")
+            present = " ".join(f for f in segments.STORE_FILES if (data_dir / f).exists())
+            raise StoreError(f"the lake at {lake.catalog} already holds {held} memor{'y' if held == 1 else 'ies'} "
+                             f"written by other writes{earlier}: 'dimple migrate' fills an empty lake. Point "
+                             "store.catalog and store.data_path at a new one, or remove that lake first; or, if "
+                             f"that lake is the one to keep, move the segment store out of {data_dir} ({present})")
     sizes = {int(w.split("-b", 1)[1].split("-", 1)[0]) for w in ours}
     if len(sizes) > 1:
         raise StoreError(f"the lake holds batches of this migrate of several sizes ({sorted(sizes)}): start again "
