@@ -53,6 +53,11 @@ SEGMENTS = "segments"
 LEGACY_CURRENT = "CURRENT"
 LEGACY_FILE = "store.duckdb"
 FORMAT = 1
+# written by ``dimple migrate`` (pipeline.store.lake.migrate) once the lake holds this store
+MIGRATED = "MIGRATED"
+# what a segment store is made of, relative to the data dir (the legacy names
+# only in stores from before segments): what an operator removes once migrated
+STORE_FILES = (MANIFEST, SEGMENTS, "WRITE.lock", "COMPACT.lock", LEGACY_FILE, LEGACY_CURRENT, "generations")
 RECENT_WRITES = 256  # write ids a manifest remembers: a redelivery after this many later writes applies again
 _BASE = re.compile(r"^base-(\d{8})\.duckdb(\.work)?(\.wal)?$")  # .work: a compaction killed midway
 _DELTA = re.compile(r"^delta-(\d{8})\.(json|npy)$")
@@ -175,6 +180,22 @@ def exists(data_dir: Path) -> bool:
     """Whether a store was ever published here (a base, or deltas only)."""
     manifest = read_manifest(data_dir)
     return manifest is not None and (manifest.base is not None or bool(manifest.deltas))
+
+
+def refuse_unmigrated(data_dir: Path) -> None:
+    """For the lake engine (``store.engine = lake``): a ``StoreError`` naming
+    ``store.engine`` and ``dimple migrate`` when ``data_dir`` holds a segment
+    store that was not copied into the lake (no ``MIGRATED`` marker). Reads one
+    small file (or two names): cheap enough for every open."""
+    if (data_dir / MIGRATED).exists() or not exists(data_dir):
+        return
+    manifest = read_manifest(data_dir)
+    assert manifest is not None
+    found = (f"a segment store ({MANIFEST}, version {manifest.version})" if (data_dir / MANIFEST).exists()
+             else f"a segment store from before segments ({manifest.base})")
+    raise StoreError(f"store.engine: {data_dir} holds {found} that is not in the lake yet: run 'dimple migrate' "
+                     "(with DIMPLE_STORE__ENGINE=lake) to copy it there, or set DIMPLE_STORE__ENGINE=segments to go "
+                     "on using it")
 
 
 # -- durability ------------------------------------------------------------------

@@ -53,6 +53,7 @@ from .common import (
 from .demo import run_demo
 from .eval import register as register_eval
 from .mcp import register as register_mcp
+from .migrate import register as register_migrate
 from .render import format_explain, format_results, format_why_not, one_line
 from .tune import register as register_tune
 
@@ -263,6 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     register_eval(sub)
     register_tune(sub)
     register_mcp(sub)
+    register_migrate(sub)
     # -v works before or after the subcommand: each subcommand takes it too
     # (suppressed when absent, so it never resets a -v given before it)
     for child in all_parsers(p)[1:]:

@@ -111,6 +111,7 @@ def no_store(settings) -> StoreError:
 def require_store(settings) -> Path:
     """The published base file; ``no_store`` when there is none (before any model is loaded)."""
     if settings.store.engine == "lake":  # a lake's first write builds its first base
+        segments.refuse_unmigrated(settings.data_dir)
         built = bases(settings)
         path = built[max(built)] if built else None
     else:

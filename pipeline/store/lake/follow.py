@@ -231,6 +231,10 @@ class Follower:
 
 def reader_for(settings: Settings, *, memory_limit: str | None = None) -> Reader:
     """The ``Reader`` of the store ``settings`` name: the lake's (``store.engine =
-    lake``) or the segment store's."""
-    lake = Follower(settings, memory_limit=memory_limit) if settings.store.engine == "lake" else None
+    lake``) or the segment store's. On the lake, a data dir holding a segment
+    store not yet migrated is refused (``segments.refuse_unmigrated``)."""
+    lake = None
+    if settings.store.engine == "lake":
+        segments.refuse_unmigrated(settings.data_dir)
+        lake = Follower(settings, memory_limit=memory_limit)
     return Reader(settings.data_dir, memory_limit=memory_limit, lake=lake)
