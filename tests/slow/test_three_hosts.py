@@ -36,10 +36,12 @@ import pytest
 from tests.hosts import ROOT, Agent, Forward, Network, conninfo_parts, skip_unless_hosts
 from tests.lakes import find_postgres
 
-pytestmark = pytest.mark.integration
+# one worker of xdist runs them all, in order, on one set of hosts (``--dist loadgroup``)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("three-hosts")]
 
 NAMESPACE = "hosts"
 HOSTS = (1, 2, 3)
+SEED = 150  # memories written first, in one batch (it builds the first base)
 WORDS = ("deploy window rollback canary shard replica backup restore latency budget queue worker broker "
          "snapshot catalog parquet index vector postings tree cluster memory agent session token cache "
          "schema migration audit trail forget remember search hybrid keyword semantic fusion rank score "
@@ -149,21 +151,25 @@ def hosts(tmp_path_factory):
             cleanup.append(h.stacks[i].stop_all)
         for i in HOSTS:
             h.start_worker(i, wait=False)
-        for i in HOSTS:
-            h.stacks[i].wait_for_ready(h.worker(i))
+        for i in HOSTS:  # each host's searcher (and two hosts' writers) load beside the workers
+            h.probes[i] = Agent("probe", net.wrap(i), h.env(i, broker=False), tmp / f"host{i}" / "probe.log")
+            cleanup.append(h.probes[i].close)
         for i in (1, 2):
             h.writers[i] = Agent("writer", net.wrap(i), h.env(i, broker=True), tmp / f"host{i}" / "writer.log")
             cleanup.append(h.writers[i].close)
-            assert h.writers[i].reply()["ready"]
+        for i in HOSTS:
+            h.stacks[i].wait_for_ready(h.worker(i))
+        for agent in [*h.probes.values(), *h.writers.values()]:
+            assert agent.reply()["ready"]
         rng = random.Random(34)
-        seed = [{"id": f"seed-{j}", "namespace": NAMESPACE, "content": _text(rng, 10)} for j in range(200)]
+        seed = [{"id": f"seed-{j}", "namespace": NAMESPACE, "content": _text(rng, 10)} for j in range(SEED)]
         done = h.writers[1].ask("remember", records=seed)
         assert sorted(done["ids"]) == sorted(r["id"] for r in seed)
-        for i in HOSTS:  # hosts whose searches start on a store others wrote
-            h.probes[i] = Agent("probe", net.wrap(i), h.env(i, broker=False), tmp / f"host{i}" / "probe.log")
-            cleanup.append(h.probes[i].close)
-            assert h.probes[i].reply()["ready"]
-        print(f"\nthree hosts up (network, broker, catalog, 3 workers, seed of 200) in {time.perf_counter() - t0:.1f} s")
+        for probe in h.probes.values():  # each host reads the store once (a host without a base builds one)
+            probe.send("reach", id="seed-0", text=seed[0]["content"], version=done["version"], namespace=NAMESPACE)
+        for probe in h.probes.values():
+            assert probe.reply()["store_version"] >= done["version"]
+        print(f"\nthree hosts up (network, broker, catalog, 3 workers, seed of {SEED}) in {time.perf_counter() - t0:.1f} s")
         yield h
     finally:
         for step in reversed(cleanup):
@@ -203,16 +209,16 @@ def _bursts(h: Hosts, n: int, prefix: str, during=None) -> tuple[dict, dict]:
 
 def test_writes_from_two_hosts_at_once_are_all_present_once(hosts):
     t0 = time.perf_counter()
-    acked, failed = _bursts(hosts, 10, "two")
+    acked, failed = _bursts(hosts, 8, "two")
     took = sorted(a["acked"] - a["sent"] for a in acked.values())
     assert not failed, f"writes refused: {list(failed.values())[:3]}"
-    assert len(acked) == 20
+    assert len(acked) == 16
     ids, _ = hosts.lake_ids()
     missing = sorted(set(acked) - set(ids))
     twice = sorted(i for i, n in ids.items() if n > 1)
     assert not missing, f"acknowledged writes missing from the lake: {missing}"
     assert not twice, f"memories present more than once: {twice}"
-    print(f"\n20 one-memory writes from two hosts at once in {time.perf_counter() - t0:.1f} s, each present once; "
+    print(f"\n16 one-memory writes from two hosts at once in {time.perf_counter() - t0:.1f} s, each present once; "
           f"sent -> acknowledged p50 {statistics.median(took) * 1000:.0f} ms, max {took[-1] * 1000:.0f} ms; "
           f"the ingest worker's own time p50: " + ", ".join(
               f"{k} {statistics.median(a['seconds'].get(k, 0.0) for a in acked.values()) * 1000:.0f} ms"
@@ -221,7 +227,7 @@ def test_writes_from_two_hosts_at_once_are_all_present_once(hosts):
 
 def test_each_acknowledged_write_is_answered_on_every_host_within_the_bound(hosts):
     delays: dict[int, list[float]] = {i: [] for i in HOSTS}
-    for k in range(6):
+    for k in range(5):
         writer = hosts.writers[1 + k % 2]
         marker = "zq" + uuid.uuid4().hex[:10].translate(str.maketrans("0123456789", "ghijklmnop"))
         mid = f"visible-{k}"
@@ -247,7 +253,7 @@ def test_each_acknowledged_write_is_answered_on_every_host_within_the_bound(host
             reach[i].append(got["seconds"])
             plain[i].append(got["plain_seconds"])
     every = [d for ds in delays.values() for d in ds]
-    print("\nwrite acknowledged -> answered by a search (no min_version), per host, p50 / max over 6 writes: "
+    print("\nwrite acknowledged -> answered by a search (no min_version), per host, p50 / max over 5 writes: "
           + "; ".join(f"host {i} {statistics.median(ds) * 1000:.0f} / {max(ds) * 1000:.0f} ms"
                       for i, ds in delays.items())
           + f"; all: p50 {statistics.median(every) * 1000:.0f} ms (load {os.getloadavg()[0]:.1f})")
@@ -255,9 +261,9 @@ def test_each_acknowledged_write_is_answered_on_every_host_within_the_bound(host
           + "; ".join(f"host {i} {statistics.median(s) * 1000:.0f} / {max(s) * 1000:.0f} ms" for i, s in reach.items())
           + "; the same search again: "
           + "; ".join(f"host {i} {statistics.median(s) * 1000:.0f} ms" for i, s in plain.items()))
-    # the goal is 1 s p50 on a quiet machine; this one is shared, hence the room
-    assert statistics.median(every) < 2.0, f"write-to-visible p50 {statistics.median(every):.2f} s"
-    assert max(every) < 10.0, f"a write took {max(every):.2f} s to be answered"
+    # the goal is 1 s p50 on a quiet machine; a shared one (load 15 on 2 cores) saw 1.6 s, hence the room
+    assert statistics.median(every) < 3.0, f"write-to-visible p50 {statistics.median(every):.2f} s"
+    assert max(every) < 15.0, f"a write took {max(every):.2f} s to be answered"
 
 
 def _held(log: str) -> set[str]:
@@ -280,7 +286,7 @@ def test_one_hosts_worker_killed_during_writes_loses_nothing_acknowledged(hosts)
             time.sleep(0.005)
 
     t0 = time.perf_counter()
-    acked, failed = _bursts(hosts, 12, "kill", during=kill_host1_while_it_holds_a_write)
+    acked, failed = _bursts(hosts, 8, "kill", during=kill_host1_while_it_holds_a_write)
     span = time.perf_counter() - t0
     assert killed, "host 1's worker held no write to kill it with"
     assert not failed, f"writes failed after the kill: {list(failed.values())[:3]}"
@@ -292,7 +298,7 @@ def test_one_hosts_worker_killed_during_writes_loses_nothing_acknowledged(hosts)
     rerun = {t for t in killed["held"] if re.search(rf"ingest\.remember\[{t}\] succeeded", others)}
     replayed = sum(1 for a in acked.values() if a["replayed"])
     hosts.start_worker(1)  # the host comes back and follows the lake
-    print(f"\nhost 1's worker SIGKILLed holding {len(killed['held'])} write(s) during 24 writes from hosts 1 and 2 "
+    print(f"\nhost 1's worker SIGKILLed holding {len(killed['held'])} write(s) during 16 writes from hosts 1 and 2 "
           f"({span:.1f} s): {len(acked)} acknowledged, all present once; {len(rerun)} of the held ones run again on "
           f"host 2 or 3, {replayed} answered as a replay; latest snapshot {latest}")
     assert rerun == killed["held"], f"held by the killed worker, never run elsewhere: {killed['held'] - rerun}"
@@ -309,6 +315,22 @@ def test_the_same_query_gives_the_same_results_on_every_host(hosts):
     for q, a1, a2, a3 in zip(QUERIES, answers[1], answers[2], answers[3]):
         assert a1["hits"], f"{q} answered nothing"
         assert a1["hits"] == a2["hits"] == a3["hits"], f"{q}: hosts differ:\n{a1}\n{a2}\n{a3}"
+    # A host joining now has no base: it builds one at the latest snapshot,
+    # while the others read the base of the seed's snapshot and every write
+    # since as deltas; base + deltas answers as the newer base does.
+    (hosts.tmp / "late").mkdir()
+    late = Agent("probe", hosts.net.wrap(3), {**hosts.env(3, broker=False),
+                                              "DIMPLE_DATA_DIR": str(hosts.tmp / "late" / "data")},
+                 hosts.tmp / "late" / "probe.log")
+    try:
+        assert late.reply()["ready"]
+        later = late.ask("queries", queries=QUERIES, min_version=latest, namespace=NAMESPACE)["answers"]
+    finally:
+        late.close()
+    bases = {p.parts[-4]: p.name for p in hosts.tmp.glob("*/data/indexes/base-*.duckdb")}
+    assert bases["late"] == f"base-{latest}.duckdb" and bases["host1"] != bases["late"], bases
+    for q, a1, a4 in zip(QUERIES, answers[1], later):
+        assert a4["hits"] == a1["hits"], f"{q}: a host with a base at {latest} answers otherwise:\n{a1}\n{a4}"
     workers.configure(WorkerSettings(**_store(hosts), broker_url=hosts.broker_url,
                                      broker_password=hosts.broker_password))
     try:
@@ -319,4 +341,4 @@ def test_the_same_query_gives_the_same_results_on_every_host(hosts):
     finally:
         workers.configure(WorkerSettings(**_store(hosts)))
     print(f"\n{len(QUERIES)} queries (keyword, semantic, hybrid) at snapshot {latest}: the same ids, ranks and scores "
-          "on the three hosts and twice through the broker")
+          f"on the three hosts, on a host that joined last (bases {bases}) and twice through the broker")
