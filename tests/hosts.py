@@ -148,6 +148,7 @@ class Forward:
                     return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.close()
                     raise RuntimeError(f"socat did not listen on {address}:{self.port}; see {log}") from None
                 time.sleep(0.05)
 
