@@ -51,15 +51,25 @@ class Stack:
     port: int = 0
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     log_start: dict[str, int] = field(default_factory=dict)  # a worker's log size when it was started
+    # Where redis-server listens and workers reach it: loopback, or (several
+    # hosts, tests/hosts.py) an address every host's network reaches.
+    host: str = "127.0.0.1"
+    # A command the workers run under, e.g. ``ip netns exec host1`` (another host's network).
+    wrap: tuple[str, ...] = ()
+    # redis-server's password (``--requirepass``; reaches workers as DIMPLE_BROKER_PASSWORD):
+    # Redis refuses clients off loopback without one (its protected mode).
+    password: str = ""
 
     @property
     def broker_url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        # this stack's redis-server has no password: one in the shell is not for it
+        # a password in the shell is not for this stack's redis-server (its own, if any, is set below)
         env = {k: v for k, v in os.environ.items() if k != "DIMPLE_BROKER_PASSWORD"}
         env.update({"DIMPLE_BROKER_URL": self.broker_url, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        if self.password:
+            env["DIMPLE_BROKER_PASSWORD"] = self.password
         env.update(extra or {})
         return env
 
@@ -68,15 +78,19 @@ class Stack:
         self.port = self.port or free_port()
         log = open(self.run_dir / "redis.log", "ab")
         self.procs["redis"] = subprocess.Popen(
-            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--maxmemory-policy", "noeviction", "--dir", str(self.run_dir)],
+            [redis_binary(), "--port", str(self.port), "--bind", self.host, "--save", "",
+             "--appendonly", "no", "--maxmemory-policy", "noeviction", "--dir", str(self.run_dir),
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=log, stderr=subprocess.STDOUT,
         )
         self._write_pid("redis")
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
+                    if self.password:
+                        s.sendall(f"AUTH {self.password}\r\n".encode())
+                        s.recv(16)
                     s.sendall(b"PING\r\n")
                     if s.recv(16).startswith(b"+PONG"):
                         return
@@ -88,7 +102,7 @@ class Stack:
         log = self.run_dir / f"{name}.log"
         self.log_start[name] = log.stat().st_size if log.exists() else 0
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
+            [*self.wrap, sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
              "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
              "--loglevel", "INFO", "-E", "--logfile", str(log)],
             env=self.env(env), stdout=subprocess.DEVNULL, stderr=open(self.run_dir / f"{name}.err", "ab"),
@@ -102,7 +116,7 @@ class Stack:
         self.log_start[name] = path.stat().st_size if path.exists() else 0  # an earlier run's lines stay above
         log = open(path, "ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "workers.cli", "worker", "--queues", queues,
+            [*self.wrap, sys.executable, "-m", "workers.cli", "worker", "--queues", queues,
              "--concurrency", str(concurrency), "--name", f"{name}@%h"],
             env=self.env(env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )

@@ -119,3 +119,75 @@ def test_the_redis_password_reaches_dimple_apart_from_the_url():
     settings = WorkerSettings(_env_file=None, broker_url=env["DIMPLE_BROKER_URL"], broker_password="p@ss/w:rd#?%")
     assert settings.broker_url.get_secret_value() == "redis://:p%40ss%2Fw%3Ard%23%3F%25@redis:6379/0"
     assert "p@ss" not in json.dumps(settings.masked())
+
+
+# -- compose/docker-compose.hosts.yml: several hosts on the lake engine (ops/RUNBOOK.md "Several hosts")
+HOSTS_COMPOSE = COMPOSE.with_name("docker-compose.hosts.yml")
+
+
+def _hosts_doc():
+    return yaml.safe_load(HOSTS_COMPOSE.read_text(encoding="utf-8"))
+
+
+def _interpolated(value: str, env: dict[str, str]) -> str:
+    """``${NAME:?msg}`` / ``${NAME:-default}`` / ``${NAME}`` as compose fills them from ``env``."""
+    import re
+
+    def one(m: re.Match) -> str:
+        name, op, rest = m.group(1), m.group(2) or "", m.group(3) or ""
+        if name in env:
+            return env[name]
+        assert op != ":?", f"{name} is required and not set"
+        return rest if op == ":-" else ""
+    return re.sub(r"\$\{(\w+)(:\?|:-)?([^}]*)\}", one, value)
+
+
+def test_hosts_compose_file_is_valid_against_the_compose_specification():
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in _compose_validator().iter_errors(_hosts_doc())]
+    assert errors == []
+
+
+def test_hosts_shared_services_are_redis_and_postgres_with_passwords_on_a_chosen_address():
+    services = _hosts_doc()["services"]
+    shared = {name for name, svc in services.items() if svc.get("profiles") == ["shared"]}
+    assert shared == {"redis", "postgres"}
+    assert "--requirepass" in services["redis"]["command"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith("${DIMPLE_POSTGRES_PASSWORD:?")
+    for name in shared:  # published on the address the operator names (a private network), never on all
+        assert all(p.startswith("${DIMPLE_SHARED_BIND:?") for p in services[name]["ports"]), name
+        assert services[name]["healthcheck"]["test"], name
+
+
+def test_every_host_runs_each_queue_on_the_lake_with_a_local_cache_and_the_shared_data_path():
+    services = _hosts_doc()["services"]
+    queues = {}
+    env = {"DIMPLE_SHARED_HOST": "10.0.0.5", "DIMPLE_REDIS_PASSWORD": "r", "DIMPLE_POSTGRES_PASSWORD": "p"}
+    for name, svc in services.items():
+        cmd = svc.get("command", [])
+        if cmd[:2] != ["dimple", "worker"]:
+            continue
+        queues[cmd[cmd.index("--queues") + 1]] = svc["profiles"]
+        assert "dimple-cache:/data" in svc["volumes"] and "dimple-lake:/lake" in svc["volumes"], name
+        values = {k: _interpolated(v, env) for k, v in svc["environment"].items() if k.startswith("DIMPLE_")}
+        settings = WorkerSettings(_env_file=None, data_dir=values["DIMPLE_DATA_DIR"], broker_url=values["DIMPLE_BROKER_URL"],
+                                  store={"engine": values["DIMPLE_STORE__ENGINE"],
+                                         "catalog": values["DIMPLE_STORE__CATALOG"],
+                                         "data_path": values["DIMPLE_STORE__DATA_PATH"]})
+        assert settings.store.engine == "lake" and settings.store.catalog.startswith("postgres:dbname=dimple host=10.0.0.5 ")
+        assert str(settings.store.data_path) == "/lake" and str(settings.data_dir) == "/data"
+        assert "depends_on" not in svc, f"{name}: the shared services run on another machine"
+    assert queues == {"embed": ["host"], "search": ["host"], "ingest": ["host"], "audit": ["audit"]}
+    lake = _hosts_doc()["volumes"]["dimple-lake"]
+    assert lake["driver_opts"]["type"] == "nfs", "every host mounts the one data path"
+
+
+def test_hosts_environment_names_are_real_settings():
+    from pipeline.settings import StoreSettings
+
+    fields = {f"DIMPLE_{name.upper()}" for name in WorkerSettings.model_fields}
+    store = {f"DIMPLE_STORE__{name.upper()}" for name in StoreSettings.model_fields}
+    for name, svc in _hosts_doc()["services"].items():
+        for key in svc.get("environment", {}):
+            if key.startswith("DIMPLE_"):
+                assert key in store if "__" in key else key in fields, (name, key)
