@@ -26,6 +26,7 @@ from typing import Any
 from celery import Celery, signals
 from pydantic import ValidationError
 
+from pipeline.audit.lake import log_of
 from pipeline.audit.letters import dead_letter, drain_outbox, outbox_done, outbox_put, quarantine
 from pipeline.audit.record import AuditRecord, build_record, log_line, retrieval_settings
 from pipeline.contracts import Batch
@@ -118,7 +119,7 @@ def done(settings: WorkerSettings, outbox: object) -> None:
 def drain_once(settings: WorkerSettings, older_than_s: float) -> tuple[int, int]:
     """Write the outbox files at least ``older_than_s`` old; returns (files, rows inserted)."""
     return drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
-                        lambda rows: resources.current().audit_writer().write(settings.audit_path, rows),
+                        lambda rows: resources.current().audit_writer().write(log_of(settings), rows),
                         older_than_s=older_than_s)
 
 
@@ -233,7 +234,7 @@ class _EmbeddedWriter:
             for settings, records in items:
                 if not records:  # a wake-up (``wake``), or a batch without rows
                     continue
-                if groups and groups[-1][0].audit_path == settings.audit_path:
+                if groups and log_of(groups[-1][0]) == log_of(settings):
                     groups[-1][1].extend(records)
                 else:
                     groups.append((settings, list(records)))
@@ -253,7 +254,7 @@ def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
     """The embedded counterpart of ``audit.write``: same retries, same give-up."""
     for retries in range(settings.audit_max_retries + 1):
         try:
-            return resources.current().audit_writer().write(settings.audit_path, records)
+            return resources.current().audit_writer().write(log_of(settings), records)
         except AuditWriteError as exc:
             if retries == settings.audit_max_retries:
                 give_up(settings, records, exc, retries)

@@ -17,6 +17,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 from pydantic import ValidationError
 
+from pipeline.audit.lake import log_of
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
@@ -112,7 +113,7 @@ def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
     audit.start_drainer()  # pools without worker_process_init (solo, threads) drain too
     rows, refused = audit.valid_records(settings, records)
     try:
-        inserted = res.audit_writer().write(settings.audit_path, rows)
+        inserted = res.audit_writer().write(log_of(settings), rows)
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             error = audit.give_up(settings, rows, exc, self.request.retries)

@@ -5,6 +5,7 @@ Why a memory was not returned (``whynot``) is imported on its own: it runs the
 query's stages, which nothing else here needs.
 """
 
+from pipeline.audit.lake import AuditLog, LakeLog, log_of
 from pipeline.audit.explain import diff_served, explain, replay_options
 from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters, scan_dead_letters
 from pipeline.audit.purge import PurgeReport, purge
@@ -13,6 +14,9 @@ from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_reco
 from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
 
 __all__ = [
+    "AuditLog",
+    "LakeLog",
+    "log_of",
     "AuditRecord",
     "build_record",
     "log_line",
