@@ -5,8 +5,8 @@ Why a memory was not returned (``whynot``) is imported on its own: it runs the
 query's stages, which nothing else here needs.
 """
 
-from pipeline.audit.lake import AuditLog, LakeLog, log_of
 from pipeline.audit.explain import diff_served, explain, replay_options
+from pipeline.audit.lake import AuditLog, LakeLog, log_of
 from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters, scan_dead_letters
 from pipeline.audit.purge import PurgeReport, purge
 from pipeline.audit.reader import count, find, get, since, tail

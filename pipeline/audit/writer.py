@@ -10,14 +10,12 @@ get their turn within one write. Writes are idempotent by query id.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
