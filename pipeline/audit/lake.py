@@ -105,6 +105,13 @@ class _Connections:
                 self.ready.add(log)
             return cur
 
+    def close_all(self) -> None:
+        with self.lock:
+            held = list(self.open.values()) if self.pid == os.getpid() else []
+            self.open, self.ready = {}, set()
+        for con in held:
+            con.close()
+
     def close(self, log: LakeLog) -> None:
         with self.lock:
             con = self.open.pop(log, None) if self.pid == os.getpid() else None
@@ -237,3 +244,9 @@ def check_writable(log: LakeLog) -> None:
 def release(log: LakeLog) -> None:
     """Close this process's audit connection to ``log`` (tests; a process at exit)."""
     _CONNECTIONS.close(log)
+
+
+def release_all() -> None:
+    """Close every audit connection of this process (its store released: another
+    data dir, shutdown); the next write or read attaches again."""
+    _CONNECTIONS.close_all()
