@@ -57,7 +57,8 @@ def _audit_commits(settings) -> int:
 
 def _env(settings) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
-            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": settings.store.engine}
+            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": settings.store.engine,
+            "DIMPLE_STORE__CATALOG": settings.lake_catalog, "DIMPLE_STORE__DATA_PATH": str(settings.lake_data_path)}
 
 
 def test_every_query_is_logged_once_and_read_back(embedded):
@@ -123,9 +124,8 @@ def test_on_the_lake_a_batch_is_one_commit_and_nothing_new_commits_nothing(tmp_p
     pa.lake.release(log)
 
 
-def test_on_the_lake_the_embedded_writer_commits_per_batch_not_per_row(embedded, tmp_path):
-    if embedded.store.engine != "lake":
-        pytest.skip("the file's transactions are not snapshots; its writer batches the same way")
+@pytest.mark.parametrize("settings", ["lake"], indirect=True)  # the file's writer batches the same way
+def test_on_the_lake_the_embedded_writer_commits_per_batch_not_per_row(embedded):
     from workers import audit
     from workers.api import search
 
@@ -161,24 +161,31 @@ _WRITER = textwrap.dedent("""
 """)
 
 
-def test_on_the_lake_two_processes_writing_at_once_store_every_row_once(tmp_path):
+def writers_at_once(settings, tmp_path: Path, names: tuple[str, ...]) -> None:
+    """``names`` processes each write 8 batches of 5 rows of their own and 3
+    that every process sends, starting together: every row is stored once,
+    each shared row inserted by exactly one of them."""
     import time
 
-    settings = store_settings(tmp_path, "lake")
-    start = time.time() + 6.0  # both attached (a second or two each) before either writes
+    start = time.time() + 3.0 * len(names)  # all attached (a second or two each) before any writes
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, me, str(start)], cwd=tmp_path, env=_env(settings),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for me in ("a", "b")]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for me in names]
     outs = []
     for p in procs:
-        out, err = p.communicate(timeout=180)
+        out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         outs.append(json.loads(out.strip().splitlines()[-1]))
+    expected = 8 * 5 * len(names) + 8 * 3
     log = pa.log_of(settings)
-    assert pa.count(log) == (8 * 5 * 2 + 8 * 3, 8 * 5 * 2 + 8 * 3)
-    assert sum(o["inserted"] for o in outs) == 8 * 5 * 2 + 8 * 3  # each shared row inserted by one of them
+    assert pa.count(log) == (expected, expected)
+    assert sum(o["inserted"] for o in outs) == expected  # each shared row inserted by one of them
     ids = {r.query_id for r in pa.since(log)}
     assert {f"shared-{b}-{i}" for b in range(8) for i in range(3)} <= ids
     pa.lake.release(log)
+
+
+def test_on_the_lake_two_processes_writing_at_once_store_every_row_once(tmp_path):
+    writers_at_once(store_settings(tmp_path, "lake"), tmp_path, ("a", "b"))
 
 
 def test_dimple_audit_tail_in_another_process_sees_this_process_rows(embedded):
