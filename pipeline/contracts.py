@@ -369,7 +369,7 @@ class Query(_Strict):
         """The options as resolved, for the audit row: scope, budget, top-k,
         mode and weights as asked, recency boost, the recency ``now`` (the
         query's start when none was given), supersession and fusion, so a replay asks the same;
-        and who asked (``origin``)."""
+        and who asked (``origin``); ``as_of`` and ``min_version`` when given."""
         o = self.options
         return {
             "scope": self.scope.model_dump(mode="json"),
@@ -382,6 +382,9 @@ class Query(_Strict):
             "supersession": o.supersession.value,
             "fusion": self.fusion.value,
             "origin": o.origin.value,
+            # the snapshot asked for (lake engine): a replay reads the row's snapshot
+            **({"as_of": o.as_of} if o.as_of is not None else {}),
+            **({"min_version": o.min_version} if o.min_version is not None else {}),
         }
 
 

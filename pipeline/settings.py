@@ -231,7 +231,8 @@ class Settings(BaseSettings):
     store_query_text: bool = Field(True, description="keep query text in the audit row")
     audit_enabled: bool = Field(True, description="write one `retrieval_log` row per query")
     audit_dir: Path | None = Field(
-        None, description="where `audit.duckdb`, its outbox and the dead letters live (unset: the data dir)"
+        None, description="where `audit.duckdb` (the lake engine keeps the rows in the lake instead), its outbox "
+                          "and the dead letters live (unset: the data dir); host-local"
     )
 
     @field_validator("data_dir", "audit_dir", mode="after")

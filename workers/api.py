@@ -581,8 +581,11 @@ def replay_snapshot(row: AuditRecord) -> int | None:
     """The snapshot a logged query read, to replay it there: on the lake engine,
     which keeps ``store.retain`` of snapshots, so a replay shows what a setting
     change did and not what later writes did; None on the segment store, which
-    holds only its current version (the replay says when the store moved)."""
-    version = row.query_profile.get("store_version")
+    holds only its current version (the replay says when the store moved).
+    A query asked ``as_of`` a snapshot (recorded in its options) replays there
+    (its ``store_version`` is that snapshot too, and the one a time resolved to)."""
+    as_of = row.options.get("as_of")
+    version = as_of if isinstance(as_of, int) and not isinstance(as_of, bool) else row.query_profile.get("store_version")
     if resources.current().settings().store.engine != "lake" or not isinstance(version, int) or version < 1:
         return None
     return version
@@ -596,12 +599,12 @@ def audit_row(query_id: Any) -> AuditRecord:
     if not isinstance(query_id, str) or not query_id.strip() or text_problem(query_id):
         raise InputError("query_id", "must be a query id: a non-blank string, valid Unicode without NUL")
     settings = resources.current().settings()
-    row = audit.find(settings.audit_path, query_id)
+    row = audit.find(audit.log_of(settings), query_id)
     if row is None and settings.embedded and flush_audit():  # this process's rows may still be on their way
-        row = audit.find(settings.audit_path, query_id)
+        row = audit.find(audit.log_of(settings), query_id)
     if row is None:
         off = "" if settings.audit_enabled else " (audit rows are off: DIMPLE_AUDIT_ENABLED=false)"
-        raise InputError("query_id", f"no audit row for query {query_id!r} in {settings.audit_path}{off}")
+        raise InputError("query_id", f"no audit row for query {query_id!r} in {audit.log_of(settings)}{off}")
     return row
 
 

@@ -21,12 +21,23 @@ import queue
 import random
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
 from pydantic import ValidationError
 
-from pipeline.audit.letters import dead_letter, drain_outbox, outbox_done, outbox_put, quarantine
+from pipeline.audit.lake import log_of
+from pipeline.audit.letters import (
+    OUTBOX_NAME,
+    dead_letter,
+    drain_outbox,
+    outbox_batch,
+    outbox_done,
+    outbox_id,
+    outbox_put,
+    quarantine,
+)
 from pipeline.audit.record import AuditRecord, build_record, log_line, retrieval_settings
 from pipeline.contracts import Batch
 from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
@@ -94,13 +105,14 @@ def send(app: Celery, records: list[AuditRecord]) -> None:
     payload = [r.model_dump(mode="json") for r in records]
     try:
         name: str | None = outbox_put(settings.audit_outbox_dir, payload)
+        kept = {"outbox": name, "host": outbox_id(settings.audit_outbox_dir)}
     except OSError as exc:  # a read-only audit dir: the message alone carries the rows
-        name = None
+        name, kept = None, {}
         log.error("cannot keep audit rows in the outbox %s (%s): they depend on the broker alone",
                   settings.audit_outbox_dir, exc)
     try:
         # by name: the task is registered in workers.tasks, routed to the audit queue
-        app.send_task("audit.write", args=[payload], kwargs={"outbox": name} if name else {})
+        app.send_task("audit.write", args=[payload], kwargs=kept)
     except Exception as exc:
         if name is None:
             raise
@@ -114,11 +126,42 @@ def done(settings: WorkerSettings, outbox: object) -> None:
         outbox_done(settings.audit_outbox_dir, outbox)
 
 
+# Rows an ``audit.write`` takes from its host's outbox besides its own, in the same transaction.
+BATCH_ROWS = 1000
+
+
+def written_with_another(settings: WorkerSettings, outbox: object, host: object) -> bool:
+    """Whether a message's rows were already written by another message's
+    batch (``batch_of``): its outbox file is this host's (``host``, the
+    outbox's id) and gone. A file goes only once its rows are in the log,
+    dead-lettered or purged; another host's message is written as it comes."""
+    if not isinstance(outbox, str) or not OUTBOX_NAME.match(outbox) or not isinstance(host, str):
+        return False
+    try:
+        ours = host == outbox_id(settings.audit_outbox_dir)
+    except OSError:
+        return False
+    return ours and not (settings.audit_outbox_dir / outbox).exists()
+
+
+def batch_of(settings: WorkerSettings, outbox: object) -> list[tuple[Path, list[AuditRecord]]]:
+    """This host's other outbox files waiting now (up to ``BATCH_ROWS`` rows),
+    written with a message's rows in one transaction: under a stream of
+    queries the audit worker pays one transaction (one lake commit) per
+    batch of waiting rows, not one per query; their own messages then find
+    their files gone (``written_with_another``) and write nothing."""
+    try:
+        return outbox_batch(settings.audit_outbox_dir, settings.dead_letter_dir, BATCH_ROWS,
+                            skip=outbox if isinstance(outbox, str) else None)
+    except OSError:
+        return []
+
+
 # -- the outbox drain, in the audit worker's process ------------------------------------
 def drain_once(settings: WorkerSettings, older_than_s: float) -> tuple[int, int]:
     """Write the outbox files at least ``older_than_s`` old; returns (files, rows inserted)."""
     return drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
-                        lambda rows: resources.current().audit_writer().write(settings.audit_path, rows),
+                        lambda rows: resources.current().audit_writer().write(log_of(settings), rows),
                         older_than_s=older_than_s)
 
 
@@ -233,7 +276,7 @@ class _EmbeddedWriter:
             for settings, records in items:
                 if not records:  # a wake-up (``wake``), or a batch without rows
                     continue
-                if groups and groups[-1][0].audit_path == settings.audit_path:
+                if groups and log_of(groups[-1][0]) == log_of(settings):
                     groups[-1][1].extend(records)
                 else:
                     groups.append((settings, list(records)))
@@ -253,7 +296,7 @@ def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
     """The embedded counterpart of ``audit.write``: same retries, same give-up."""
     for retries in range(settings.audit_max_retries + 1):
         try:
-            return resources.current().audit_writer().write(settings.audit_path, records)
+            return resources.current().audit_writer().write(log_of(settings), records)
         except AuditWriteError as exc:
             if retries == settings.audit_max_retries:
                 give_up(settings, records, exc, retries)

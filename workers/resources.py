@@ -20,6 +20,7 @@ from typing import Any
 
 import duckdb
 
+from pipeline.audit import lake as audit_lake
 from pipeline.audit.writer import AuditWriter
 from pipeline.contracts import Batch
 from pipeline.embedders import Embedder, make_embedder
@@ -190,11 +191,13 @@ class Resources:
             yield v
 
     def close_store(self) -> None:
-        """Release the store (another data dir, or shutdown)."""
+        """Release the store (another data dir, or shutdown), and the audit's
+        connections to a lake (``pipeline.audit.lake``)."""
         with self._lock:
             if self._reader is not None:
                 self._reader.close()
             self._reader = None
+            audit_lake.release_all()
 
     def warm(self, queues: Iterable[str]) -> list[tuple[str, float]]:
         """Load now, in this process, what the tasks of ``queues`` use (routes in

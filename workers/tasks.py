@@ -17,6 +17,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 from pydantic import ValidationError
 
+from pipeline.audit.lake import log_of
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
@@ -104,15 +105,21 @@ def _register(app: Celery, stage: Stage) -> Task:
     return app.task(name=stage.name, ignore_result=stage.name != LAST, resultrepr_maxsize=RESULT_REPR_CHARS)(run)
 
 
-def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
+def audit_write(self, records: list[dict], outbox: str | None = None, host: str | None = None) -> dict:
     """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed.
-    ``outbox`` names the file keeping the same rows (``workers.audit``), removed once they are in."""
+    ``outbox`` names the file keeping the same rows (``workers.audit``), removed once they are in;
+    ``host`` the outbox it is in. The rows of this host's other outbox files waiting now go in the
+    same transaction (``audit.batch_of``), and a message whose rows went so writes nothing."""
     res = resources.current()
     settings = res.settings()
     audit.start_drainer()  # pools without worker_process_init (solo, threads) drain too
+    if audit.written_with_another(settings, outbox, host):
+        return {"rows": len(records) if isinstance(records, list) else 1, "inserted": 0, "refused": 0,
+                "batched": True}
     rows, refused = audit.valid_records(settings, records)
+    others = audit.batch_of(settings, outbox) if rows else []
     try:
-        inserted = res.audit_writer().write(settings.audit_path, rows)
+        inserted = res.audit_writer().write(log_of(settings), rows + [r for _, batch in others for r in batch])
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             error = audit.give_up(settings, rows, exc, self.request.retries)
@@ -120,7 +127,10 @@ def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
             raise error from None
         raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None) from None
     audit.done(settings, outbox)
-    return {"rows": len(rows), "inserted": inserted, "refused": refused}
+    for path, _ in others:
+        audit.done(settings, path.name)
+    return {"rows": len(rows), "inserted": inserted, "refused": refused,
+            **({"with_others": len(others)} if others else {})}
 
 
 def _written(app: Celery, run) -> dict:

@@ -1,11 +1,13 @@
 """The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
 (``writer``), read back (``reader``), kept when writes run out of retries (``letters``),
-explained or replayed (``explain``) and purged of a forgotten memory (``purge``).
+explained or replayed (``explain``) and purged of a forgotten memory (``purge``);
+in ``audit.duckdb`` or, with ``store.engine = lake``, in the lake (``lake``: ``log_of``).
 Why a memory was not returned (``whynot``) is imported on its own: it runs the
 query's stages, which nothing else here needs.
 """
 
 from pipeline.audit.explain import diff_served, explain, replay_options
+from pipeline.audit.lake import AuditLog, LakeLog, log_of
 from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters, scan_dead_letters
 from pipeline.audit.purge import PurgeReport, purge
 from pipeline.audit.reader import count, find, get, since, tail
@@ -13,6 +15,9 @@ from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_reco
 from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
 
 __all__ = [
+    "AuditLog",
+    "LakeLog",
+    "log_of",
     "AuditRecord",
     "build_record",
     "log_line",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -25,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipeline.audit.lake import AuditLog
 from pipeline.audit.record import AuditRecord
 from pipeline.audit.writer import check_writable, write_records
 from pipeline.errors import AuditWriteError, problems
@@ -78,6 +80,73 @@ def outbox_pending(folder: Path, older_than_s: float = 0.0) -> list[Path]:
     return out
 
 
+def _read_outbox(path: Path, dead_letter_dir: Path) -> list[AuditRecord] | None:
+    """The rows of one outbox file; None when it is gone (written meanwhile by
+    its message) or cannot be read as rows (quarantined with the field named)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [AuditRecord.model_validate(r) for r in data["records"]]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        where = _what_was_wrong(exc)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+        kept = quarantine(dead_letter_dir, text, f"outbox file {path.name}: {where}")
+        log.error("audit outbox file %s cannot be read as rows (%s); kept in %s", path.name, where, kept)
+        path.unlink(missing_ok=True)
+        return None
+
+
+def outbox_batch(folder: Path, dead_letter_dir: Path, rows: int, skip: str | None = None
+                 ) -> list[tuple[Path, list[AuditRecord]]]:
+    """The outbox files waiting now (any age, oldest first, ``skip`` left out)
+    up to about ``rows`` rows, with their rows: what an ``audit.write`` writes
+    with its own rows, in the same transaction (issue 33: the audit worker's
+    cost is per batch, not per message)."""
+    out: list[tuple[Path, list[AuditRecord]]] = []
+    taken = 0
+    for path in outbox_pending(folder):
+        if taken >= rows:
+            break
+        if path.name == skip:
+            continue
+        records = _read_outbox(path, dead_letter_dir)
+        if records is not None:
+            out.append((path, records))
+            taken += len(records)
+    return out
+
+
+# The file naming an outbox (one per audit dir, i.e. per host): a message
+# carries it, so an audit worker knows whether the message's outbox file is
+# one of its own host's (and gone means written), or another host's.
+OUTBOX_ID = ".outbox-id"
+_IDS: dict[Path, str] = {}
+
+
+def outbox_id(folder: Path) -> str:
+    """This outbox's id, made by the first process that asks (kept in ``OUTBOX_ID``)."""
+    known = _IDS.get(folder)
+    if known is not None:
+        return known
+    path = folder / OUTBOX_ID
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fresh = path.with_name(f"{OUTBOX_ID}.{uuid.uuid4().hex}")
+        fresh.write_text(uuid.uuid4().hex, encoding="utf-8")
+        try:
+            os.link(fresh, path)  # never over another process's id
+        except FileExistsError:
+            pass
+        finally:
+            fresh.unlink(missing_ok=True)
+    _IDS[folder] = path.read_text(encoding="utf-8").strip()
+    return _IDS[folder]
+
+
 def drain_outbox(folder: Path, dead_letter_dir: Path, write: Callable[[list[AuditRecord]], int],
                  older_than_s: float = 0.0, batch: int = 1000) -> tuple[int, int]:
     """Write the rows of the outbox files at least ``older_than_s`` old, about
@@ -100,17 +169,8 @@ def drain_outbox(folder: Path, dead_letter_dir: Path, write: Callable[[list[Audi
         rows.clear()
 
     for path in outbox_pending(folder, older_than_s):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            records = [AuditRecord.model_validate(r) for r in data["records"]]
-        except FileNotFoundError:
-            continue
-        except (ValueError, KeyError, TypeError) as exc:
-            where = _what_was_wrong(exc)
-            kept = quarantine(dead_letter_dir, path.read_text(encoding="utf-8", errors="replace"),
-                              f"outbox file {path.name}: {where}")
-            log.error("audit outbox file %s cannot be read as rows (%s); kept in %s", path.name, where, kept)
-            path.unlink(missing_ok=True)
+        records = _read_outbox(path, dead_letter_dir)
+        if records is None:
             continue
         chunk.append(path)
         rows.extend(records)
@@ -187,7 +247,7 @@ def _readable_letters(folder: Path, errors: list[str]) -> list[tuple[Path, str, 
 RETRY_BATCH = 1000  # dead letters written per transaction by ``retry_dead_letters``
 
 
-def retry_dead_letters(folder: Path, audit_path: Path, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
+def retry_dead_letters(folder: Path, audit_path: AuditLog, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
     """Write every dead letter (idempotently); returns (written, already there, errors).
 
     ``batch`` letters go in one transaction over one connection. When a batch
@@ -207,7 +267,7 @@ def retry_dead_letters(folder: Path, audit_path: Path, batch: int = RETRY_BATCH)
 
 @dataclass
 class _Retry:
-    audit_path: Path
+    audit_path: AuditLog
     written: int = 0
     present: int = 0
     errors: list[str] = field(default_factory=list)

@@ -14,6 +14,13 @@ free blocks of a file it updates in place.
 It takes the log as any writer does (``writer.knocking``: an audit worker
 holding the file lets go, and waits while the purge holds it), so rows
 written meanwhile land in the purged file, not in the one it replaces.
+
+On the lake engine (``pipeline.audit.lake``) the rows are deleted from the
+lake's ``retrieval_log`` in one commit: gone from every host's ``dimple
+audit`` at once. Their bytes stay in the lake's files and older snapshots
+until the next erase (``pipeline.store.lake.erase.purge``: it flushes,
+rewrites and expires every table of the lake, this one's included). The
+outbox and dead letters purged are this host's.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.audit import lake
+from pipeline.audit.lake import AuditLog, LakeLog
 from pipeline.audit.letters import OUTBOX_NAME, _put_json
 from pipeline.audit.writer import knock_path, knocking
 from pipeline.errors import InputError
@@ -79,7 +88,7 @@ def _strings(data: Any) -> Iterator[str]:
             yield from _strings(value)
 
 
-def purge(audit_path: Path, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
+def purge(audit_path: AuditLog, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
           texts: list[str] | None = None) -> PurgeReport:
     """Delete every audit row holding one of ``ids`` or ``texts`` (ignoring
     case) from the outbox, the dead letters and the log, and rewrite the log
@@ -88,7 +97,9 @@ def purge(audit_path: Path, outbox_dir: Path, dead_letter_dir: Path, ids: list[s
     report = PurgeReport()
     report.outbox_rows = _purge_outbox(outbox_dir, needles)
     report.dead_letters = _purge_letters(dead_letter_dir, needles)
-    if audit_path.exists():
+    if isinstance(audit_path, LakeLog):
+        report.rows = _purge_lake(audit_path, needles)
+    elif audit_path.exists():
         report.rows = _purge_log(audit_path, needles)
     return report
 
@@ -145,6 +156,14 @@ def _row_data(row: tuple) -> list[Any]:
         except ValueError:
             out.append(text)
     return out
+
+
+def _purge_lake(log: LakeLog, needles: _Needles) -> int:
+    with lake.reading(log) as cur:
+        if cur is None:
+            return 0
+        doomed = [row[0] for row in cur.execute(_ROWS).fetchall() if needles.found_in(_row_data(row))]
+    return lake.delete(log, doomed)
 
 
 def _purge_log(path: Path, needles: _Needles) -> int:

@@ -2,7 +2,9 @@
 prefix of it), rows since a time, counts.
 
 Readers knock (``pipeline.audit.writer.knocking``) so a writer holding the
-file lets go for them.
+file lets go for them. On the lake engine (``pipeline.audit.lake``) the same
+SQL reads the lake's ``retrieval_log`` at its latest snapshot: every host's
+rows, from any host.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from pipeline.audit import lake
+from pipeline.audit.lake import AuditLog, LakeLog
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
 from pipeline.audit.writer import knocking
 from pipeline.errors import InputError
@@ -28,11 +31,15 @@ SHOWN_CANDIDATES = 10
 
 
 @contextmanager
-def _log(path: Path) -> Iterator[duckdb.DuckDBPyConnection | None]:
+def _log(path: AuditLog) -> Iterator[duckdb.DuckDBPyConnection | None]:
     """A connection to read ``retrieval_log`` over, or None when there is
     nothing to read yet: no file, or a file without the table (its writer
     created the file and was stopped before the schema's transaction committed;
-    the next write creates it)."""
+    the next write creates it), or a lake without its audit tables."""
+    if isinstance(path, LakeLog):
+        with lake.reading(path) as cur:
+            yield cur
+        return
     if not path.exists():
         yield None
         return
@@ -41,7 +48,7 @@ def _log(path: Path) -> Iterator[duckdb.DuckDBPyConnection | None]:
         yield con if tables else None
 
 
-def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
+def _rows(path: AuditLog, sql: str, params: list[Any]) -> list[AuditRecord]:
     with _log(path) as con:
         if con is None:
             return []
@@ -57,16 +64,16 @@ def _rows(path: Path, sql: str, params: list[Any]) -> list[AuditRecord]:
         return out
 
 
-def tail(path: Path, n: int) -> list[AuditRecord]:
+def tail(path: AuditLog, n: int) -> list[AuditRecord]:
     rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log ORDER BY logged_at DESC, query_id LIMIT ?", [n])
     return list(reversed(rows))
 
 
-def get(path: Path, query_id: str) -> AuditRecord | None:
+def get(path: AuditLog, query_id: str) -> AuditRecord | None:
     rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
     return rows[0] if rows else None
 
-def find(path: Path, id_or_prefix: str) -> AuditRecord | None:
+def find(path: AuditLog, id_or_prefix: str) -> AuditRecord | None:
     """The row whose query id is ``id_or_prefix``, or the one row whose id starts
     with it (as git takes a commit's abbreviation); None when none does.
 
@@ -92,7 +99,7 @@ def find(path: Path, id_or_prefix: str) -> AuditRecord | None:
                                      f"{', '.join(ids[:SHOWN_CANDIDATES])}{more}")
     return get(path, ids[0]) if ids else None
 
-def since(path: Path, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
+def since(path: AuditLog, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
     """Rows logged at or after ``start`` (naive UTC; all rows when None), oldest first."""
     sql = f"SELECT {', '.join(COLUMNS)} FROM retrieval_log"
     params: list[Any] = []
@@ -106,7 +113,7 @@ def since(path: Path, start: datetime | None = None, limit: int | None = None) -
     return _rows(path, sql, params)
 
 
-def count(path: Path) -> tuple[int, int]:
+def count(path: AuditLog) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""
     with _log(path) as con:
         if con is None:

@@ -10,19 +10,18 @@ get their turn within one write. Writes are idempotent by query id.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import duckdb
-import numpy as np
 
-from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
+from pipeline.audit import lake
+from pipeline.audit.lake import AuditLog, LakeLog
+from pipeline.audit.record import AuditRecord, rows_view
 from pipeline.errors import AuditStoreUnavailable
 from pipeline.store.database import migrate_package, one, transaction
 
@@ -36,50 +35,21 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
 
 
-_ROWS_VIEW = "dimple_audit_rows"
-
-
 def _insert(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> int:
-    """Insert the rows whose query ids are not there yet, in one committed transaction.
-
-    The rows go in as one registered set of columns and one ``INSERT ...
-    SELECT`` (``executemany`` binds row by row: ~4 ms a row here, which made
-    ``dimple audit retry`` of a large backlog take minutes)."""
+    """Insert the rows whose query ids are not there yet, in one committed transaction."""
     unique: dict[str, AuditRecord] = {}
     for record in records:
         unique.setdefault(record.query_id, record)
-    columns: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-    for record in unique.values():
-        row = record.model_dump(mode="json")
-        for c in COLUMNS:
-            value = row[c]
-            columns[c].append(json.dumps(value) if c in JSON_COLUMNS and value is not None else value)
-    names = ", ".join(COLUMNS)
-    # typed casts: a column of Nones (query_text when texts are not stored) has no type of its own
-    select = ", ".join(f"{c}::{_TYPES[c]}" for c in COLUMNS)
-    con.register(_ROWS_VIEW, {c: np.array(v, dtype=object) for c, v in columns.items()})
-    try:
-        with transaction(con):
-            # an INSERT answers how many rows it inserted, those left out by the conflict not counted
-            inserted = one(con, f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {_ROWS_VIEW} "
-                                "ON CONFLICT DO NOTHING")[0]
-    finally:
-        con.unregister(_ROWS_VIEW)
+    with rows_view(con, list(unique.values())) as (names, select, view), transaction(con):
+        # an INSERT answers how many rows it inserted, those left out by the conflict not counted
+        inserted = one(con, f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {view} ON CONFLICT DO NOTHING")[0]
     return int(inserted)
 
 
-# DuckDB types of the retrieval_log columns (schema/audit), for the casts in ``_insert``
-_TYPES = {
-    "query_id": "VARCHAR", "logged_at": "TIMESTAMP", "query_hash": "VARCHAR", "hash_of": "VARCHAR", "mode": "VARCHAR",
-    "requested_mode": "VARCHAR", "query_text": "VARCHAR", "options": "JSON", "query_profile": "JSON",
-    "sources": "JSON", "result_count": "INTEGER", "truncated": "BOOLEAN", "truncation": "JSON",
-    "latency_ms": "JSON", "total_ms": "DOUBLE", "rrf_k": "INTEGER",
-}
-
-
-def write_records(path: Path, records: list[AuditRecord]) -> int:
+def write_records(path: AuditLog, records: list[AuditRecord]) -> int:
     """Insert the rows whose query ids are not there yet, in one transaction,
-    over a connection of its own (opened and closed here).
+    over a connection of its own (opened and closed here; on the lake, one
+    commit over the process's audit connection, ``pipeline.audit.lake``).
 
     Returns how many were inserted. Idempotent by query id, so a redelivered
     ``audit.write`` never adds a row. ``AuditWriter`` does the same over a
@@ -87,13 +57,18 @@ def write_records(path: Path, records: list[AuditRecord]) -> int:
     """
     if not records:
         return 0
+    if isinstance(path, LakeLog):
+        return lake.write(path, records)
     with _open_for_writing(path) as con:
         return _insert(con, records)
 
 
-def check_writable(path: Path) -> None:
+def check_writable(path: AuditLog) -> None:
     """Open the audit store for writing, as ``write_records`` does, and let go;
     ``AuditStoreUnavailable`` when it cannot be (locked, unreadable, no space)."""
+    if isinstance(path, LakeLog):
+        lake.check_writable(path)
+        return
     with _open_for_writing(path):
         pass
 
@@ -109,7 +84,7 @@ def _open_for_writing(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
         raise AuditStoreUnavailable(f"cannot write audit store {path}: {exc}") from exc
 
 
-def write_record(path: Path, record: AuditRecord) -> bool:
+def write_record(path: AuditLog, record: AuditRecord) -> bool:
     """``write_records`` for one row: True when it was inserted."""
     return write_records(path, [record]) == 1
 
@@ -158,10 +133,13 @@ class AuditWriter:
     def holding(self) -> bool:
         return self._con is not None
 
-    def write(self, path: Path, records: list[AuditRecord]) -> int:
-        """``write_records`` over the held connection; raises ``AuditStoreUnavailable``."""
+    def write(self, path: AuditLog, records: list[AuditRecord]) -> int:
+        """``write_records`` over the held connection; raises ``AuditStoreUnavailable``.
+        On the lake (``LakeLog``): one commit per call, nothing held (no file lock to let go of)."""
         if not records:
             return 0
+        if isinstance(path, LakeLog):
+            return lake.write(path, records)
         with self._cond:
             self._forked()
             if self._con is not None and (self._path != path or self._due(time.monotonic())):

@@ -469,7 +469,7 @@ def cmd_audit_tail(args) -> int:
     if args.n < 1:
         raise InputError("-n", "must be at least 1")
     settings = cli_settings()
-    rows = audit.tail(settings.audit_path, args.n)
+    rows = audit.tail(audit.log_of(settings), args.n)
     for row in rows:
         if args.json:
             print(row.model_dump_json())
@@ -520,10 +520,10 @@ def cmd_audit_failed(args) -> int:
 
 def cmd_audit_retry(args) -> int:
     settings = cli_settings()
-    written, present, errors = audit.retry_dead_letters(settings.dead_letter_dir, settings.audit_path)
+    written, present, errors = audit.retry_dead_letters(settings.dead_letter_dir, audit.log_of(settings))
     try:  # rows whose message was lost and no audit worker has written yet
         files, rows = drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
-                                   lambda records: audit.write_records(settings.audit_path, records),
+                                   lambda records: audit.write_records(audit.log_of(settings), records),
                                    older_than_s=settings.audit_outbox_after_s)
     except AuditWriteError as exc:
         errors.append(f"outbox: {exc}")
@@ -539,9 +539,11 @@ def cmd_audit_retry(args) -> int:
 def cmd_audit_purge(args) -> int:
     settings = cli_settings()
     flush_audit()  # rows this process still holds go in first, and its writer lets go of the log
-    done = audit.purge(settings.audit_path, settings.audit_outbox_dir, settings.dead_letter_dir, args.ids, args.text)
-    print(f"purged {done.rows} audit row(s) from {settings.audit_path}"
-          + (" (the file written afresh)" if done.rows else "")
+    log = audit.log_of(settings)
+    done = audit.purge(log, settings.audit_outbox_dir, settings.dead_letter_dir, args.ids, args.text)
+    afresh = " (their bytes leave the lake's files at its next erase)" if isinstance(log, audit.LakeLog) \
+        else " (the file written afresh)"
+    print(f"purged {done.rows} audit row(s) from {log}" + (afresh if done.rows else "")
           + f", {done.outbox_rows} from the outbox, {done.dead_letters} dead letter(s)")
     return 0
 

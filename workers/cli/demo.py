@@ -277,7 +277,7 @@ def _audit_trail(settings: WorkerSettings, res) -> None:
         print("(no audit trail to show: DIMPLE_AUDIT_ENABLED=false)\n")
         return
     flush(30)
-    row = audit.get(settings.audit_path, res.query_id)
+    row = audit.get(audit.log_of(settings), res.query_id)
     if row is None:
         return
     print(f"the audit trail of the first query above, from its retrieval_log row "

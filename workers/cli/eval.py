@@ -481,9 +481,9 @@ def cmd_replay(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise InputError("--limit", "must be at least 1")
     folder = claim_folder(args.out / safe_name(args.name or f"replay-{_stamp()}"), args.force, remove=False)
-    records = audit.since(settings.audit_path, start, args.limit)
+    records = audit.since(audit.log_of(settings), start, args.limit)
     if not records:
-        raise InputError("--from-audit", f"no audit rows{' since ' + start.isoformat() if start else ''} in {settings.audit_path}")
+        raise InputError("--from-audit", f"no audit rows{' since ' + start.isoformat() if start else ''} in {audit.log_of(settings)}")
     # The replay's own queries are not logged embedded, so they never replay themselves.
     run_settings = settings.replace(audit_enabled=False) if settings.embedded else settings
     workers.configure(run_settings)

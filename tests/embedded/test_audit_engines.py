@@ -1,0 +1,295 @@
+"""The audit trail on each store engine (``store.engine``): on the segment
+store the rows live in ``audit.duckdb``; on the lake in the lake's
+``retrieval_log`` (docs/LAKE.md, "The audit trail on many hosts"), written
+one commit per batch, exactly once by query id, read by ``dimple audit``
+from any process, purged from the lake with the bytes gone at the next erase.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from pipeline import audit as pa
+from pipeline.audit.record import AuditRecord
+from tests.conftest import ENGINES, store_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(params=ENGINES)
+def settings(request, tmp_path):
+    return store_settings(tmp_path, request.param)
+
+
+def _remember() -> int:
+    from workers.api import remember
+
+    return remember([{"id": f"m{i}", "namespace": "n", "content": f"note {i} on the deploy window db-{i}"}
+                     for i in range(12)]).version
+
+
+def _row(i: int, text: str = "a question") -> AuditRecord:
+    return AuditRecord(query_id=f"{i:032x}", logged_at=datetime(2026, 12, 1, 0, 0, i % 60), query_hash="h",
+                       hash_of="text", mode="keyword", requested_mode="keyword", query_text=f"{text} {i}",
+                       options={"top_k": 3}, query_profile={"store_version": 1}, sources=[{"id": "m1", "rank": 1}],
+                       result_count=1, truncated=False, latency_ms={"search.budget": 0.1}, total_ms=1.0, rrf_k=60)
+
+
+def _audit_commits(settings) -> int:
+    """Snapshots of the lake committed by audit batches."""
+    from pipeline.store.lake.catalog import LAKE, attach
+
+    con = attach(settings)[0]
+    try:
+        return con.execute(f"SELECT count(*) FROM ducklake_snapshots('{LAKE}') WHERE commit_message = 'audit'"
+                           ).fetchone()[0]
+    finally:
+        con.close()
+
+
+def _env(settings) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
+            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": settings.store.engine,
+            "DIMPLE_STORE__CATALOG": settings.lake_catalog, "DIMPLE_STORE__DATA_PATH": str(settings.lake_data_path)}
+
+
+def test_every_query_is_logged_once_and_read_back(embedded):
+    from workers import audit
+    from workers.api import audit_row, search_many
+
+    _remember()
+    results = search_many([{"query": f"deploy window {i}", "mode": ("keyword", "hybrid")[i % 2]} for i in range(40)],
+                          batch_size=10)
+    assert audit.flush(60)
+    log = pa.log_of(embedded)
+    assert isinstance(log, pa.LakeLog) == (embedded.store.engine == "lake")
+    assert pa.count(log) == (40, 40)
+    assert {r.query_id for r in pa.tail(log, 100)} == {r.query_id for r in results}
+    first = results[0]
+    row = audit_row(first.query_id[:8])  # by a prefix, as `dimple audit show` takes it
+    assert row.query_id == first.query_id and [s["id"] for s in row.sources] == [r.id for r in first.results]
+    assert not embedded.audit_path.exists() or embedded.store.engine == "segments"  # the lake keeps no audit file
+
+
+def test_a_row_written_twice_is_stored_once(embedded):
+    log = pa.log_of(embedded)
+    assert pa.write_records(log, [_row(i) for i in range(6)]) == 6
+    assert pa.write_records(log, [_row(i) for i in range(4, 9)] + [_row(8)]) == 3  # 4, 5 again; 8 twice
+    assert pa.write_records(log, [_row(1)]) == 0
+    assert pa.count(log) == (9, 9)
+
+
+def test_the_row_records_as_of_and_min_version_when_given(embedded):
+    from workers import audit
+    from workers.api import audit_row, explain, search
+
+    version = _remember()
+    plain = search("deploy window", mode="keyword")
+    waited = search("deploy window", mode="keyword", min_version=version)
+    assert audit.flush(60)
+    assert "as_of" not in audit_row(plain.query_id).options and "min_version" not in audit_row(plain.query_id).options
+    assert audit_row(waited.query_id).options["min_version"] == version
+    if embedded.store.engine != "lake":
+        return
+    from workers.api import remember
+
+    then = search("deploy window", mode="keyword", as_of=version)
+    later = remember({"id": "late", "namespace": "n", "content": "deploy window deploy window deploy window"})
+    assert later.version > version
+    assert audit.flush(60)
+    row = audit_row(then.query_id)
+    assert row.options["as_of"] == version and row.query_profile["store_version"] == version
+    replay = explain(then.query_id)["replay"]
+    assert replay["replayed_at"] == version and replay["verdict"] == "same list"  # "late" leads now, not then
+    assert search("deploy window", mode="keyword").results[0].id == "late"
+
+
+def test_on_the_lake_a_batch_is_one_commit_and_nothing_new_commits_nothing(tmp_path):
+    settings = store_settings(tmp_path, "lake")
+    log = pa.log_of(settings)
+    assert pa.write_records(log, [_row(i) for i in range(50)]) == 50
+    assert _audit_commits(settings) == 1
+    assert pa.write_records(log, [_row(i) for i in range(50)]) == 0
+    assert _audit_commits(settings) == 1
+    assert pa.write_records(log, [_row(i) for i in range(45, 60)]) == 10
+    assert _audit_commits(settings) == 2
+    pa.lake.release(log)
+
+
+@pytest.mark.parametrize("settings", ["lake"], indirect=True)  # the file's writer batches the same way
+def test_on_the_lake_the_embedded_writer_commits_per_batch_not_per_row(embedded):
+    from workers import audit
+    from workers.api import search
+
+    _remember()
+    for i in range(20):
+        search(f"deploy window {i}", mode="keyword")
+    assert audit.flush(60)
+    assert pa.count(pa.log_of(embedded)) == (20, 20)
+    assert _audit_commits(embedded) <= 4  # lingering up to a second for the rows behind: not 20 commits
+
+
+_WRITER = textwrap.dedent("""
+    import json, sys, time
+    from datetime import datetime
+    from pipeline import audit as pa
+    from pipeline.audit.record import AuditRecord
+    from workers.settings import get_settings
+    settings = get_settings()
+    me, start = sys.argv[1], float(sys.argv[2])
+    def row(qid):
+        return AuditRecord(query_id=qid, logged_at=datetime(2026, 12, 1), query_hash="h", hash_of="text",
+                           mode="keyword", requested_mode="keyword", query_text="q " + qid, options={},
+                           query_profile={}, sources=[], result_count=0, truncated=False, total_ms=1.0, rrf_k=60)
+    log = pa.log_of(settings)
+    pa.lake.check_writable(log)  # attached and ready before the start, so the batches meet
+    time.sleep(max(0.0, start - time.time()))
+    inserted = 0
+    for b in range(8):
+        # five rows of its own and three that the other process sends too (a redelivered message)
+        batch = [row(f"{me}-{b}-{i}") for i in range(5)] + [row(f"shared-{b}-{i}") for i in range(3)]
+        inserted += pa.write_records(log, batch)
+    print(json.dumps({"inserted": inserted}))
+""")
+
+
+def writers_at_once(settings, tmp_path: Path, names: tuple[str, ...]) -> None:
+    """``names`` processes each write 8 batches of 5 rows of their own and 3
+    that every process sends, starting together: every row is stored once,
+    each shared row inserted by exactly one of them."""
+    import time
+
+    start = time.time() + 3.0 * len(names)  # all attached (a second or two each) before any writes
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, me, str(start)], cwd=tmp_path, env=_env(settings),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for me in names]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    expected = 8 * 5 * len(names) + 8 * 3
+    log = pa.log_of(settings)
+    assert pa.count(log) == (expected, expected)
+    assert sum(o["inserted"] for o in outs) == expected  # each shared row inserted by one of them
+    ids = {r.query_id for r in pa.since(log)}
+    assert {f"shared-{b}-{i}" for b in range(8) for i in range(3)} <= ids
+    pa.lake.release(log)
+
+
+def test_on_the_lake_two_processes_writing_at_once_store_every_row_once(tmp_path):
+    writers_at_once(store_settings(tmp_path, "lake"), tmp_path, ("a", "b"))
+
+
+def test_dimple_audit_tail_in_another_process_sees_this_process_rows(embedded):
+    from workers import audit
+    from workers.api import search
+
+    _remember()
+    asked = [search(f"deploy window {i}", mode="keyword").query_id for i in range(3)]
+    assert audit.flush(60)
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "audit", "tail", "-n", "5", "--json"],
+                          cwd=embedded.data_dir.parent, env=_env(embedded), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["query_id"] for line in done.stdout.splitlines()] == asked
+
+
+def test_purge_removes_the_rows_and_on_the_lake_the_next_erase_takes_their_bytes(embedded, capsys, monkeypatch):
+    from workers import audit
+    from workers.api import search
+    from workers.cli import main
+    from workers.settings import get_settings
+
+    for name, value in _env(embedded).items():
+        if name.startswith("DIMPLE_"):
+            monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+
+    _remember()
+    secret = "zebracorn"
+    kept = search("deploy window", mode="keyword").query_id
+    gone = search(f"{secret} deploy window", mode="keyword").query_id
+    assert audit.flush(60)
+    log = pa.log_of(embedded)
+    try:
+        assert main(["audit", "purge", "--text", secret]) == 0
+    finally:
+        get_settings.cache_clear()
+    assert f"purged 1 audit row(s) from {log}" in capsys.readouterr().out
+    assert pa.get(log, gone) is None and pa.get(log, kept) is not None and pa.count(log) == (1, 1)
+    if embedded.store.engine != "lake":
+        return
+    from pipeline.store.lake import erase
+    from pipeline.store.lake.catalog import attach, extensions_dir
+
+    def holding() -> list[Path]:
+        roots = [embedded.data_dir, embedded.lake_data_path]
+        return sorted({p for root in roots for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()})
+
+    assert holding()  # deleted, not yet erased: older snapshots still read the row
+    from workers import resources
+
+    resources.current().close_store()
+    pa.lake.release(log)
+    con, catalog, _ = attach(embedded)
+    try:
+        erase.purge(con, catalog, extensions_dir(embedded), deadline_s=60)
+    finally:
+        con.close()
+    assert holding() == []
+    assert pa.get(log, kept) is not None and pa.get(log, gone) is None
+
+
+def test_a_query_before_any_memory_is_logged_and_the_first_write_still_creates_the_store(embedded):
+    """On the lake the audit writer may create its tables before any memory
+    is written (the record tables need the embedding dimension): the first
+    write then creates the rest, and both queries' rows are there."""
+    from workers import audit
+    from workers.api import remember, search
+
+    before = search("deploy window", mode="keyword")
+    assert before.results == [] and audit.flush(60)
+    remember({"id": "a", "namespace": "n", "content": "the deploy window is friday"})
+    after = search("deploy window", mode="keyword")
+    assert [r.id for r in after.results] == ["a"] and audit.flush(60)
+    assert {r.query_id for r in pa.tail(pa.log_of(embedded), 10)} == {before.query_id, after.query_id}
+
+
+def test_on_workers_an_audit_write_takes_its_host_waiting_rows_in_one_transaction(embedded, monkeypatch):
+    """Issue 33: the audit worker's cost is per batch, not per query. An
+    ``audit.write`` writes, with its own rows, those of the other outbox files
+    waiting on its host, in one transaction (one lake commit); their messages
+    then write nothing. A message from another host's outbox is written as it comes."""
+    from pipeline.audit.letters import outbox_id, outbox_pending, outbox_put
+    from workers import resources
+    from workers.app import get_app
+
+    embedded.audit_outbox_after_s = 3600.0  # the outbox drain thread stays out of it
+    folder = embedded.audit_outbox_dir
+    rows = [_row(i).model_dump(mode="json") for i in range(30)]
+    names = [outbox_put(folder, [row]) for row in rows]  # as 30 search.budget tasks of this host left them
+    host = outbox_id(folder)
+    writer = resources.current().audit_writer()
+    calls: list[int] = []
+    real = writer.write
+    monkeypatch.setattr(writer, "write", lambda log, records: calls.append(len(records)) or real(log, records))
+    task = get_app().tasks["audit.write"]
+    first = task.apply(args=[rows[:1]], kwargs={"outbox": names[0], "host": host}).get()
+    assert first["inserted"] == 30 and first["with_others"] == 29 and calls == [30]
+    assert outbox_pending(folder) == []
+    for row, name in zip(rows[1:], names[1:]):
+        assert task.apply(args=[[row]], kwargs={"outbox": name, "host": host}).get()["batched"]
+    assert calls == [30]  # the 29 other messages: no transaction
+    elsewhere = _row(99).model_dump(mode="json")
+    out = task.apply(args=[[elsewhere]], kwargs={"outbox": names[0], "host": "another-host"}).get()
+    assert out["inserted"] == 1 and calls == [30, 1]
+    assert pa.count(pa.log_of(embedded)) == (31, 31)
+    if embedded.store.engine == "lake":
+        assert _audit_commits(embedded) == 2
