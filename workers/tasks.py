@@ -24,7 +24,7 @@ from pipeline.store.compact import compact
 from pipeline.store.ingest import parse_lines
 from pipeline.store.writes import get, parse_records, write
 
-from . import audit, resources
+from . import audit, resources, upkeep
 
 log = logging.getLogger("dimple.worker")
 
@@ -126,6 +126,7 @@ def audit_write(self, records: list[dict], outbox: str | None = None) -> dict:
 def _written(app: Celery, run) -> dict:
     """A write's report as JSON (bad records come back as data, numbered as the
     caller numbered them); a compaction is sent when the deltas passed a threshold."""
+    upkeep.start(app)  # solo and threads pools, and embedded processes, check for due erases too
     try:
         report = run()
     except IngestValidationError as exc:

@@ -42,6 +42,8 @@ class Source(Protocol):
 
     def view_at(self, snapshot: int) -> Snapshot: ...
 
+    def wait_ready(self, timeout: float | None = None) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -313,6 +315,11 @@ class Reader:
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until a background base load (if any) is done and in use."""
+        if self.lake is not None:  # ask now (a newer base starts loading), wait for it, put it in use
+            self.snapshot(fresh=True)
+            self.lake.wait_ready(timeout)
+            self.snapshot(fresh=True)
+            return
         thread = self._loading
         if thread is not None:
             thread.join(timeout)

@@ -316,6 +316,11 @@ def cmd_compact(args) -> int:
     removed = f"; removed {len(report.removed)} file(s) no reader needs" if report.removed else ""
     if not report.ran:
         print(f"nothing to compact (store version {report.version}){removed}")
+    elif settings.store.engine == "lake":
+        erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
+                  if report.forgotten else "")
+        print(f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
+              f"{report.seconds:.1f}s (store version {report.version}){removed}")
     else:
         print(f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
               f"forgotten memor{'y' if report.forgotten == 1 else 'ies'} erased from the store's files, "
