@@ -76,7 +76,7 @@ def check(app: Celery) -> bool:
     if not resources.current().settings().data_dir.exists():
         return False  # nothing written here (and nothing to create by asking)
     follower = resources.current().reader().lake
-    due = bool(follower is not None and follower.erase_due())  # type: ignore[attr-defined]
+    due = bool(follower is not None and follower.erase_due(fresh=True))  # type: ignore[attr-defined]
     if due:
         log.info("a forget is due to be erased (store.erase_within): compacting the lake")
         app.tasks["ingest.compact"].apply_async()

@@ -42,6 +42,8 @@ class Source(Protocol):
 
     def view_at(self, snapshot: int) -> Snapshot: ...
 
+    def readable(self, snapshot: int) -> bool: ...
+
     def wait_ready(self, timeout: float | None = None) -> None: ...
 
     def close(self) -> None: ...
@@ -307,7 +309,11 @@ class Reader:
             raise StoreError("store.engine: as_of reads a past snapshot, which only the lake engine keeps "
                              "(DIMPLE_STORE__ENGINE=lake)")
         with self._lock:
-            snap = self._past.pop(snapshot, None) or self.lake.view_at(snapshot)
+            snap = self._past.pop(snapshot, None)
+            if snap is not None and not self.lake.readable(snapshot):  # expired since (an erase): refused
+                snap.close()
+                snap = None
+            snap = snap or self.lake.view_at(snapshot)
             self._past[snapshot] = snap
             while len(self._past) > 2:
                 self._past.pop(next(iter(self._past))).close()

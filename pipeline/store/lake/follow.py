@@ -133,6 +133,7 @@ class Follower:
         self._pending: tuple[int, Snapshot] | None = None  # (its snapshot, it) once opened
         self._closed = False
         self._erase_checked = float("-inf")  # when erase_due last found none due
+        self._oldest, self._oldest_asked = 0, float("-inf")  # the oldest snapshot held, when asked (readable)
 
     def lake(self, embedding_dim: int | None = None) -> Lake | None:
         """The open lake; None while it has no record tables and ``embedding_dim``
@@ -140,6 +141,7 @@ class Follower:
         with self.lock:
             if self._lake is None:
                 if self._attached is None:  # attached once: loading the extensions takes most of a second
+                    index_dir(self.settings)  # refused inside the data path before anything is written
                     self._attached = attach(self.settings)
                     self._closed = False
                 try:
@@ -280,6 +282,10 @@ class Follower:
             latest = lake.latest_snapshot() if lake is not None else 0
             if lake is None or not 0 < snapshot <= latest:
                 raise InputError("as_of", f"no snapshot {snapshot} in the lake (its latest is {latest})")
+            self._oldest_asked = float("-inf")
+            if not self.readable(snapshot):
+                raise InputError("as_of", f"snapshot {snapshot} can no longer be read: the lake's oldest is "
+                                          f"{self._oldest} (store.retain, or an erase since)")
             held = {b: p for b, p in listed(lake).items() if b <= snapshot}
             dim = lake.info.embedding_dim
             try:
@@ -321,12 +327,28 @@ class Follower:
             self._wanted = max(self._wanted, listing)
         return target, listing
 
-    def erase_due(self) -> bool:
+    def readable(self, snapshot: int) -> bool:
+        """Whether the lake still holds ``snapshot`` (an erase or ``store.retain``
+        expires old ones): the oldest it holds, asked at most every ``store.poll_ms``."""
+        now = time.monotonic()
+        if now - self._oldest_asked >= self.settings.store.poll_ms / 1000.0:
+            with self.lock:
+                lake = self.lake()
+                if lake is None:
+                    return False
+                row = lake.con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{LAKE}')").fetchone()
+                self._oldest = int(row[0]) if row and row[0] is not None else 0
+                self._oldest_asked = now
+        return snapshot >= self._oldest
+
+    def erase_due(self, *, fresh: bool = False) -> bool:
         """Whether a forget waits to be erased by a compaction (``erase.due``).
         Asked of the catalog at most every ``erase.check_every`` while the
-        answer is no (one small read a minute), at every call while it is yes."""
+        answer is no (one small read a minute), at every call while it is yes
+        or when ``fresh`` (the periodic check, which keeps its own pace)."""
         now = time.monotonic()
-        if now < self._erase_checked + erasing.check_every(self.settings.store.erase_within).total_seconds():
+        wait = erasing.check_every(self.settings.store.erase_within).total_seconds()
+        if not fresh and now < self._erase_checked + wait:
             return False
         with self.lock:
             lake = self.lake()
