@@ -117,7 +117,7 @@ class StoreSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # `segments` until the lake does everything the segment store does
-    # (compaction, migrate, as_of: docs/LAKE.md, "What the next step must do").
+    # (migrate, the host cache: docs/LAKE.md, "What the next step must do").
     engine: Literal["segments", "lake"] = Field(
         "segments", description="which store writes and searches use: `segments` (a manifest over a base and delta "
                                 "files in the data dir) or `lake` (DuckLake: the catalog and data path below; "
