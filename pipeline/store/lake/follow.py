@@ -185,12 +185,15 @@ class Follower:
                 except StoreError:
                     pass  # expired (an erase, or past store.retain): load a base whole
                 else:
-                    held = listed(lake)
-                    newest = max((b for b in held if b <= latest), default=None)
-                    if newest is not None and newest > self._base_at:
-                        self._start_loading(newest, held[newest], current)
-                    return current.extend(latest, deltas_since(changes, current.router(), self.settings,
-                                                               lake.info.embedding_dim))
+                    deltas = deltas_since(changes, current.router(), self.settings, lake.info.embedding_dim)
+                    # a snapshot listing a base writes no record: when every new one
+                    # wrote memories (a stream of writes), `indexes` is not read
+                    if not set(range(current.version + 1, latest + 1)) <= set(deltas):
+                        held = listed(lake)
+                        newest = max((b for b in held if b <= latest), default=None)
+                        if newest is not None and newest > self._base_at:
+                            self._start_loading(newest, held[newest], current)
+                    return current.extend(latest, deltas)
             return self._load(lake, latest)
 
     def _start_loading(self, snapshot: int, path: Path, current: Snapshot) -> None:
