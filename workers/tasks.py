@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
-from pipeline.store.compact import compact
 from pipeline.store.ingest import parse_lines
+from pipeline.store.maintenance import compact
 from pipeline.store.writes import get, parse_records, write
 
 from . import audit, resources, upkeep

@@ -144,12 +144,8 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
     namespace too (``dimple reindex``). Without ``wait`` it returns at once
     (``ran`` False) when another compaction is running."""
     if settings.store.engine == "lake":
-        if extra is not None:
-            raise StoreError("store.engine: a lake write commits to the lake, never into a base")
-        # here, not at the top: the lake's modules build their bases with this module's fresh_base
-        from pipeline.store.lake.compaction import compact_lake
-
-        return compact_lake(settings, wait=wait, rebuild=rebuild)
+        raise StoreError("store.engine: the lake compacts with pipeline.store.maintenance.compact "
+                         "(pipeline.store.lake.compaction), not the segment store's compaction")
     t0 = time.perf_counter()
     data_dir = settings.data_dir
     with segments.compact_lock(data_dir, wait=wait) as held:

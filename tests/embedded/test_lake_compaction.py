@@ -186,7 +186,7 @@ def test_a_forget_not_yet_due_is_hidden_at_once_and_erased_only_when_due(embedde
     folders = (embedded.data_dir, embedded.lake_data_path, embedded.lake_index_path)
 
     # a compaction before the forget is due: files merged, a new base, the history kept
-    from pipeline.store.compact import compact
+    from pipeline.store.maintenance import compact
 
     report = compact(embedded, wait=True)
     assert report.ran and report.forgotten == 0
@@ -250,7 +250,7 @@ def test_a_bad_erase_within_is_refused_naming_the_field(monkeypatch, value):
 
 
 def test_an_index_path_inside_the_data_path_is_refused_naming_the_field_before_anything_is_written(tmp_path):
-    from pipeline.store.compact import compact
+    from pipeline.store.maintenance import compact
     from pipeline.store.writes import parse_records, write
 
     settings = store_settings(tmp_path, "lake")
@@ -265,9 +265,12 @@ def test_an_index_path_inside_the_data_path_is_refused_naming_the_field_before_a
     assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == [f"base-{max(_listed(settings))}.duckdb"]
 
 
-def test_compact_dispatches_to_the_lake_and_the_segment_store_is_unchanged(tmp_path):
-    from pipeline.store.compact import compact
+def test_compact_goes_to_the_store_the_engine_names(tmp_path):
+    from pipeline.store import compact as segment_store
+    from pipeline.store.maintenance import compact
 
     assert not compact(store_settings(tmp_path / "a", "lake"), wait=True).ran  # an empty lake: nothing to do
     assert not compact(store_settings(tmp_path / "b", "segments"), wait=True).ran
+    with pytest.raises(StoreError, match="^store.engine: the lake compacts with pipeline.store.maintenance"):
+        segment_store.compact(store_settings(tmp_path / "c", "lake"), wait=True)
 

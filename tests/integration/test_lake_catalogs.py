@@ -129,8 +129,8 @@ def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_l
     """Two hosts (data dirs of their own; one catalog, one data path, one index
     path): one host compacts with an erase due; no file and no catalog row keeps
     the text, and the other host's reader loads the base it listed."""
-    from pipeline.store.compact import compact
     from pipeline.store.lake.follow import reader_for
+    from pipeline.store.maintenance import compact
     from pipeline.store.writes import parse_records, write
     from tests.conftest import store_settings
 

@@ -27,9 +27,9 @@ from pipeline.audit.letters import drain_outbox
 from pipeline.contracts import parse_leg_weights
 from pipeline.embedders import model_identity
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
-from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
 from pipeline.store.lake.follow import reader_for
+from pipeline.store.maintenance import compact
 from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
 from pipeline.store.tuned import overlay, read_tuned

@@ -43,7 +43,7 @@ from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, extensions_dir
 from pipeline.store.lake.commit import retrying
-from pipeline.store.lake.follow import Follower, bases, listed
+from pipeline.store.lake.follow import Follower, bases, index_dir, listed
 from pipeline.store.lake.store import Lake
 
 # A claim of compaction_head this old is a compaction that died: another may
@@ -169,7 +169,7 @@ def _drop_bases(lake: Lake, *, keep: int, everything_older: bool) -> list[str]:
     those whose snapshot has expired. Their files go first, then their rows."""
     alive = {int(r[0]) for r in lake.con.execute(f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}')").fetchall()}
     rows = lake.con.execute("SELECT DISTINCT snapshot, path FROM indexes").fetchall()
-    folder = lake.settings.lake_index_path
+    folder = index_dir(lake.settings)
     drop = [(int(s), name) for s, name in rows
             if int(s) < keep and (everything_older or int(s) not in alive)]
     if everything_older:  # and any base file no row lists (a builder that died before listing it)

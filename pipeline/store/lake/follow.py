@@ -59,8 +59,14 @@ _BASE = re.compile(r"base-(\d+)\.duckdb")
 
 
 def index_dir(settings: Settings) -> Path:
-    """Where bases built from the lake live (``store.index_path``; never inside the lake's data path)."""
-    return settings.lake_index_path
+    """Where bases built from the lake live (``store.index_path``); ``StoreError``
+    naming ``store.index_path`` when it lies inside the lake's data path (whose
+    clean-up deletes every file no snapshot lists)."""
+    path, data_path = settings.lake_index_path, settings.lake_data_path
+    if path.resolve().is_relative_to(data_path.resolve()):
+        raise StoreError(f"store.index_path: {path} is inside the lake's data path {data_path} (the lake's "
+                         "clean-up deletes files there that no snapshot lists): choose a folder outside it")
+    return path
 
 
 def base_file(settings: Settings, snapshot: int) -> Path:
