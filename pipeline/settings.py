@@ -115,7 +115,7 @@ class StoreSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # `segments` until the lake does everything the segment store does
-    # (compaction, migrate, as_of: docs/LAKE.md, "What the next step must do").
+    # (migrate, the host cache: docs/LAKE.md, "What the next step must do").
     engine: Literal["segments", "lake"] = Field(
         "segments", description="which store writes and searches use: `segments` (a manifest over a base and delta "
                                 "files in the data dir) or `lake` (DuckLake: the catalog and data path below; "
@@ -146,6 +146,20 @@ class StoreSettings(BaseModel):
     retain: timedelta = Field(timedelta(days=7), description="how long old snapshots stay readable (time travel, "
                                                                "audit replays); seconds or ISO 8601 such as `P7D`")
 
+    index_path: Path | None = Field(
+        None, description="with engine `lake`: folder of the bases compaction builds (unset: `<data dir>/indexes`); "
+                          "never inside `store.data_path`; on several hosts a folder they share, like the data path")
+    # An hour: a forgotten memory is hidden at once, and its bytes leave every
+    # data file and the catalog within the hour (docs/LAKE.md, "Forget means
+    # erased"), while the erase, which cuts time travel back to that moment,
+    # happens at most about once an hour however often memories are forgotten:
+    # `as_of` and audit replays reach back a week (`retain`) on a store that
+    # forgets rarely, and at least ~an hour on one that forgets all the time.
+    erase_within: timedelta = Field(
+        timedelta(hours=1), description="with engine `lake`: a forgotten memory's bytes are gone from every data "
+                                        "file and the catalog within this long (compaction erases forgets this old; "
+                                        "each erase cuts time travel back to it); seconds or ISO 8601 such as `PT1H`")
+
     @field_validator("catalog")
     @classmethod
     def _catalog(cls, value: str | None) -> str | None:
@@ -161,7 +175,15 @@ class StoreSettings(BaseModel):
             raise ValueError("must be a positive duration")
         return value
 
-    @field_validator("data_path", mode="after")
+    @field_validator("erase_within")
+    @classmethod
+    def _erase_within(cls, value: timedelta) -> timedelta:
+        # below a minute the periodic check (once a minute at most) could not keep the bound
+        if value < timedelta(minutes=1):
+            raise ValueError("must be a duration of at least a minute (e.g. 3600 or PT1H)")
+        return value
+
+    @field_validator("data_path", "index_path", mode="after")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
@@ -250,6 +272,12 @@ class Settings(BaseSettings):
         """``store.data_path``, or a folder of its own in the data dir (never the data dir
         itself: the lake's clean-up deletes files there it does not know)."""
         return self.store.data_path or self.data_dir / "lake"
+
+    @property
+    def lake_index_path(self) -> Path:
+        """``store.index_path``, or ``indexes`` in the data dir (``follow.index_dir``
+        refuses it inside the lake's data path)."""
+        return self.store.index_path or self.data_dir / "indexes"
 
     @property
     def audit_path(self) -> Path:

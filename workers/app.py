@@ -19,7 +19,7 @@ from celery.apps.worker import Worker as CeleryWorker
 
 from pipeline.errors import StageError
 
-from . import audit, resources, tasks
+from . import audit, resources, tasks, upkeep
 from .celery_compat import guard_queue_items, reset_connections, stop_waiting_at_exit, tell_senders_of_refused
 from .leases import install as install_leases
 from .presence import install as install_presence
@@ -127,6 +127,7 @@ def build_app(settings: WorkerSettings) -> Celery:
     install_presence(app)  # writes check for an ingest worker in one Redis read (workers/presence.py)
     install_leases(app)  # a lost worker's messages come back within the visibility timeout
     audit.install(app)
+    upkeep.install(app)  # the lake's erase check in ingest workers (workers/upkeep.py)
     return app
 
 

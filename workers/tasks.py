@@ -21,11 +21,11 @@ from pipeline.audit.lake import log_of
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
-from pipeline.store.compact import compact
 from pipeline.store.ingest import parse_lines
+from pipeline.store.maintenance import compact
 from pipeline.store.writes import get, parse_records, write
 
-from . import audit, resources
+from . import audit, resources, upkeep
 
 log = logging.getLogger("dimple.worker")
 
@@ -136,6 +136,7 @@ def audit_write(self, records: list[dict], outbox: str | None = None, host: str 
 def _written(app: Celery, run) -> dict:
     """A write's report as JSON (bad records come back as data, numbered as the
     caller numbered them); a compaction is sent when the deltas passed a threshold."""
+    upkeep.start(app)  # solo and threads pools, and embedded processes, check for due erases too
     try:
         report = run()
     except IngestValidationError as exc:

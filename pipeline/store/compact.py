@@ -144,8 +144,8 @@ def compact(settings: Settings, *, extra: Prepared | None = None, rebuild: bool 
     namespace too (``dimple reindex``). Without ``wait`` it returns at once
     (``ran`` False) when another compaction is running."""
     if settings.store.engine == "lake":
-        raise StoreError("store.engine: 'dimple compact' of the lake is not built yet (docs/LAKE.md, "
-                         "\"What the next step must do\"); a large write builds a new base at its snapshot")
+        raise StoreError("store.engine: the lake compacts with pipeline.store.maintenance.compact "
+                         "(pipeline.store.lake.compaction), not the segment store's compaction")
     t0 = time.perf_counter()
     data_dir = settings.data_dir
     with segments.compact_lock(data_dir, wait=wait) as held:

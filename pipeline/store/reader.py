@@ -44,6 +44,10 @@ class Source(Protocol):
 
     def snapshot_for(self, at: datetime) -> int: ...
 
+    def readable(self, snapshot: int) -> bool: ...
+
+    def wait_ready(self, timeout: float | None = None) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -315,7 +319,11 @@ class Reader:
         snapshot = self.past_snapshot(at)
         assert self.lake is not None
         with self._lock:
-            snap = self._past.pop(snapshot, None) or self.lake.view_at(snapshot)
+            snap = self._past.pop(snapshot, None)
+            if snap is not None and not self.lake.readable(snapshot):  # expired since (an erase): refused
+                snap.close()
+                snap = None
+            snap = snap or self.lake.view_at(snapshot)
             self._past[snapshot] = snap
             while len(self._past) > 2:
                 self._past.pop(next(iter(self._past))).close()
@@ -323,6 +331,11 @@ class Reader:
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until a background base load (if any) is done and in use."""
+        if self.lake is not None:  # ask now (a newer base starts loading), wait for it, put it in use
+            self.snapshot(fresh=True)
+            self.lake.wait_ready(timeout)
+            self.snapshot(fresh=True)
+            return
         thread = self._loading
         if thread is not None:
             thread.join(timeout)

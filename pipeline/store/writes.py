@@ -354,8 +354,13 @@ def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: 
         # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
         if not done.replayed and (snap is None or snap.store is None
                                   or len(prepared.memories) >= settings.compact_delta_memories):
-            follower.build(done.snapshot)
+            # the write's version is the snapshot that lists its base: the state it published
+            report.version = follower.build_listed(done.snapshot, write.write_id)[1]
             report.compacted = True
+        elif snap is not None:
+            report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone))
+    if not report.compact_due and not report.compacted:
+        report.compact_due = follower.erase_due()
     report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
     return report
 
@@ -371,6 +376,14 @@ def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
 def _payload(prepared: Prepared) -> dict[str, Any]:
     return {"written_at": utcnow().isoformat(), "memories": [m.to_json() for m in prepared.memories],
             "forget": prepared.forget}
+
+
+def lake_compaction_due(settings: Settings, snap: Snapshot, written: int) -> bool:
+    """On the lake: whether the snapshots over the base ``snap`` reads (and a
+    write of ``written`` memories and forgets on top) passed a threshold, as
+    the segment store's deltas do (``compaction_due``)."""
+    held = sum(len(d.memories) + len(d.forget) for d in snap.deltas.values())
+    return len(snap.deltas) + 1 >= settings.compact_max_deltas or held + written >= settings.compact_delta_memories
 
 
 def compaction_due(settings: Settings) -> bool:

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from pipeline.settings import Settings
-from pipeline.store.lake import LakeWrite
+from pipeline.store.lake import Lake, LakeWrite
 from tests.lakes import files_holding, find_postgres, memory, open_lake, polling, writers
 
 PROCESSES = ["p0", "p1", "p2"]
@@ -122,3 +122,44 @@ def test_erase_while_another_process_reads_without_pause(tmp_path, request, cata
         assert files_holding(secret.encode(), tmp_path) == []
         assert read["reads"] > 0 and read["snapshots"][-1] > after, "the reader read on, through the erase"
         assert [m.id for m in lake.read()] == ["k1", "k2"]
+
+
+def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_loads_its_base(
+        tmp_path, postgres, pg_catalog):
+    """Two hosts (data dirs of their own; one catalog, one data path, one index
+    path): one host compacts with an erase due; no file and no catalog row keeps
+    the text, and the other host's reader loads the base it listed."""
+    from pipeline.store.lake.follow import reader_for
+    from pipeline.store.maintenance import compact
+    from pipeline.store.writes import parse_records, write
+    from tests.conftest import store_settings
+
+    def host(name: str):
+        settings = store_settings(tmp_path / name, "lake")
+        settings.store.catalog = f"postgres:{pg_catalog}"
+        settings.store.data_path = tmp_path / "shared"
+        settings.store.index_path = tmp_path / "indexes"
+        return settings
+
+    one, two = host("one"), host("two")
+    secret = "ZQX the vault code is 7341"
+    write(one, parse_records([{"id": "s1", "namespace": "n", "content": secret}]
+                             + [{"id": f"k{i}", "namespace": "n", "content": f"keep note {i}"} for i in range(12)], one))
+    write(one, parse_records({"id": "s2", "namespace": "n", "content": f"{secret} again"}, one))
+    reader = reader_for(two)  # the other host, warm on the first base
+    try:
+        assert reader.snapshot() is not None
+        write(one, forget=["s1", "s2"])
+        with Lake.open(one) as lake:  # as if forgotten an hour ago (the default store.erase_within)
+            lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 1 HOUR")
+        report = compact(one, wait=True)
+        assert report.ran and report.forgotten == 1
+        assert files_holding(secret.encode(), tmp_path) == []
+        assert "vault code" not in postgres.dump(pg_catalog)
+        reader.wait_ready()
+        snap = reader.snapshot(fresh=True)
+        assert snap.base == str(tmp_path / "indexes" / report.base)
+        assert [p.name for p in (tmp_path / "indexes").iterdir()] == [report.base]
+        assert snap.store.count() == 12
+    finally:
+        reader.close()

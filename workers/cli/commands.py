@@ -27,9 +27,9 @@ from pipeline.audit.letters import drain_outbox
 from pipeline.contracts import parse_leg_weights
 from pipeline.embedders import model_identity
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
-from pipeline.store.compact import compact
 from pipeline.store.fulltext import query_terms
 from pipeline.store.lake.follow import reader_for
+from pipeline.store.maintenance import compact
 from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
 from pipeline.store.tuned import overlay, read_tuned
@@ -324,6 +324,11 @@ def cmd_compact(args) -> int:
     removed = f"; removed {len(report.removed)} file(s) no reader needs" if report.removed else ""
     if not report.ran:
         print(f"nothing to compact (store version {report.version}){removed}")
+    elif settings.store.engine == "lake":
+        erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
+                  if report.forgotten else "")
+        print(f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
+              f"{report.seconds:.1f}s (store version {report.version}){removed}")
     else:
         print(f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
               f"forgotten memor{'y' if report.forgotten == 1 else 'ies'} erased from the store's files, "

@@ -23,8 +23,8 @@ from pipeline.errors import (
     StoreError,
 )
 from pipeline.store import ingest, segments, writes
-from pipeline.store.compact import compact
 from pipeline.store.lake.follow import bases, reader_for
+from pipeline.store.maintenance import compact
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import LiveView
 from workers import resources

@@ -78,6 +78,8 @@ def commit(con: duckdb.DuckDBPyConnection, write: LakeWrite, *, deadline_s: floa
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [write.write_id])
         con.execute("UPDATE write_head SET seq = seq + 1")
         forgotten = _apply(con, write, set(live))
+        if forgotten:  # not erased yet: compaction erases it within store.erase_within (erase.due)
+            con.execute("INSERT INTO forgets SELECT seq, ? FROM write_head", [utcnow()])
         con.execute("INSERT INTO writes VALUES (?, ?, ?, ?)",
                     [write.write_id, utcnow(), len(write.remember), forgotten])
         con.execute("COMMIT")
@@ -129,11 +131,18 @@ def _apply(con: duckdb.DuckDBPyConnection, write: LakeWrite, live: set[str]) -> 
     return forgotten
 
 
+def index_message(write_id: str | None) -> str:
+    """The commit message of a snapshot listing a base: ``index``, and the
+    write's id when the base is that write's (a first or large write)."""
+    return "index" if write_id is None else f"index {write_id}"
+
+
 def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:
-    """The snapshot that committed ``write_id`` (its commit message), or the
-    latest when that snapshot has expired."""
-    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}') WHERE commit_message = ?",
-                      [write_id]).fetchone()
+    """The snapshot that committed ``write_id`` (its commit message) or, for a
+    write that built a base, the one that listed it (the state the write
+    published); the latest when that snapshot has expired."""
+    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}') WHERE commit_message IN (?, ?)",
+                      [write_id, index_message(write_id)]).fetchone()
     if row is not None and row[0] is not None:
         return int(row[0])
     return latest_snapshot(con)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -37,6 +37,14 @@ ORPHAN_AGE = timedelta(hours=1)
 # for one table's lock, SQLite's VACUUM and WAL checkpoint for readers to let go
 # (readers' transactions are short; a longer wait would hold writers up behind it).
 LOCK_WAIT = timedelta(seconds=30)
+
+
+# An erase is due once the oldest forget not yet erased is this share of
+# ``store.erase_within`` old: the rest of the bound leaves room for the next
+# check (``CHECK_EVERY`` at most, a twentieth of the bound) and a compaction.
+# History is then cut at most once per 0.9 of the bound.
+ERASE_AT = 0.9
+CHECK_EVERY = timedelta(minutes=1)
 
 
 @dataclass
@@ -63,6 +71,9 @@ def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path
     def step(sql: str, params: list | None = None) -> int:
         return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="purge")[0]
 
+    # every forget committed by now (its write_head seq at most this) is in
+    # the state the steps below rewrite: erased once they are done
+    covered = head_seq(con)
     step(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
     step(f"SELECT * FROM ducklake_rewrite_data_files('{LAKE}', delete_threshold => 0)")
     step(f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
@@ -72,8 +83,41 @@ def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path
     deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
     deleted += step(f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', older_than => now() - ?::INTERVAL)",
                     [timedelta_text(ORPHAN_AGE)])
+    retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
     vacuum_catalog(catalog, extensions_dir)
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def head_seq(con: duckdb.DuckDBPyConnection) -> int:
+    """``write_head``'s seq: every write committed so far has one at most this."""
+    row = con.execute("SELECT max(seq) FROM write_head").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _erased(con: duckdb.DuckDBPyConnection, covered: int) -> None:
+    """The forgets of writes up to seq ``covered`` are erased: their rows go."""
+    con.execute("BEGIN TRANSACTION")
+    con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'erased')")
+    con.execute("DELETE FROM forgets WHERE seq <= ?", [covered])
+    con.execute("COMMIT")
+
+
+def oldest_forget(con: duckdb.DuckDBPyConnection) -> datetime | None:
+    """When the oldest forget not yet erased was committed (naive UTC), or None."""
+    row = con.execute("SELECT min(forgotten_at) FROM forgets").fetchone()
+    return row[0] if row else None
+
+
+def due(oldest: datetime | None, erase_within: timedelta, now: datetime) -> bool:
+    """Whether an erase is due: the oldest un-erased forget (``oldest``) is
+    ``ERASE_AT`` of ``erase_within`` old, so that the erase, begun at the next
+    check (``check_every``) and done within a compaction, ends inside the bound."""
+    return oldest is not None and now - oldest >= erase_within * ERASE_AT
+
+
+def check_every(erase_within: timedelta) -> timedelta:
+    """How often a process that keeps the lake (an ingest worker) asks whether an erase is due."""
+    return min(CHECK_EVERY, erase_within / 20)
 
 
 def expire(con: duckdb.DuckDBPyConnection, retain: timedelta, *, deadline_s: float) -> Purged:

@@ -2,31 +2,39 @@
 ``pipeline.store.reader.Reader`` reads instead of ``MANIFEST`` (docs/LAKE.md).
 
 The process holds a **base** (a base file built by ``derive.build_base`` for
-a snapshot ``B``, under ``<data dir>/indexes``, outside the lake's data path)
+a snapshot ``B``, under ``store.index_path``, outside the lake's data path)
 and merges the snapshots after it as deltas (``Snapshot.extend``). It asks
 the catalog for its latest snapshot at most every ``store.poll_ms``, and at
 once when a caller needs the newest state (a write) or this process
 committed a snapshot it has not read yet (read-your-writes); when the
 snapshot moved, it reads ``changes_since`` its own snapshot only.
 
-A base is built by the write that finds none (the lake's first write, as the
-segment store's first write goes straight into a base) or by a large write
-(``compact_delta_memories`` or more memories), at that write's snapshot; a
-process loading later takes the newest base at or before the latest snapshot.
-Builders racing for one snapshot build apart and link the result into place:
-one wins, the others' equal files are dropped.
+Bases are found through the lake's ``indexes`` table (every process, and
+every host sharing the catalog and the index path, learns of a new base
+there, not by listing a folder). One is built by compaction
+(``pipeline.store.lake.compaction``), by the write that finds none (the
+lake's first write, as the segment store's first write goes straight into a
+base) or by a large write (``compact_delta_memories`` or more memories), at
+that write's snapshot. Builders racing for one snapshot build apart and link
+the result into place: one wins, the others' equal files are dropped.
 
-A running process switches to a newer base when it sees one (in the
-foreground, at its next poll). Not yet: loading it in the background, bases
-found through the catalog (other hosts), and compaction of the lake's files.
+A running process that sees a newer base (at a poll whose snapshot moved:
+recording a base commits a snapshot) opens it **in the background**, its
+vector index and postings too as far as the old base had them, while queries
+go on from the old base extended by the changes; the next poll after the
+load merges the changes since the new base over it and puts it in use.
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import logging
 import os
 import re
 import threading
 import time
+import weakref
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,20 +44,30 @@ import numpy as np
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
-from pipeline.store.lake.catalog import Catalog, NoLake, attach
-from pipeline.store.lake.commit import snapshot_of_write
-from pipeline.store.lake.derive import build_base, deltas_since, open_view
+from pipeline.store.database import utcnow
+from pipeline.store.lake import erase as erasing
+from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach
+from pipeline.store.lake.commit import index_message, retrying, snapshot_of_write
+from pipeline.store.lake.derive import SNAPSHOT_KEY, base_snapshot, build_base, deltas_since, open_view
 from pipeline.store.lake.records import Committed, LakeWrite
 from pipeline.store.lake.store import Lake
 from pipeline.store.overlay import Delta
 from pipeline.store.reader import Reader, Snapshot
 
+log = logging.getLogger("dimple.lake")
+
 _BASE = re.compile(r"base-(\d+)\.duckdb")
 
 
 def index_dir(settings: Settings) -> Path:
-    """Where this host keeps the bases built from the lake (never inside the lake's data path)."""
-    return settings.data_dir / "indexes"
+    """Where bases built from the lake live (``store.index_path``); ``StoreError``
+    naming ``store.index_path`` when it lies inside the lake's data path (whose
+    clean-up deletes every file no snapshot lists)."""
+    path, data_path = settings.lake_index_path, settings.lake_data_path
+    if path.resolve().is_relative_to(data_path.resolve()):
+        raise StoreError(f"store.index_path: {path} is inside the lake's data path {data_path} (the lake's "
+                         "clean-up deletes files there that no snapshot lists): choose a folder outside it")
+    return path
 
 
 def base_file(settings: Settings, snapshot: int) -> Path:
@@ -57,11 +75,51 @@ def base_file(settings: Settings, snapshot: int) -> Path:
 
 
 def bases(settings: Settings) -> dict[int, Path]:
-    """The base files built so far, by the snapshot each holds."""
+    """The base files in this host's index path, by the snapshot each holds
+    (a look at the folder, without the catalog: ``require_store``'s cheap check)."""
     folder = index_dir(settings)
     if not folder.is_dir():
         return {}
     return {int(m.group(1)): folder / m.group(0) for p in folder.iterdir() if (m := _BASE.fullmatch(p.name))}
+
+
+def settings_digest(settings: Settings) -> str:
+    """A digest of the settings that shape a base (the tree, the full-text
+    index, the embedding model), recorded beside it in ``indexes``."""
+    text = "\n".join([settings.tree.model_dump_json(), settings.fulltext.model_dump_json(), settings.embedding_model])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def listed(lake: Lake) -> dict[int, Path]:
+    """The bases the lake's ``indexes`` table lists whose file this host can
+    read, by snapshot (several rows of one snapshot: one file)."""
+    folder = index_dir(lake.settings)
+    rows = lake.con.execute("SELECT DISTINCT snapshot, path FROM indexes ORDER BY snapshot").fetchall()
+    return {int(snap): folder / name for snap, name in rows if (folder / name).is_file()}
+
+
+def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -> int:
+    """List the base file ``path`` (under the index path) for ``snapshot`` in
+    ``indexes`` (one transaction); the snapshot that lists it. ``write_id``:
+    the write whose base it is (a replay of it answers this snapshot:
+    ``commit.snapshot_of_write``)."""
+    name = path.name
+
+    def once() -> int:
+        con = lake.con
+        con.execute("BEGIN TRANSACTION")
+        held = con.execute("SELECT count(*) FROM indexes WHERE snapshot = ? AND path = ?", [snapshot, name]).fetchone()
+        if held and held[0]:
+            con.execute("ROLLBACK")
+            return lake.latest_snapshot()
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [index_message(write_id)])
+        con.execute("INSERT INTO indexes VALUES (?, ?, ?, ?)", [snapshot, name, utcnow(), settings_digest(lake.settings)])
+        con.execute("COMMIT")
+        row = con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')").fetchone()
+        return int(row[0]) if row and row[0] is not None else lake.latest_snapshot()
+
+    what = f"recording the base of snapshot {snapshot}"
+    return retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)[0]
 
 
 class Follower:
@@ -77,6 +135,12 @@ class Follower:
         self._polled = float("-inf")
         self._wanted = 0  # a snapshot this process committed: the next read reaches it
         self._base_at = -1  # the snapshot of the base this process reads (-1: none yet)
+        self._loading: threading.Thread | None = None  # a newer base being opened in the background
+        self._loading_at = -1  # the snapshot of the base it opens
+        self._pending: tuple[int, Snapshot] | None = None  # (its snapshot, it) once opened
+        self._closed = False
+        self._erase_checked = float("-inf")  # when erase_due last found none due
+        self._oldest, self._oldest_asked = 0, float("-inf")  # the oldest snapshot held, when asked (readable)
 
     def lake(self, embedding_dim: int | None = None) -> Lake | None:
         """The open lake; None while it has no record tables and ``embedding_dim``
@@ -84,7 +148,9 @@ class Follower:
         with self.lock:
             if self._lake is None:
                 if self._attached is None:  # attached once: loading the extensions takes most of a second
+                    index_dir(self.settings)  # refused inside the data path before anything is written
                     self._attached = attach(self.settings)
+                    self._closed = False
                 try:
                     self._lake = Lake.open(
                         self.settings, embedding_dim=embedding_dim, attached=self._attached,
@@ -100,12 +166,13 @@ class Follower:
         """The newest state: ``current`` itself when asked within ``store.poll_ms``
         of the last poll (unless ``fresh``, or this process committed past it),
         else ``current`` extended by the changes since, or a base loaded whole
-        (no ``current``, its snapshot expired, or another process built a newer
-        base: loaded here, in the foreground, which keeps the overlay to the
-        writes since the newest base). None: nothing written yet."""
+        (no ``current``, or its snapshot expired). A newer base another process
+        listed is opened in the background (``_start_loading``) and put in use
+        at the first call after it is ready. None: nothing written yet."""
         now = time.monotonic()
         current_version = current.version if current is not None else 0
-        if not fresh and current_version >= self._wanted and now - self._polled < self.settings.store.poll_ms / 1000.0:
+        if (not fresh and self._pending is None and current_version >= self._wanted
+                and now - self._polled < self.settings.store.poll_ms / 1000.0):
             return current
         with self.lock:
             lake = self.lake()
@@ -113,21 +180,94 @@ class Follower:
             if lake is None:
                 return None
             latest = lake.latest_snapshot()
-            newer = any(self._base_at < b <= latest for b in bases(self.settings))
-            if current is not None and current.version == latest and not newer:
-                return current
-            if current is not None and current.store is not None and not newer:
+            if self._pending is not None and current is not None:
+                swapped = self._swap(lake, latest)
+                if swapped is not None:
+                    return swapped
+            if current is not None and current.version == latest:
+                return current  # recording a base commits a snapshot: none is new
+            if current is not None and current.store is not None:
                 try:
                     changes = lake.changes_since(current.version, latest)
                 except StoreError:
-                    pass  # expired: load a base whole
+                    pass  # expired (an erase, or past store.retain): load a base whole
                 else:
-                    return current.extend(latest, deltas_since(changes, current.router(), self.settings,
-                                                               lake.info.embedding_dim))
+                    deltas = deltas_since(changes, current.router(), self.settings, lake.info.embedding_dim)
+                    # a snapshot listing a base writes no record: when every new one
+                    # wrote memories (a stream of writes), `indexes` is not read
+                    if not set(range(current.version + 1, latest + 1)) <= set(deltas):
+                        held = listed(lake)
+                        newest = max((b for b in held if b <= latest), default=None)
+                        if newest is not None and newest > self._base_at:
+                            self._start_loading(newest, held[newest], current)
+                    return current.extend(latest, deltas)
             return self._load(lake, latest)
 
+    def _start_loading(self, snapshot: int, path: Path, current: Snapshot) -> None:
+        """Open the base ``path`` (of ``snapshot``) in a thread of its own, with
+        the indexes ``current`` has loaded, while ``current`` goes on answering."""
+        if self._loading is not None and (self._loading.is_alive() or self._loading_at >= snapshot):
+            return
+        assert current._uses is not None
+        index_wanted, postings_wanted = current._index is not None, current._uses.postings_loaded
+        memory_limit = self.memory_limit
+
+        def run() -> None:
+            try:
+                snap = Snapshot.open(path, 0, base=str(path), memory_limit=memory_limit)
+                try:
+                    assert snap.store is not None
+                    if base_snapshot(snap.store) != snapshot:
+                        raise StoreError(f"{path} does not hold snapshot {snapshot} (its {SNAPSHOT_KEY})")
+                    if index_wanted:
+                        snap.index()
+                    if postings_wanted:
+                        snap.postings()
+                except BaseException:
+                    snap.close()
+                    raise
+            except BaseException as exc:  # noqa: BLE001 - the old base goes on; the next compaction's is tried
+                log.warning("could not load the lake's base of snapshot %s (%s): %s", snapshot, path, exc)
+                return
+            with self.lock:
+                if self._closed:
+                    snap.close()
+                    return
+                if self._pending is not None:
+                    self._pending[1].close()
+                self._pending = (snapshot, snap)
+
+        self._loading_at = snapshot
+        self._loading = threading.Thread(target=run, name="dimple-lake-base-load", daemon=True)
+        _LOADING.add(self._loading)
+        self._loading.start()
+
+    def _swap(self, lake: Lake, latest: int) -> Snapshot | None:
+        """The background-loaded base with the changes since it merged (None: it
+        cannot be used, its snapshot expired meanwhile)."""
+        assert self._pending is not None
+        snapshot, snap = self._pending
+        self._pending = None
+        if snapshot <= self._base_at:
+            snap.close()
+            return None
+        try:
+            changes = lake.changes_since(snapshot, latest)
+            view = snap.extend(latest, deltas_since(changes, snap.router(), self.settings, lake.info.embedding_dim))
+        except BaseException:
+            snap.close()
+            return None
+        self._base_at = snapshot
+        return view
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait for a base loading in the background (the next ``follow`` puts it in use)."""
+        thread = self._loading
+        if thread is not None:
+            thread.join(timeout)
+
     def _load(self, lake: Lake, latest: int) -> Snapshot | None:
-        held = {b: p for b, p in bases(self.settings).items() if b <= latest}
+        held = {b: p for b, p in listed(lake).items() if b <= latest}
         for snapshot in sorted(held, reverse=True)[:1]:
             try:
                 view = open_view(lake, held[snapshot], self.settings, until=latest, memory_limit=self.memory_limit)
@@ -145,17 +285,21 @@ class Follower:
         """The store as it was at ``snapshot`` (``as_of``), memories forgotten
         since left out: the newest base at or before it plus the snapshots up to
         it (``open_view(until=snapshot)``), else a base built at it (a whole
-        build: seconds per 100k memories, kept in ``indexes/`` for the next),
+        build: seconds per 100k memories, listed in ``indexes`` for the next),
         then the forgets committed after it as one delta."""
         with self.lock:
             lake = self.lake()
             latest = lake.latest_snapshot() if lake is not None else 0
             if lake is None or not 0 < snapshot <= latest:
                 raise InputError("as_of", f"no snapshot {snapshot} in the lake (its latest is {latest})")
-            held = {b: p for b, p in bases(self.settings).items() if b <= snapshot}
-            base = held[max(held)] if held else self.build(snapshot)
+            self._oldest_asked = float("-inf")
+            if not self.readable(snapshot):
+                raise InputError("as_of", f"snapshot {snapshot} can no longer be read: the lake's oldest is "
+                                          f"{self._oldest} (store.retain, or an erase since)")
+            held = {b: p for b, p in listed(lake).items() if b <= snapshot}
             dim = lake.info.embedding_dim
             try:
+                base = held[max(held)] if held else self.build(snapshot)
                 view = open_view(lake, base, self.settings, until=snapshot, memory_limit=self.memory_limit)
                 forgotten = sorted({i for done in lake.changes_since(snapshot, latest).writes(dim)
                                     for i in done.forgotten})
@@ -182,25 +326,61 @@ class Follower:
             return lake.snapshot_at(when)
 
     def build(self, snapshot: int) -> Path:
-        """A base file for ``snapshot`` (built unless one exists)."""
+        """A base file for ``snapshot`` (built unless one exists), listed in the lake's ``indexes``."""
+        return self.build_listed(snapshot)[0]
+
+    def build_listed(self, snapshot: int, write_id: str | None = None) -> tuple[Path, int]:
+        """``build``, and the snapshot that lists the base (this process's next read reaches it)."""
         target = base_file(self.settings, snapshot)
-        if target.exists():
-            return target
-        work = target.with_name(f".{target.stem}.{os.getpid()}.{threading.get_ident()}.duckdb")
-        segments.remove_file(work)
         with self.lock:
             lake = self.lake()
             if lake is None:
                 raise StoreError("the lake has no record tables: nothing to build a base from")
-            build_base(lake, snapshot, work, self.settings)
-        try:
-            os.link(work, target)  # never over another builder's file: a reader may have it open
-        except FileExistsError:
-            pass
-        finally:
-            segments.remove_file(work)
-        segments.fsync_dir(target.parent)
-        return target
+            if not target.exists():
+                work = target.with_name(f".{target.stem}.{os.getpid()}.{threading.get_ident()}.duckdb")
+                segments.remove_file(work)
+                build_base(lake, snapshot, work, self.settings)
+                try:
+                    os.link(work, target)  # never over another builder's file: a reader may have it open
+                except FileExistsError:
+                    pass
+                finally:
+                    segments.remove_file(work)
+                segments.fsync_dir(target.parent)
+            listing = record(lake, snapshot, target, write_id)
+            self._wanted = max(self._wanted, listing)
+        return target, listing
+
+    def readable(self, snapshot: int) -> bool:
+        """Whether the lake still holds ``snapshot`` (an erase or ``store.retain``
+        expires old ones): the oldest it holds, asked at most every ``store.poll_ms``."""
+        now = time.monotonic()
+        if now - self._oldest_asked >= self.settings.store.poll_ms / 1000.0:
+            with self.lock:
+                lake = self.lake()
+                if lake is None:
+                    return False
+                row = lake.con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{LAKE}')").fetchone()
+                self._oldest = int(row[0]) if row and row[0] is not None else 0
+                self._oldest_asked = now
+        return snapshot >= self._oldest
+
+    def erase_due(self, *, fresh: bool = False) -> bool:
+        """Whether a forget waits to be erased by a compaction (``erase.due``).
+        Asked of the catalog at most every ``erase.check_every`` while the
+        answer is no (one small read a minute), at every call while it is yes
+        or when ``fresh`` (the periodic check, which keeps its own pace)."""
+        now = time.monotonic()
+        wait = erasing.check_every(self.settings.store.erase_within).total_seconds()
+        if not fresh and now < self._erase_checked + wait:
+            return False
+        with self.lock:
+            lake = self.lake()
+            if lake is None:
+                return False
+            due = erasing.due(erasing.oldest_forget(lake.con), self.settings.store.erase_within, utcnow())
+        self._erase_checked = float("-inf") if due else now
+        return due
 
     def written(self, write_id: str) -> int | None:
         """The snapshot of the write ``write_id`` when the lake holds it (a redelivered message), else None."""
@@ -221,12 +401,28 @@ class Follower:
             return done
 
     def close(self) -> None:
+        self.wait_ready()  # DuckDB aborts a process that exits inside a query: the load ends first
         with self.lock:
+            self._closed = True
+            if self._pending is not None:
+                self._pending[1].close()
+                self._pending = None
             if self._lake is not None:
                 self._lake.close()
             elif self._attached is not None:
                 self._attached[0].close()
             self._lake = self._attached = None
+
+
+# DuckDB aborts the process when it exits while a thread is inside a query:
+# a base still loading in the background is waited for at exit (as in pipeline.store.reader).
+_LOADING: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _join_loading() -> None:
+    for thread in list(_LOADING):
+        thread.join()
 
 
 def reader_for(settings: Settings, *, memory_limit: str | None = None) -> Reader:

@@ -1,0 +1,276 @@
+"""Compaction of the lake (``store.engine = lake``; docs/LAKE.md, "Derived
+indexes" and "Forget means erased"): a base built by one process is found
+through the catalog and loaded by another, which answers as before;
+compactions at once build one base; a forget is hidden at once and its bytes
+are erased by the compaction that finds it due (``store.erase_within``), not
+before; a write that passes a threshold, and an ingest process's periodic
+check, start a compaction; bad settings are refused naming the field. Real
+DuckDB files and a SQLite catalog; the default ``store.erase_within`` (a
+forget is made due by its own time, not by a shorter setting)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from pipeline.errors import InputError, StoreError
+from pipeline.settings import Settings
+from pipeline.store.database import utcnow
+from pipeline.store.lake import Lake
+from pipeline.store.lake import erase as erasing
+from tests.conftest import store_settings
+from tests.lakes import files_holding
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "ZQX vault code 7341"
+
+
+@pytest.fixture
+def settings(tmp_path):
+    settings = store_settings(tmp_path, "lake")
+    settings.audit_enabled = False  # the audit log (query text, previews) is not the lake's yet
+    return settings
+
+
+def _env(settings) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
+            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_AUDIT_ENABLED": "false"}
+
+
+def _listed(settings) -> dict[int, str]:
+    with Lake.open(settings) as lake:
+        return {int(s): p for s, p in lake.con.execute("SELECT DISTINCT snapshot, path FROM indexes").fetchall()}
+
+
+def _age_forgets(settings, by: timedelta) -> None:
+    """Make the forgets not yet erased ``by`` older (as if forgotten then)."""
+    with Lake.open(settings) as lake:
+        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - ?::INTERVAL",
+                         [erasing.timedelta_text(by)])
+
+
+QUERIES = ["deploy window friday", "cache latency", "quokka car park", "schema migration", "note 7"]
+
+
+def _answers() -> dict:
+    from workers.api import search
+
+    out = {}
+    for text in QUERIES:
+        for mode in ("keyword", "semantic", "hybrid"):
+            got = search(text, mode=mode, top_k=10, now="2026-01-01T00:00:00").results
+            out[text, mode] = ([r.id for r in got], [r.score for r in got])
+    return out
+
+
+def _remember_some() -> None:
+    from workers.api import forget, remember
+
+    topics = ["deploy window friday", "cache latency spike", "schema migration plan", "car park quokka"]
+    remember([{"id": f"m{i}", "namespace": f"ns{i % 2}", "content": f"note {i} about the {topics[i % 4]}"}
+              for i in range(24)])  # the first write: the first base
+    remember([{"id": f"late{i}", "namespace": "ns0", "content": f"late note {i}: the {topics[i % 4]} again"}
+              for i in range(3)])
+    forget(["m5", "m6"])
+
+
+# -- a base one process builds, another loads ----------------------------------------------------
+def test_a_compaction_in_another_process_builds_a_base_this_one_loads_and_answers_the_same(embedded, tmp_path):
+    from workers import resources
+
+    _remember_some()
+    reader = resources.current().reader()
+    before_base = reader.snapshot().base
+    before = _answers()
+    assert sum(len(ids) for ids, _ in before.values()) > 40, "the comparison must not pass on empty answers"
+
+    # `dimple compact` in another process: the CLI on the lake
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "compact"], cwd=tmp_path, env=_env(embedded),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "compacted the lake" in done.stdout and "holds 25 memories" in done.stdout
+    newest = max(_listed(embedded))
+
+    reader.wait_ready()  # this process saw the new base at its next poll and loaded it in the background
+    snap = reader.snapshot()
+    assert snap.base != before_base and snap.base.endswith(f"base-{newest}.duckdb") and snap.overlay.empty
+    after = _answers()
+    assert after.keys() == before.keys()
+    for key in before:
+        assert after[key][0] == before[key][0], key
+        assert np.allclose(after[key][1], before[key][1], rtol=1e-9), key
+    # nothing written since: a second compaction builds nothing
+    again = subprocess.run([sys.executable, "-m", "workers.cli", "compact"], cwd=tmp_path, env=_env(embedded),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "nothing to compact" in again.stdout
+    assert max(_listed(embedded)) == newest
+
+
+_COMPACTOR = """
+import json, sys, time
+from pathlib import Path
+from pipeline.settings import Settings
+from pipeline.store.lake.compaction import compact_lake
+from pipeline.store.lake.follow import Follower
+settings = Settings()
+follower = Follower(settings)
+follower.lake()  # attached: both start together
+Path(sys.argv[1] + "." + sys.argv[2]).touch()
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.005)
+report = compact_lake(settings, wait=True, follower=follower)
+print(json.dumps(report.as_dict()))
+"""
+
+
+def test_two_compactions_at_once_build_one_base(embedded, tmp_path):
+    from workers.api import remember
+
+    remember([{"id": f"m{i}", "namespace": "n", "content": f"note {i}"} for i in range(6)])
+    remember({"id": "x", "namespace": "n", "content": "one more note"})
+    first = set(_listed(embedded))
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _COMPACTOR, str(go), name], cwd=tmp_path, env=_env(embedded),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{go}.{n}").exists() for n in "ab") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["ran"] for r in reports) == [False, True]  # one built; the other waited, then found it done
+    built = set(_listed(embedded)) - first
+    assert len(built) == 1 and [r["base"] for r in reports if r["ran"]] == [f"base-{built.pop()}.duckdb"]
+
+
+# -- forget means erased, within store.erase_within ---------------------------------------------
+def _remember_secret():
+    from workers.api import remember
+
+    # one small write (inlined in the catalog), one large (a Parquet file of its own)
+    remember([{"id": "s1", "namespace": "n", "content": SECRET, "context": f"{SECRET} again"},
+              {"id": "k1", "namespace": "n", "content": "keep me"}])
+    remember([{"id": f"bulk{i}", "namespace": "n", "content": f"bulk note {i}"} for i in range(15)]
+             + [{"id": "s2", "namespace": "n", "content": f"{SECRET} in bulk", "metadata": {"note": SECRET}}])
+    return remember({"id": "k2", "namespace": "n", "content": "written before the forget"})
+
+
+def _ids(query: str, **options) -> list[str]:
+    from workers.api import search
+
+    return sorted(r.id for r in search(query, mode="keyword", **options).results)
+
+
+def test_a_forget_not_yet_due_is_hidden_at_once_and_erased_only_when_due(embedded):
+    from workers import resources
+    from workers.api import forget
+    from workers.app import get_app
+    from workers.upkeep import check
+
+    before = _remember_secret()
+    assert _ids("vault code") == ["s1", "s2"]
+    forget(["s1", "s2"])
+    assert _ids("vault code") == []  # hidden at once
+    folders = (embedded.data_dir, embedded.lake_data_path, embedded.lake_index_path)
+
+    # a compaction before the forget is due: files merged, a new base, the history kept
+    from pipeline.store.maintenance import compact
+
+    report = compact(embedded, wait=True)
+    assert report.ran and report.forgotten == 0
+    assert files_holding(SECRET.encode(), *folders), "not due: its bytes stay for time travel"
+    with Lake.open(embedded) as lake:  # the snapshots before the forget still read it (as_of leaves it out)
+        assert {m.id for m in lake.read(at=before.version, ids=["s1", "s2"])} == {"s1", "s2"}
+    assert "bulk3" in _ids("bulk note 3", as_of=before.version)
+    assert not check(get_app())  # the periodic check finds nothing due
+
+    # the same forget once it is as old as store.erase_within (the default)
+    assert embedded.store.erase_within == timedelta(hours=1)
+    _age_forgets(embedded, timedelta(hours=1))
+    assert check(get_app())  # the ingest process's periodic check: compacts (here, in this process)
+    assert files_holding(SECRET.encode(), *folders) == []
+    assert files_holding(b"vault code", *folders) == []
+    with pytest.raises(InputError, match="^as_of: "):
+        _ids("bulk note 3", as_of=before.version)  # history before the erase is cut
+    # this process's reader had a base whose snapshot expired: it loads the current one
+    reader = resources.current().reader()
+    reader.wait_ready()
+    newest = max(_listed(embedded))
+    assert reader.snapshot(fresh=True).base.endswith(f"base-{newest}.duckdb")
+    assert list(_listed(embedded)) == [newest]  # the older bases (they held the text) are gone
+    from workers.api import get
+
+    assert [m["id"] for m in get(["k1", "s1", "s2", "bulk3"])] == ["k1", "bulk3"]
+    assert "bulk3" in _ids("bulk note 3")
+    assert not check(get_app())  # erased: nothing due any more
+
+
+def test_a_write_passing_the_threshold_compacts_the_lake(embedded):
+    from workers.api import remember
+
+    embedded.compact_max_deltas = 2  # snapshots over the base, as the segment store counts its deltas
+    remember({"id": "a", "namespace": "n", "content": "alpha"})  # the first base
+    assert not remember({"id": "b", "namespace": "n", "content": "beta"}).compact_due
+    first = set(_listed(embedded))
+    due = remember({"id": "c", "namespace": "n", "content": "gamma"})
+    assert due.compact_due  # and ingest.compact ran (eagerly, here)
+    assert len(set(_listed(embedded)) - first) == 1
+    assert _ids("gamma") == ["c"]
+
+
+def test_the_erase_rule_at_the_default_bound():
+    within = Settings(_env_file=None).store.erase_within
+    now = utcnow()
+    assert within == timedelta(hours=1) and erasing.check_every(within) == timedelta(minutes=1)
+    assert not erasing.due(None, within, now)
+    assert not erasing.due(now - timedelta(minutes=53), within, now)
+    # due with room for the next check and a compaction inside the hour
+    assert erasing.due(now - timedelta(minutes=54), within, now)
+
+
+# -- settings -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["0", "-60", "30", "soon"])
+def test_a_bad_erase_within_is_refused_naming_the_field(monkeypatch, value):
+    monkeypatch.setenv("DIMPLE_STORE__ERASE_WITHIN", value)
+    with pytest.raises(ValidationError) as err:
+        Settings(_env_file=None)
+    assert [e["loc"] for e in err.value.errors()] == [("store", "erase_within")]
+
+
+def test_an_index_path_inside_the_data_path_is_refused_naming_the_field_before_anything_is_written(tmp_path):
+    from pipeline.store.maintenance import compact
+    from pipeline.store.writes import parse_records, write
+
+    settings = store_settings(tmp_path, "lake")
+    settings.store.index_path = settings.lake_data_path / "indexes"
+    with pytest.raises(StoreError, match="^store.index_path: .* inside the lake's data path"):
+        write(settings, parse_records({"id": "a", "namespace": "n", "content": "x"}, settings))
+    with pytest.raises(StoreError, match="^store.index_path: "):
+        compact(settings, wait=True)
+    assert not (tmp_path / "data" / "lake.sqlite").exists()  # nothing written
+    settings.store.index_path = tmp_path / "elsewhere"
+    assert write(settings, parse_records({"id": "a", "namespace": "n", "content": "x"}, settings)).compacted
+    assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == [f"base-{max(_listed(settings))}.duckdb"]
+
+
+def test_compact_goes_to_the_store_the_engine_names(tmp_path):
+    from pipeline.store import compact as segment_store
+    from pipeline.store.maintenance import compact
+
+    assert not compact(store_settings(tmp_path / "a", "lake"), wait=True).ran  # an empty lake: nothing to do
+    assert not compact(store_settings(tmp_path / "b", "segments"), wait=True).ran
+    with pytest.raises(StoreError, match="^store.engine: the lake compacts with pipeline.store.maintenance"):
+        segment_store.compact(store_settings(tmp_path / "c", "lake"), wait=True)
+

@@ -1,0 +1,48 @@
+"""A forget on the lake is erased within ``store.erase_within`` (the default,
+an hour) even when nothing is written after it: a real ``ingest`` worker's
+pool process asks the catalog once a minute (``workers/upkeep.py``) and sends
+``ingest.compact`` when an erase is due. Slow: it waits for that minute."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ops.stack import Stack, redis_binary
+from pipeline.store.lake import Lake
+from pipeline.store.writes import parse_records, write
+from tests.conftest import store_settings
+from tests.lakes import files_holding
+
+pytestmark = pytest.mark.integration
+
+SECRET = "ZQX vault code 7341"
+
+
+def test_an_ingest_worker_erases_a_due_forget_with_no_write_after_it(tmp_path):
+    redis_binary()  # a clear message when redis-server is missing
+    settings = store_settings(tmp_path, "lake")
+    write(settings, parse_records([{"id": "s1", "namespace": "n", "content": SECRET}]
+                                  + [{"id": f"k{i}", "namespace": "n", "content": f"keep note {i}"} for i in range(5)],
+                                  settings))
+    write(settings, forget=["s1"])
+    with Lake.open(settings) as lake:  # as if forgotten an hour ago (the default store.erase_within)
+        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 1 HOUR")
+    assert files_holding(SECRET.encode(), settings.data_dir), "the forget alone does not erase"
+
+    run = Stack(tmp_path / "stack")
+    run.start_redis()
+    try:
+        run.start_worker("w-ingest", "ingest", env={
+            "DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_EMBEDDING_MODEL": "hash-64",
+            "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_AUDIT_ENABLED": "false"})
+        deadline = time.monotonic() + 240  # the first check a minute after the pool process starts, then a compaction
+        while files_holding(SECRET.encode(), settings.data_dir):
+            assert time.monotonic() < deadline, "the worker did not erase the due forget"
+            time.sleep(2)
+    finally:
+        run.stop_all()
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (0,)
+        assert sorted(m.id for m in lake.read()) == [f"k{i}" for i in range(5)]
