@@ -100,8 +100,10 @@ def test_a_migrated_store_answers_every_query_as_the_segment_store_did(tmp_path)
     seen: list[BatchDone] = []
     report = migrated(lake_settings, batch_size=40, on_batch=seen.append)
     assert (report.memories, report.batches, report.resumed) == (len(live), -(-len(live) // 40), 0)
-    assert [b.index for b in seen] == list(range(1, report.batches + 1)) and seen[-1].snapshot == report.snapshot
-    assert (seg.data_dir / MARKER).exists() and list(bases(lake_settings)) == [report.snapshot]
+    assert [b.index for b in seen] == list(range(1, report.batches + 1))
+    # a base built at the last batch's snapshot, listed by the next one: the migrate's version
+    assert (seg.data_dir / MARKER).exists() and list(bases(lake_settings)) == [seen[-1].snapshot]
+    assert report.snapshot == seen[-1].snapshot + 1
     segments.refuse_unmigrated(seg.data_dir)  # the lake opens now
 
     ours_reader = reader_for(lake_settings)

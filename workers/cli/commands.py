@@ -49,12 +49,13 @@ from .common import (
     prepare_search,
     require_store,
     setup_logging,
+    snapshot_or_time,
 )
 from .demo import run_demo
 from .eval import register as register_eval
 from .mcp import register as register_mcp
 from .migrate import register as register_migrate
-from .render import format_explain, format_results, format_why_not, one_line
+from .render import format_compacted, format_explain, format_results, format_why_not, one_line
 from .tune import register as register_tune
 
 EXIT_USER = 2
@@ -141,12 +142,6 @@ def all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
     return [parser] + [p for child in subparsers(parser) for p in all_parsers(child)]
 
 
-def _snapshot_or_time(text: str) -> int | str:
-    """``--as-of``: a snapshot id as an int, anything else as text for the
-    query's validation (an ISO time, or an ``InputError`` naming ``as_of``)."""
-    return int(text) if text.lstrip("-").isdigit() else text
-
-
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="dimple", description="Hybrid retrieval for AI-agent memory.")
     p.add_argument("-v", "--verbose", action="count", default=0, help=VERBOSE_HELP)
@@ -208,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--min-version", type=int, metavar="V",
                    help="read-your-writes: answer from store version V or later (the `version` a write printed), "
                         "waiting at most DIMPLE_STORE__MIN_VERSION_WAIT_MS")
-    s.add_argument("--as-of", type=_snapshot_or_time, metavar="S|TIME",
+    s.add_argument("--as-of", type=snapshot_or_time, metavar="S|TIME",
                    help="lake engine: answer as the store was at snapshot S (a write's version) or at an "
                         "ISO 8601 TIME (UTC unless it says otherwise), memories forgotten since left out")
     s.add_argument("--json", action="store_true", help="print the results, legs and timings as JSON")
@@ -321,18 +316,7 @@ def cmd_compact(args) -> int:
     settings = cli_settings()
     require_store(settings)
     report = compact(settings, wait=True)
-    removed = f"; removed {len(report.removed)} file(s) no reader needs" if report.removed else ""
-    if not report.ran:
-        print(f"nothing to compact (store version {report.version}){removed}")
-    elif settings.store.engine == "lake":
-        erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
-                  if report.forgotten else "")
-        print(f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
-              f"{report.seconds:.1f}s (store version {report.version}){removed}")
-    else:
-        print(f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
-              f"forgotten memor{'y' if report.forgotten == 1 else 'ies'} erased from the store's files, "
-              f"in {report.seconds:.1f}s (store version {report.version}){removed}")
+    print(format_compacted(report, settings.store.engine))
     return 0
 
 

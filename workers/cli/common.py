@@ -240,3 +240,9 @@ def _lines(first: int, last: int) -> str:
 def need_broker(settings) -> None:
     if settings.embedded:
         raise InputError("DIMPLE_BROKER_URL", "not set: workers and Flower need a broker (e.g. redis://127.0.0.1:6379/0)")
+
+
+def snapshot_or_time(text: str) -> int | str:
+    """``--as-of``: a snapshot id as an int, anything else as text for the
+    query's validation (an ISO time, or an ``InputError`` naming ``as_of``)."""
+    return int(text) if text.lstrip("-").isdigit() else text

@@ -112,7 +112,7 @@ class MigrateReport:
     batches: int = 0
     batch_size: int = 0  # memories per batch: the size asked for, or the one a resumed run began with
     resumed: int = 0  # batches an earlier, stopped run had committed (not written again)
-    snapshot: int = 0  # the lake snapshot holding the last batch
+    snapshot: int = 0  # the lake snapshot holding every batch (with memories: the listing of the base built there)
     seconds: float = 0.0
     segment_version: int = 0
     base: str | None = None  # the base built at ``snapshot`` (None: no memories)
@@ -221,7 +221,10 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
             if ids:
                 follower = Follower(settings)
                 try:
-                    report.base = str(follower.build(report.snapshot))
+                    # the base's listing is a snapshot of its own: the migrate's version, as the
+                    # lake's first write's version is its listing (the snapshot a reader reaches)
+                    base, report.snapshot = follower.build_listed(report.snapshot)
+                    report.base = str(base)
                 finally:
                     follower.close()
             report.marker = Marker(segment_version=manifest.version, segment_base=manifest.base,
