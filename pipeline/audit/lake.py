@@ -34,10 +34,10 @@ from pipeline.errors import AuditStoreUnavailable, StoreError
 from pipeline.settings import Settings
 from pipeline.store.database import migrations
 from pipeline.store.lake.catalog import LAKE, SCHEMA_PACKAGE, Catalog, NoLake, apply_schema, attach
-from pipeline.store.lake.commit import retrying
+from pipeline.store.lake.commit import AUDIT_MESSAGE, retrying
 
 # The commit message of an audit batch (``ducklake_snapshots``): tells its snapshots from memory writes'.
-COMMIT_MESSAGE = "audit"
+COMMIT_MESSAGE = AUDIT_MESSAGE
 # The schema file that creates the audit's tables (applied alone on a lake with no memories yet).
 AUDIT_SCHEMA = "002_retrieval_log.sql"
 
@@ -143,7 +143,7 @@ def _create(cur: duckdb.DuckDBPyConnection, settings: Settings) -> None:
         except NoLake:
             pass
         cur.execute("BEGIN TRANSACTION")
-        cur.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'schema: audit')")
+        cur.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", ["schema: " + COMMIT_MESSAGE])
         cur.execute(sql)
         cur.execute("COMMIT")
 

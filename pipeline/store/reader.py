@@ -44,6 +44,8 @@ class Source(Protocol):
 
     def snapshot_for(self, at: datetime) -> int: ...
 
+    def reached(self, version: int) -> int: ...
+
     def readable(self, snapshot: int) -> bool: ...
 
     def wait_ready(self, timeout: float | None = None) -> None: ...
@@ -290,19 +292,24 @@ class Reader:
         ``store.poll_ms``) and again every few milliseconds for at most ``wait_s``,
         then ``VersionNotReachedError`` names ``min_version``."""
         snap = self.snapshot()
-        if version == 0 or (snap is not None and snap.version >= version):
+        if version == 0 or (snap is not None and self._reached(snap) >= version):
             return snap
         start = time.monotonic()
         pause = 0.005
         while True:
             snap = self.snapshot(fresh=True)
-            if snap is not None and snap.version >= version:
+            if snap is not None and self._reached(snap) >= version:
                 return snap
             waited = time.monotonic() - start
             if waited >= wait_s:
                 raise VersionNotReachedError(version, snap.version if snap is not None else None, waited * 1000.0)
             time.sleep(min(pause, wait_s - waited))
             pause = min(pause * 2, 0.05)
+
+    def _reached(self, snap: Snapshot) -> int:
+        """The newest version ``snap`` answers for: its own, or on the lake a
+        later one when only audit commits came after it (``Follower.reached``)."""
+        return snap.version if self.lake is None else self.lake.reached(snap.version)
 
     def past_snapshot(self, at: int | datetime) -> int:
         """The snapshot ``as_of`` names: a snapshot id as it is, a time the last

@@ -124,6 +124,41 @@ def test_on_the_lake_a_batch_is_one_commit_and_nothing_new_commits_nothing(tmp_p
     pa.lake.release(log)
 
 
+def test_on_the_lake_a_reader_passes_over_audit_commits_and_takes_the_next_write(tmp_path, monkeypatch):
+    """Every query's audit row commits a lake snapshot: a search process
+    following the store keeps its view through them (no changes read, no
+    overlay rebuilt, the version it answers with unchanged) and takes the next
+    memory write as before."""
+    from pipeline.store.lake import follow
+    from pipeline.store.lake.follow import reader_for
+    from pipeline.store.writes import parse_records, write
+
+    settings = store_settings(tmp_path, "lake")
+    first = write(settings, parse_records([{"id": "a", "namespace": "n", "content": "alpha"}], settings))
+    reader = reader_for(settings)
+    log = pa.log_of(settings)
+    try:
+        held = reader.snapshot(fresh=True)
+        assert held is not None and held.version == first.version
+        read: list[int] = []
+        real = follow.deltas_since
+        monkeypatch.setattr(follow, "deltas_since", lambda changes, *a, **k: read.append(1) or real(changes, *a, **k))
+        for i in range(3):
+            assert pa.write_records(log, [_row(i)]) == 1
+            assert reader.snapshot(fresh=True) is held  # the same view: nothing rebuilt
+        assert read == [] and _audit_commits(settings) == 3
+        # a min_version naming the last audit commit is reached by the same view, at once
+        assert reader.at_least(first.version + 3, 0.0) is held
+        second = write(settings, parse_records([{"id": "b", "namespace": "n", "content": "beta"}], settings),
+                       reader=reader)
+        now = reader.snapshot(fresh=True)
+        assert now is not held and now.version == second.version > first.version + 3 and read == [1]
+        assert "b" in now.overlay.members
+    finally:
+        pa.lake.release(log)
+        reader.close()
+
+
 @pytest.mark.parametrize("settings", ["lake"], indirect=True)  # the file's writer batches the same way
 def test_on_the_lake_the_embedded_writer_commits_per_batch_not_per_row(embedded):
     from workers import audit

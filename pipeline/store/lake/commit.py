@@ -137,6 +137,22 @@ def index_message(write_id: str | None) -> str:
     return "index" if write_id is None else f"index {write_id}"
 
 
+# The commit message of the audit trail's own commits (``pipeline.audit.lake``:
+# "audit", "audit purge", and "schema: audit" when it creates its tables): they
+# change no record table, so a reader following the store passes over them.
+AUDIT_MESSAGE = "audit"
+
+
+def only_audit_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> bool:
+    """Whether every snapshot after ``since`` up to ``until`` is an audit commit
+    (one catalog read instead of ``changes_since``'s one a table)."""
+    row = con.execute(
+        f"SELECT count(*) FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id > $since AND snapshot_id <= $until "
+        "AND NOT (coalesce(commit_message, '') IN ($m, 'schema: ' || $m) OR starts_with(coalesce(commit_message, ''), "
+        "$m || ' '))", {"since": since, "until": until, "m": AUDIT_MESSAGE}).fetchone()
+    return row is not None and row[0] == 0
+
+
 def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:
     """The snapshot that committed ``write_id`` (its commit message) or, for a
     write that built a base, the one that listed it (the state the write

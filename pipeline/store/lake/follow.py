@@ -47,7 +47,7 @@ from pipeline.store import segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach
-from pipeline.store.lake.commit import index_message, retrying, snapshot_of_write
+from pipeline.store.lake.commit import index_message, only_audit_since, retrying, snapshot_of_write
 from pipeline.store.lake.derive import SNAPSHOT_KEY, base_snapshot, build_base, deltas_since, open_view
 from pipeline.store.lake.records import Committed, LakeWrite
 from pipeline.store.lake.store import Lake
@@ -134,6 +134,8 @@ class Follower:
         self._attached: tuple[duckdb.DuckDBPyConnection, Catalog, Path] | None = None
         self._polled = float("-inf")
         self._wanted = 0  # a snapshot this process committed: the next read reaches it
+        # (view's snapshot, latest): every snapshot between them an audit commit, the view still current
+        self._quiet = (0, 0)
         self._base_at = -1  # the snapshot of the base this process reads (-1: none yet)
         self._loading: threading.Thread | None = None  # a newer base being opened in the background
         self._loading_at = -1  # the snapshot of the base it opens
@@ -184,9 +186,14 @@ class Follower:
                 swapped = self._swap(lake, latest)
                 if swapped is not None:
                     return swapped
-            if current is not None and current.version == latest:
+            if current is not None and (current.version == latest or self._quiet == (current.version, latest)):
                 return current  # recording a base commits a snapshot: none is new
             if current is not None and current.store is not None:
+                if only_audit_since(lake.con, current.version, latest):
+                    # audit rows only (every query's row commits one on this engine):
+                    # the view stands, no changes read, no overlay rebuilt
+                    self._quiet = (current.version, latest)
+                    return current
                 try:
                     changes = lake.changes_since(current.version, latest)
                 except StoreError:
@@ -310,6 +317,14 @@ class Follower:
             empty = np.zeros((0, dim), np.float32)
             return view.extend(snapshot, {latest + 1: Delta(seq=latest + 1, memories=[], vectors=empty,
                                                             forget=forgotten)})
+
+    def reached(self, version: int) -> int:
+        """The newest snapshot a view of ``version`` answers for: the latest
+        seen when every snapshot since ``version`` was an audit commit, else
+        ``version`` (``Reader.at_least``: a ``min_version`` naming an audit
+        commit is reached without a change to read)."""
+        quiet_from, quiet_to = self._quiet
+        return quiet_to if quiet_from == version else version
 
     def snapshot_for(self, at: datetime) -> int:
         """The snapshot ``as_of`` a time stands for: the last one committed at
