@@ -46,6 +46,10 @@ class Source(Protocol):
 
     def reached(self, version: int) -> int: ...
 
+    def latest(self) -> int: ...
+
+    def unchanged_since(self, version: int) -> bool: ...
+
     def readable(self, snapshot: int) -> bool: ...
 
     def wait_ready(self, timeout: float | None = None) -> None: ...
@@ -255,6 +259,7 @@ class Reader:
         self._failed: BaseException | None = None
         self.lake = lake
         self._past: dict[int, Snapshot] = {}  # as_of snapshots, oldest asked first
+        self._past_at: dict[int, int] = {}  # the lake's latest snapshot when each was built
 
     # -- public -----------------------------------------------------------------
     def snapshot(self, *, fresh: bool = False) -> Snapshot | None:
@@ -327,13 +332,20 @@ class Reader:
         assert self.lake is not None
         with self._lock:
             snap = self._past.pop(snapshot, None)
-            if snap is not None and not self.lake.readable(snapshot):  # expired since (an erase): refused
+            built = self._past_at.pop(snapshot, 0)
+            # expired since (an erase: refused), or written since: a forget
+            # committed after it was built must leave it too
+            if snap is not None and not (self.lake.readable(snapshot) and self.lake.unchanged_since(built)):
                 snap.close()
                 snap = None
-            snap = snap or self.lake.view_at(snapshot)
-            self._past[snapshot] = snap
+            if snap is None:
+                built = self.lake.latest()  # asked first: a write in between makes the next use build again
+                snap = self.lake.view_at(snapshot)
+            self._past[snapshot], self._past_at[snapshot] = snap, built
             while len(self._past) > 2:
-                self._past.pop(next(iter(self._past))).close()
+                oldest = next(iter(self._past))
+                self._past.pop(oldest).close()
+                self._past_at.pop(oldest, None)
             return snap
 
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -361,6 +373,7 @@ class Reader:
             for past in self._past.values():
                 past.close()
             self._past.clear()
+            self._past_at.clear()
             if self.lake is not None:
                 self.lake.close()
 

@@ -160,3 +160,14 @@ def test_as_of_a_time_answers_as_the_last_snapshot_committed_by_then(embedded, c
     capsys.readouterr()
     assert main(["search", "office", "--mode", "keyword", "--as-of", naive]) == 0
     assert "lisbon" in capsys.readouterr().out
+
+
+def test_a_memory_forgotten_after_an_as_of_query_is_not_served_by_the_next_one(embedded):
+    from workers.api import forget, remember
+
+    first = remember([{"id": "a", "namespace": "n", "content": "the office is in lisbon"},
+                      {"id": "b", "namespace": "n", "content": "the office cat is called lisbon"}])
+    assert _ids("lisbon", as_of=first.version) == ["a", "b"]  # this process now holds a view of S
+    assert _ids("lisbon", as_of=first.version) == ["a", "b"]  # and reuses it (audit commits in between)
+    forget("b")
+    assert _ids("lisbon", as_of=first.version) == ["a"]  # forgotten since: never served again

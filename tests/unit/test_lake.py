@@ -193,3 +193,26 @@ def test_expire_keeps_the_retained_snapshots(lake):
     lake.commit(LakeWrite([memory("b", "b")]))
     assert lake.expire().expired == 0  # a week: nothing is that old
     assert lake.count(at=first) == 1
+
+
+def test_only_audit_commits_since_a_snapshot_and_a_gap_is_not_taken_for_one(lake):
+    from pipeline.store.lake.catalog import LAKE
+    from pipeline.store.lake.commit import AUDIT_MESSAGE, only_audit_since
+
+    def audit_commit() -> int:  # a commit that writes no record table, as the audit trail's
+        lake.con.execute("BEGIN TRANSACTION")
+        lake.con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [AUDIT_MESSAGE])
+        lake.con.execute("UPDATE write_head SET seq = seq")
+        lake.con.execute("COMMIT")
+        return lake.latest_snapshot()
+
+    first = lake.commit(LakeWrite([memory("a", "alpha")])).snapshot
+    quiet = [audit_commit() for _ in range(3)]
+    assert quiet == [first + 1, first + 2, first + 3]
+    assert only_audit_since(lake.con, first, quiet[-1]) and only_audit_since(lake.con, first, first)
+    second = lake.commit(LakeWrite([memory("b", "beta")])).snapshot
+    assert not only_audit_since(lake.con, first, second)
+    last = audit_commit()
+    assert only_audit_since(lake.con, second, last)
+    lake.con.execute(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', versions => [{first + 2}])").fetchall()
+    assert not only_audit_since(lake.con, first, quiet[-1])  # an expired snapshot's changes are unknown

@@ -83,8 +83,9 @@ def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path
     deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
     deleted += step(f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', older_than => now() - ?::INTERVAL)",
                     [timedelta_text(ORPHAN_AGE)])
-    retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
     vacuum_catalog(catalog, extensions_dir)
+    # marked done last: a vacuum that failed leaves the forgets due, so the next compaction erases again
+    retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
 
 
@@ -142,20 +143,33 @@ def vacuum_catalog(catalog: Catalog, extensions_dir: Path) -> None:
     deleted row's bytes otherwise stay in a free page (SQLite) or a dead tuple
     (PostgreSQL) until reused."""
     if catalog.kind == "sqlite":
-        db = sqlite3.connect(catalog.target, timeout=LOCK_WAIT.total_seconds())
         try:
-            db.execute("VACUUM")
-            # the WAL holds the old pages too; a reader in the middle of a read
-            # keeps the checkpoint from truncating it (busy = 1): wait for it
-            deadline = time.monotonic() + LOCK_WAIT.total_seconds()
-            while (db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone() or (1,))[0]:
-                if time.monotonic() > deadline:
-                    raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in "
-                                     f"{LOCK_WAIT.total_seconds():.0f} s (a reader held it); erase again")
-                time.sleep(0.05)
-        finally:
-            db.close()
+            _vacuum_sqlite(catalog)
+        except sqlite3.Error as exc:  # e.g. still locked by a reader after LOCK_WAIT
+            raise StoreError(f"store.catalog: {catalog.target} could not be vacuumed ({exc}); "
+                             "the erase runs again at the next compaction") from None
         return
+    _vacuum_postgres(catalog, extensions_dir)
+
+
+def _vacuum_sqlite(catalog: Catalog) -> None:
+    """SQLite: VACUUM, then empty the WAL (it holds the old pages too)."""
+    db = sqlite3.connect(catalog.target, timeout=LOCK_WAIT.total_seconds())
+    try:
+        db.execute("VACUUM")
+        # the WAL holds the old pages too; a reader in the middle of a read
+        # keeps the checkpoint from truncating it (busy = 1): wait for it
+        deadline = time.monotonic() + LOCK_WAIT.total_seconds()
+        while (db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone() or (1,))[0]:
+            if time.monotonic() > deadline:
+                raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in "
+                                 f"{LOCK_WAIT.total_seconds():.0f} s (a reader held it); erase again")
+            time.sleep(0.05)
+    finally:
+        db.close()
+
+
+def _vacuum_postgres(catalog: Catalog, extensions_dir: Path) -> None:
     # From a connection of its own: the lake's connection opens a catalog
     # transaction with every statement, which VACUUM FULL would wait on. A
     # reader's open transaction makes it wait too, LOCK_WAIT at most a table.

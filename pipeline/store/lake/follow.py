@@ -318,6 +318,22 @@ class Follower:
             return view.extend(snapshot, {latest + 1: Delta(seq=latest + 1, memories=[], vectors=empty,
                                                             forget=forgotten)})
 
+    def latest(self) -> int:
+        """The lake's latest snapshot, asked now (0: nothing written yet)."""
+        with self.lock:
+            lake = self.lake()
+            return lake.latest_snapshot() if lake is not None else 0
+
+    def unchanged_since(self, version: int) -> bool:
+        """Whether the store is as it was at ``version``: no snapshot since, or
+        only audit commits (an ``as_of`` view built then still holds)."""
+        with self.lock:
+            lake = self.lake()
+            if lake is None:
+                return version == 0
+            latest = lake.latest_snapshot()
+            return latest == version or only_audit_since(lake.con, version, latest)
+
     def reached(self, version: int) -> int:
         """The newest snapshot a view of ``version`` answers for: the latest
         seen when every snapshot since ``version`` was an audit commit, else
