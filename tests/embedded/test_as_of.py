@@ -129,12 +129,17 @@ def test_audit_explain_replays_a_logged_query_at_the_snapshot_it_read(embedded):
     assert explain_miss(asked.query_id, asked.results[0].id).reason == "returned"
 
 
-def test_as_of_a_time_answers_as_the_last_snapshot_committed_by_then(embedded, capsys):
+def test_as_of_a_time_answers_as_the_last_snapshot_committed_by_then(embedded, capsys, monkeypatch):
     import time
     from datetime import UTC, datetime, timedelta
 
+    from pipeline.store.lake import follow
     from workers.api import audit_row, remember, search
     from workers.cli.commands import main
+
+    with pytest.raises(InputError, match=r"^as_of: .* is less than 10 s ago"):  # the default: settled times only
+        search("office", as_of=datetime.now(UTC) - timedelta(seconds=2))
+    monkeypatch.setattr(follow, "AS_OF_SETTLED", timedelta(0))  # times a test can wait for
 
     first = remember({"id": "a", "namespace": "n", "content": "the office is in lisbon"})
     time.sleep(0.05)

@@ -35,7 +35,7 @@ import re
 import threading
 import time
 import weakref
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -120,6 +120,13 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
 
     what = f"recording the base of snapshot {snapshot}"
     return retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)[0]
+
+
+# How old an ``as_of`` time must be: a commit is stamped when its catalog
+# transaction starts and seen when it ends (seconds under load), and hosts'
+# clocks differ; past this, the snapshot a time names no longer changes, so
+# every stage of a query (each resolves it) reads the same one.
+AS_OF_SETTLED = timedelta(seconds=10)
 
 
 class Follower:
@@ -345,11 +352,17 @@ class Follower:
     def snapshot_for(self, at: datetime) -> int:
         """The snapshot ``as_of`` a time stands for: the last one committed at
         or before ``at`` (UTC when it names no zone). A time still to come is
-        refused: a commit before it would change the answer between one stage
-        of a query and the next; a past time's snapshot never changes."""
+        refused, and so is one within ``AS_OF_SETTLED`` of now: a commit
+        before it could still change the answer between one stage of a query
+        and the next; a settled time's snapshot never changes."""
         when = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-        if when > datetime.now(UTC):
+        now = datetime.now(UTC)
+        if when > now:
             raise InputError("as_of", f"{when.isoformat()} is in the future")
+        if when > now - AS_OF_SETTLED:
+            raise InputError("as_of", f"{when.isoformat()} is less than {AS_OF_SETTLED.total_seconds():g} s ago: a "
+                                      "commit stamped before it may still be on its way (another host's clock, a "
+                                      "slow catalog); for the last seconds give a snapshot (a write's version)")
         with self.lock:
             lake = self.lake()
             if lake is None:
