@@ -98,13 +98,15 @@ class Stack:
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer on port {self.port}; see {self.run_dir / 'redis.log'}")
 
-    def start_worker(self, name: str, queues: str, concurrency: int = 1, env: dict[str, str] | None = None) -> None:
+    def start_worker(self, name: str, queues: str, concurrency: int = 1, env: dict[str, str] | None = None,
+                     pool: str | None = None) -> None:
+        """A ``celery worker`` taking ``queues`` (``pool``: its ``-P``, e.g. ``solo``; unset, celery's default, prefork)."""
         log = self.run_dir / f"{name}.log"
         self.log_start[name] = log.stat().st_size if log.exists() else 0
         self.procs[name] = subprocess.Popen(
             [*self.wrap, sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
-             "-c", str(concurrency), "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
-             "--loglevel", "INFO", "-E", "--logfile", str(log)],
+             "-c", str(concurrency), *(["-P", pool] if pool else []), "-n", f"{name}@%h", "--without-gossip",
+             "--without-mingle", "--loglevel", "INFO", "-E", "--logfile", str(log)],
             env=self.env(env), stdout=subprocess.DEVNULL, stderr=open(self.run_dir / f"{name}.err", "ab"),
             start_new_session=True,
         )

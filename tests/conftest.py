@@ -35,6 +35,30 @@ def store_settings(tmp_path: Path, engine: str = "segments") -> Settings:
                           _env_file=None)
 
 
+def store_env(settings: Settings) -> dict[str, str]:
+    """The environment that points a process (the CLI, a subprocess, a worker)
+    at ``settings``' store: its data dir, model and engine (and the lake's
+    catalog and data path where set), so every part of a test reads one store."""
+    env = {"DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_EMBEDDING_MODEL": settings.embedding_model,
+           "DIMPLE_STORE__ENGINE": settings.store.engine}
+    if settings.store.catalog is not None:
+        env["DIMPLE_STORE__CATALOG"] = settings.store.catalog
+    if settings.store.data_path is not None:
+        env["DIMPLE_STORE__DATA_PATH"] = str(settings.store.data_path)
+    return env
+
+
+def use_store(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    """Export ``store_env(settings)`` for this test (undone after it); a
+    lake catalog or data path that ``settings`` leaves unset is unset too."""
+    env = store_env(settings)
+    for name in ("DIMPLE_STORE__CATALOG", "DIMPLE_STORE__DATA_PATH"):
+        if name not in env:
+            monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     """Settings for a fresh store under tmp_path, with the hash embedder (no model)."""

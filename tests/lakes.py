@@ -20,17 +20,20 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from pipeline.embedders import HashEmbedder
+from pipeline.embedders import HashEmbedder, make_embedder
 from pipeline.settings import Settings
 from pipeline.store.database import utcnow
 from pipeline.store.ingest import MemoryRecord
 from pipeline.store.lake import Lake, LakeMemory, LakeWrite
 from pipeline.store.lake.catalog import postgres_extension
+from pipeline.store.reader import Snapshot, View
 
 DIM = 16
 EMBEDDER = HashEmbedder(DIM)
@@ -214,3 +217,22 @@ if __name__ == "__main__" and sys.argv[1:2] == ["write"]:
     _write(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
 if __name__ == "__main__" and sys.argv[1:2] == ["poll"]:
     _poll(sys.argv[2], sys.argv[3])
+
+
+# -- searching a pinned snapshot --------------------------------------------------------
+class Pinned:
+    """A process's ``Resources`` reading one ``Snapshot`` (``pipeline.stages.stage.Resources``)."""
+
+    def __init__(self, settings, snap: Snapshot):
+        self._settings, self.snap = settings, snap
+
+    def settings(self):
+        return self._settings
+
+    def embedder(self):
+        return make_embedder(self._settings)
+
+    @contextmanager
+    def view(self) -> Iterator[View]:
+        with self.snap.view() as v:
+            yield v

@@ -191,7 +191,14 @@ def start_drainer() -> None:
 def _drain_forever() -> None:
     failing = False
     while True:
-        settings = resources.current().settings()
+        try:
+            settings = resources.current().settings()
+        except Exception:  # e.g. a tuned row this dimple cannot read (every query says so too): try again
+            if not failing:
+                log.exception("the audit outbox drain cannot read its settings; trying again")
+            failing = True
+            time.sleep(1.0)
+            continue
         after = settings.audit_outbox_after_s
         time.sleep(min(1.0, after / 2))
         try:

@@ -24,9 +24,9 @@ from pipeline.audit import lake as audit_lake
 from pipeline.audit.writer import AuditWriter
 from pipeline.contracts import Batch
 from pipeline.embedders import Embedder, make_embedder
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 from pipeline.store.database import Store
-from pipeline.store.lake.follow import reader_for
+from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.reader import Reader, Snapshot, View
 from pipeline.store.tuned import overlay, read_tuned
 from pipeline.store.tuned import path as tuned_path
@@ -51,8 +51,9 @@ class Resources:
         self._reader: Reader | None = None
         self._audit_writer: AuditWriter | None = None
         self._inherited: list[Any] = []  # a forked child's copies of its parent's connections, never used
-        # (settings as configured, the tuned file's stat key, those settings with the store's tuned values)
-        self._effective: tuple[WorkerSettings, tuple[int, int, int] | None, WorkerSettings] | None = None
+        # (settings as configured, the tuned file's stat key or the lake's snapshot, those settings with the
+        # store's tuned values)
+        self._effective: tuple[WorkerSettings, Any, WorkerSettings] | None = None
         self._tuned_due = 0.0  # monotonic time the tuned file is next looked at
         self._pin = threading.local()  # .snap: the as_of snapshot this thread's stage reads (``pinned``)
 
@@ -79,11 +80,12 @@ class Resources:
     def settings(self) -> WorkerSettings:
         """The settings in use: those configured, else the process's
         (``get_settings``), with the store's tuned fusion settings over them
-        (``pipeline.store.tuned``). The tuned file is looked at (one ``stat``)
+        (``pipeline.store.tuned``). The tuned file is looked at (one ``stat``;
+        on the lake: the snapshot this process follows, which it polls anyway)
         at most every ``TUNED_CHECK_S``, and at the first call after
         ``configure``, so a ``dimple tune --apply`` or ``--reset`` made while
-        this process runs applies within that time; it is read only when it
-        changed."""
+        this process runs (on the lake: on any host) applies within that time
+        (plus ``store.poll_ms`` on the lake); it is read only when it changed."""
         with self._lock:
             if self._settings is None:
                 self._settings = get_settings()
@@ -94,12 +96,38 @@ class Resources:
             if cached is not None and cached[0] is base and now < self._tuned_due:
                 return cached[2]
             self._tuned_due = now + TUNED_CHECK_S
+            if base.store.engine == "lake":
+                return self._lake_tuned(base, cached)
             key = _stat_key(tuned_path(base.data_dir))
             if cached is not None and cached[0] is base and cached[1] == key:
                 return cached[2]
-            effective = overlay(base, read_tuned(base.data_dir) if key is not None else None)
+            effective = overlay(base, read_tuned(base) if key is not None else None)
             self._effective = (base, key, effective)
             return effective
+
+    def _lake_tuned(self, base: WorkerSettings, cached) -> WorkerSettings:
+        """``settings()`` on the lake: the tuned settings are a lake table, read
+        (one catalog read) when the snapshot this process follows moved since
+        they were read (an ``--apply`` is a commit): every host serves the same.
+        A client of the workers that has not opened the store opens no lake for
+        it (the ``search.fuse`` worker resolves the fusion a query leaves open)."""
+        if self._reader is None and not base.embedded:
+            self._effective = (base, None, base)
+            return base
+        try:
+            if self._reader is None:
+                self._reader = reader_for(base, memory_limit=base.query_memory_limit)
+            snap = self._reader.snapshot()
+        except StoreError:  # the lake unreachable or refused: the store's own calls say why
+            return cached[2] if cached is not None and cached[0] is base else base
+        key = ("lake", snap.version if snap is not None else 0)
+        if cached is not None and cached[0] is base and cached[1] == key:
+            return cached[2]
+        follower = self._reader.lake
+        # a tuned row this dimple cannot read raises (never silently the defaults), as TUNED.json does
+        effective = overlay(base, read_tuned(base, follower if isinstance(follower, Follower) else None))
+        self._effective = (base, key, effective)
+        return effective
 
     def embedder(self, bulk: bool = False) -> Embedder:
         """This process's embedder for queries, or (``bulk``) for ingest (``make_embedder``)."""
@@ -127,7 +155,10 @@ class Resources:
         """This process's view of the published store (``pipeline.store.reader``)."""
         with self._lock:
             if self._reader is None:
-                self._reader = reader_for(self.settings(), memory_limit=self.settings().query_memory_limit)
+                settings = self.settings()  # on the lake this opens the reader (the tuned settings are there)
+                if self._reader is None:
+                    self._reader = reader_for(settings, memory_limit=settings.query_memory_limit)
+                    self._tuned_due = 0.0  # on the lake: the tuned settings are read through it at the next call
             return self._reader
 
     def snapshot(self) -> Snapshot | None:

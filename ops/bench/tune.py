@@ -63,7 +63,7 @@ def main() -> None:
     n = 200_000
     for label in ("no tuned file", "tuned file"):
         if label == "tuned file":
-            write_tuned(s.data_dir, TunedFusion(fusion="convex", convex_alpha=0.3))
+            write_tuned(s, TunedFusion(fusion="convex", convex_alpha=0.3))
             workers.configure(s)
         t0 = time.perf_counter()
         for _ in range(n):

@@ -2,6 +2,8 @@
 store sizes (synthetic stores, ``ops.bench.synth``):
 
     python -m ops.bench.writes --sizes 10000 100000 --work /tmp/wbench --out /tmp/wbench/writes.json
+    python -m ops.bench.writes --sizes 10000 100000 --lake --no-pending --baseline-parts none \\
+        --work /tmp/wbench --out /tmp/wbench/lake_goals.json
 
 (a) one memory remembered, and the time until a query in another process
     (a warm reader polling keyword search) returns it;
@@ -12,6 +14,11 @@ store sizes (synthetic stores, ``ops.bench.synth``):
     round by round in one process;
 (e) compaction time, and hybrid queries sent back to back meanwhile
     (count, failures, p50/p99).
+``--lake`` (issue 34's goals) adds the store on DuckLake beside the segment
+store, in the same run: the synthetic store migrated into a lake
+(``dimple migrate``, SQLite catalog in the data dir), then (a) and (b) on it
+(the poller follows the lake at ``store.poll_ms``, as a search process does)
+and each leg's query p50 on both, the two alternated round by round.
 
 The whole-store path is the same code with every write sent straight into a
 new base (``compact_delta_memories=1``): copy the base, apply, re-index,
@@ -42,10 +49,10 @@ import sys, time
 from pipeline.contracts import Scope
 from pipeline.settings import Settings
 from pipeline.store import fulltext
-from pipeline.store.reader import Reader
-s = Settings(data_dir=sys.argv[1], embedding_model="hash-384", _env_file=None)
+from pipeline.store.lake.follow import reader_for
+s = Settings.model_validate_json(sys.argv[1])
 token = sys.argv[2]
-reader = Reader(s.data_dir)
+reader = reader_for(s)
 snap = reader.snapshot(); snap.index(); snap.postings()
 print("ready", flush=True)
 while True:
@@ -59,11 +66,13 @@ while True:
 """
 
 
-def _settings(data_dir: Path, direct: bool):
+def _settings(data_dir: Path, direct: bool, engine: str = "segments"):
+    from pipeline.settings import StoreSettings
     from workers.settings import WorkerSettings  # the settings workers.configure takes
 
     extra = {"compact_delta_memories": 1} if direct else {}
-    return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
+    return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", store=StoreSettings(engine=engine),
+                          _env_file=None, **extra)
 
 
 def _template(work: Path, n: int) -> Path:
@@ -72,8 +81,37 @@ def _template(work: Path, n: int) -> Path:
     folder = work / f"store-{n}"
     if not (folder / "store.duckdb").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        build_store(folder / "store.duckdb", n, _settings(folder, False), log=lambda *a: None)
+        build_store(folder / "store.duckdb", n, _settings(folder, False), embedding_model="hash-384",
+                    log=lambda *a: None)
     return folder
+
+
+def _lake_template(work: Path, template: Path) -> Path:
+    """``template`` migrated into a lake (``dimple migrate``: catalog and data
+    files in the data dir, a base built at its snapshot), once per size."""
+    from pipeline.store.lake.migrate import Marker, migrate
+
+    folder = work / f"lake-{template.name}"
+    if Marker.read(folder) is None:
+        _fresh(template, folder)
+        t = time.perf_counter()
+        migrate(_settings(folder, False, "lake"))
+        print(f"migrated {template.name} into a lake in {time.perf_counter() - t:.1f} s", flush=True)
+    return folder
+
+
+# The catalog records the lake's data path whole: a copy of a lake folder is
+# pointed at its own (in a child process: a second SQLite copy beside DuckDB's
+# in one process is what ``erase._VACUUM_SCRIPT`` avoids too)
+_REPOINT = ("import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
+            "db.execute(\"UPDATE ducklake_metadata SET value = ? WHERE key = 'data_path'\", [sys.argv[2]]); "
+            "db.commit()")
+
+
+def _fresh_lake(template: Path, scratch: Path) -> Path:
+    _fresh(template, scratch)
+    subprocess.run([sys.executable, "-c", _REPOINT, str(scratch / "lake.sqlite"), f"{scratch / 'lake'}/"], check=True)
+    return scratch
 
 
 def _fresh(template: Path, scratch: Path) -> Path:
@@ -99,17 +137,19 @@ def _write(settings, records, reader=None):
     return time.perf_counter() - t
 
 
-def one_memory(template: Path, scratch: Path, direct: bool) -> dict:
-    from pipeline.store.reader import Reader
+def one_memory(template: Path, scratch: Path, direct: bool, engine: str = "segments") -> dict:
+    from pipeline.store.lake.follow import reader_for
 
-    data = _fresh(template, scratch)
-    settings = _settings(data, direct)
-    reader = Reader(data)
-    _write(settings, _records("warm", 1), reader)  # the store is in segment form on both sides
+    data = (_fresh_lake if engine == "lake" else _fresh)(template, scratch)
+    settings = _settings(data, direct, engine)
+    reader = reader_for(settings)
+    # a first write: the segment store's template leaves its single file for segments, the
+    # lake's writer warms its view; the memory timed is the second write on every side
+    _write(settings, _records("warm", 1), reader)
     token = f"zqvis{int(time.time() * 1000) % 10**8}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    poller = subprocess.Popen([sys.executable, "-c", _POLLER, str(data), token], stdout=subprocess.PIPE, text=True,
-                              env=env, cwd=ROOT)
+    poller = subprocess.Popen([sys.executable, "-c", _POLLER, settings.model_dump_json(), token],
+                              stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
     start = time.time()
     ack_s = _write(settings, _records("one", 1, token), reader)
@@ -121,31 +161,33 @@ def one_memory(template: Path, scratch: Path, direct: bool) -> dict:
             "visible_s": round(seen - start, 4)}
 
 
-def batch(template: Path, scratch: Path, direct: bool, size: int = 1000) -> float:
-    from pipeline.store.reader import Reader
+def batch(template: Path, scratch: Path, direct: bool, size: int = 1000, engine: str = "segments") -> float:
+    from pipeline.store.lake.follow import reader_for
 
-    settings = _settings(_fresh(template, scratch), direct)
-    reader = Reader(settings.data_dir)
+    settings = _settings((_fresh_lake if engine == "lake" else _fresh)(template, scratch), direct, engine)
+    reader = reader_for(settings)
     _write(settings, _records("warm", 1), reader)
     took = _write(settings, _records("batch", size), reader)
     reader.close()
     return round(took, 3)
 
 
-def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds: int = 5) -> dict:
+def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds: int = 5,
+                    baseline: str = "compacted") -> dict:
     """Query p50 of each side (settings of a data dir), the sides alternated
     round by round in this process: the keyword and vector legs alone (one
     reader per side, kept open), and a hybrid query end to end through the
-    embedded canvas (audit off), warmed before each round's timing."""
+    embedded canvas (audit off), warmed before each round's timing. Ratios
+    are against the side ``baseline``."""
     import workers
     from pipeline.contracts import Scope
     from pipeline.store import fulltext
-    from pipeline.store.reader import Reader
+    from pipeline.store.lake.follow import reader_for
     from pipeline.store.vector import delta_hits, descend
     from workers import resources
     from workers.api import search
 
-    readers = {name: Reader(s.data_dir) for name, s in sides.items()}
+    readers = {name: reader_for(s) for name, s in sides.items()}
     times: dict = {name: {"fts": [], "vector": [], "hybrid": []} for name in sides}
     for _ in range(rounds):
         for name, settings in sides.items():
@@ -173,9 +215,9 @@ def interleaved_p50(sides: dict, queries: list[str], vectors: np.ndarray, rounds
         r.close()
     out = {name: {f"{leg}_p50_ms": round(statistics.median(v) * 1000, 3) for leg, v in legs.items()}
            for name, legs in times.items()}
-    base = out["compacted"]
+    base = out[baseline]
     for name, row in out.items():
-        if name != "compacted":
+        if name != baseline:
             for leg in ("fts", "vector", "hybrid"):
                 row[f"{leg}_ratio"] = round(row[f"{leg}_p50_ms"] / base[f"{leg}_p50_ms"], 3)
     return out
@@ -247,6 +289,28 @@ def pending_deltas(template: Path, scratch: Path) -> dict:
     return out
 
 
+def lake_side(work: Path, template: Path, scratch: Path) -> dict:
+    """(a) and (b) on the lake, against the segment store's in the same run,
+    and each leg's query p50 on both (the store as migrated, compacted)."""
+    from ops.bench.synth import queries as synth_queries
+    from pipeline.embedders import HashEmbedder
+    from pipeline.store.maintenance import compact
+
+    lake = _lake_template(work, template)
+    out: dict = {"one_memory": one_memory(lake, scratch, False, "lake"),
+                 "batch_1000_s": batch(lake, scratch, False, engine="lake")}
+    qs = synth_queries(100)
+    sides = {"segments": _settings(_fresh(template, scratch.with_name(scratch.name + "-seg")), False),
+             "lake": _settings(_fresh_lake(lake, scratch.with_name(scratch.name + "-lake")), False, "lake")}
+    for settings in sides.values():  # the same memories on both, compacted
+        _write(settings, _records("warm", 1))
+        compact(settings, wait=True)
+    out["queries"] = interleaved_p50(sides, qs, HashEmbedder(384).embed(qs), baseline="segments")
+    for s in sides.values():
+        shutil.rmtree(s.data_dir, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -254,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--only-pending", action="store_true", help="run (c) and (e) only")
     p.add_argument("--no-pending", action="store_true", help="skip (c) and (e) (at 1M: minutes of compaction)")
+    p.add_argument("--lake", action="store_true",
+                   help="the store on DuckLake beside the segment store: (a), (b) and each leg's query p50")
     p.add_argument("--baseline-parts", default="one,batch",
                    help="which of one,batch the whole-store path runs (each costs a whole-store write)")
     args = p.parse_args(argv)
@@ -275,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
                 row["segments"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
         if row.get("whole_store", {}).get("batch_1000_s"):
             row["batch_ratio"] = round(row["segments"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
+        if args.lake:
+            row["lake"] = lake_side(args.work, template, scratch)
+            print(n, "lake", row["lake"], flush=True)
         if not args.no_pending:
             row["pending_deltas"] = pending_deltas(template, scratch)
             print(n, "pending", row["pending_deltas"], flush=True)

@@ -10,7 +10,7 @@ redelivered to two workers, a host's outbox drained while its message is
 written) both delete that row; the catalog commits one and the other starts
 again (``commit.retrying``) and finds the ids the first wrote. Audit batches
 never touch ``write_head``: they do not wait for memory writes, nor memory
-writes for them.
+writes for them (a purge does: it is listed for the erase as a forget is).
 
 Each process keeps one attached connection per lake for its audit (attaching
 loads the extensions: most of a second), apart from the store's own
@@ -32,8 +32,8 @@ import duckdb
 from pipeline.audit.record import AuditRecord, rows_view
 from pipeline.errors import AuditStoreUnavailable, StoreError
 from pipeline.settings import Settings
-from pipeline.store.database import migrations
-from pipeline.store.lake.catalog import LAKE, SCHEMA_PACKAGE, Catalog, NoLake, apply_schema, attach
+from pipeline.store.database import migrations, utcnow
+from pipeline.store.lake.catalog import LAKE, SCHEMA_PACKAGE, Catalog, NoLake, apply_schema, attach, one
 from pipeline.store.lake.commit import AUDIT_MESSAGE, retrying
 
 # The commit message of an audit batch (``ducklake_snapshots``): tells its snapshots from memory writes'.
@@ -124,8 +124,8 @@ _CONNECTIONS = _Connections()
 
 
 def _has_log(cur: duckdb.DuckDBPyConnection) -> bool:
-    row = cur.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'audit_head'",
-                      [LAKE]).fetchone()
+    row = one(cur.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'audit_head'",
+                      [LAKE]))
     return bool(row and row[0])
 
 
@@ -204,24 +204,33 @@ def write(log: LakeLog, records: list[AuditRecord]) -> int:
 def delete(log: LakeLog, query_ids: list[str]) -> int:
     """Delete the rows of ``query_ids`` as one commit; how many there were.
     Their bytes stay in the lake's files (and older snapshots read them) until
-    the next erase (``pipeline.store.lake.erase.purge``), which rewrites every
-    table's files, this one's included."""
+    the next erase (``pipeline.store.lake.erase``), which rewrites every
+    table's files, this one's included. The purge is listed for that erase as a
+    memory forget is (a ``forgets`` row at the next ``write_head`` seq), so it
+    is due within ``store.erase_within``; on a lake no memory was written to
+    yet (no record tables, nothing to compact) it is not listed."""
     if not query_ids:
         return 0
     cur = _CONNECTIONS.cursor(log, create=False)
     if cur is None:
         return 0
+    row = one(cur.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'forgets'",
+                      [LAKE]))
+    listed = bool(row and row[0])
 
     def once() -> int:
         cur.execute("BEGIN TRANSACTION")
-        row = cur.execute("SELECT count(*) FROM retrieval_log WHERE query_id IN (SELECT unnest(?))",
-                          [query_ids]).fetchone()
+        row = one(cur.execute("SELECT count(*) FROM retrieval_log WHERE query_id IN (SELECT unnest(?))",
+                          [query_ids]))
         if not row or not row[0]:
             cur.execute("ROLLBACK")
             return 0
         cur.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [COMMIT_MESSAGE + " purge"])
         cur.execute("UPDATE audit_head SET seq = seq + 1")
         cur.execute("DELETE FROM retrieval_log WHERE query_id IN (SELECT unnest(?))", [query_ids])
+        if listed:  # a seq of its own, so an erase that began before this commit leaves it listed
+            cur.execute("UPDATE write_head SET seq = seq + 1")
+            cur.execute("INSERT INTO forgets SELECT seq, ? FROM write_head", [utcnow()])
         cur.execute("COMMIT")
         return int(row[0])
 

@@ -30,6 +30,7 @@ from pipeline.audit.lake import AuditLog
 from pipeline.audit.record import AuditRecord
 from pipeline.audit.writer import check_writable, write_records
 from pipeline.errors import AuditWriteError, problems
+from pipeline.folders import private_dir
 
 log = logging.getLogger("dimple.audit")
 
@@ -50,7 +51,7 @@ OUTBOX_NAME = re.compile(r"^[0-9]{20}-[0-9a-f]{32}\.json$")  # <time ns>-<uuid>.
 def outbox_put(folder: Path, payload: list[dict]) -> str:
     """Keep one ``audit.write`` payload in the outbox; returns its file name
     (what the message carries so the writer can remove it)."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(folder)
     name = f"{time.time_ns():020d}-{uuid.uuid4().hex}.json"
     _put_json(folder / name, {"records": payload})
     return name
@@ -134,7 +135,7 @@ def outbox_id(folder: Path) -> str:
         return known
     path = folder / OUTBOX_ID
     if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(folder)
         fresh = path.with_name(f"{OUTBOX_ID}.{uuid.uuid4().hex}")
         fresh.write_text(uuid.uuid4().hex, encoding="utf-8")
         try:
@@ -184,7 +185,7 @@ def drain_outbox(folder: Path, dead_letter_dir: Path, write: Callable[[list[Audi
 # -- dead letters -------------------------------------------------------------------
 def dead_letter(folder: Path, record: AuditRecord, error: str) -> Path:
     """Keep a row whose retries ran out, with the error, for ``dimple audit retry``."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(folder)
     return _put_json(folder / f"{record.query_id}.json", {"error": error, "record": record.model_dump(mode="json")})
 
 
@@ -193,7 +194,7 @@ def quarantine(folder: Path, payload: Any, error: str) -> Path:
     ``dimple audit retry`` does not read it) in ``folder/invalid``, with the
     field that was wrong."""
     target = folder / "invalid"
-    target.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(target)
     return _put_json(target / f"{uuid.uuid4().hex}.json", {"error": error, "payload": payload})
 
 

@@ -23,13 +23,14 @@ from pipeline.audit import lake
 from pipeline.audit.lake import AuditLog, LakeLog
 from pipeline.audit.record import AuditRecord, rows_view
 from pipeline.errors import AuditStoreUnavailable
+from pipeline.folders import private_dir
 from pipeline.store.database import migrate_package, one, transaction
 
 
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     try:
         if not read_only:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(path.parent)
         return duckdb.connect(str(path), read_only=read_only)
     except (duckdb.IOException, OSError, duckdb.Error) as exc:
         raise AuditStoreUnavailable(f"cannot open audit store {path}: {exc}") from exc
@@ -76,7 +77,7 @@ def check_writable(path: AuditLog) -> None:
 @contextmanager
 def _open_for_writing(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path.parent)
         with knocking(path, read_only=False) as con:  # the audit worker may be holding the file
             migrate_package(con, "schema.audit")
             yield con

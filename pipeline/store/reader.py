@@ -30,6 +30,7 @@ from pipeline.store import segments
 from pipeline.store.database import Store, created_at_of
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
 from pipeline.store.graph import BaseGraph
+from pipeline.store.hostcache import HostCache
 from pipeline.store.overlay import Delta, Overlay
 from pipeline.store.vector import TreeRouter, VectorIndex
 
@@ -62,8 +63,9 @@ class _Uses:
     (a newer one took over) and the last stage reading it is done, never under
     a query in flight on another thread."""
 
-    def __init__(self, store: Store | None):
+    def __init__(self, store: Store | None, cache: HostCache | None = None):
         self.store = store
+        self.cache = cache  # where this host keeps the base's arrays (None: each process reads its own)
         self.users = 0
         self.retired = False
         self.lock = threading.Lock()
@@ -84,7 +86,10 @@ class _Uses:
                 if self.store is not None:
                     cur = self.store.cursor()
                     try:
-                        self._postings = Postings.load(cur) if index_exists(cur) else None
+                        if not index_exists(cur):
+                            self._postings = None
+                        else:
+                            self._postings = self.cache.postings(cur) if self.cache is not None else Postings.load(cur)
                     finally:
                         cur.close()
                 self._postings_read = True
@@ -142,10 +147,12 @@ class Snapshot:
 
     @classmethod
     def open(cls, path: Path | None, version: int, *, base: str | None = None,
-             memory_limit: str | None = None) -> Snapshot:
+             memory_limit: str | None = None, cache: Path | None = None) -> Snapshot:
         """The base file at ``path`` (None: no base), read-only, with nothing
         over it yet (``extend`` merges deltas), as state ``version``; ``base``
-        is its name as the store's state names it."""
+        is its name as the store's state names it. ``cache``: the base's folder
+        in the host cache (``pipeline.store.hostcache``), where its vector
+        index and postings are memory-mapped from (None: read into this process)."""
         store = None
         if path is not None:
             store = Store.open(path, read_only=True)
@@ -154,7 +161,7 @@ class Snapshot:
                 # (1.5 GB at 1M memories) cached beside the numpy copy
                 store.con.execute("SET memory_limit = ?", [memory_limit])
         try:
-            uses = _Uses(store)
+            uses = _Uses(store, HostCache(cache, path) if cache is not None and path is not None else None)
             overlay = Overlay.build(version, [], store.con if store is not None else None, _dim(store), uses.totals,
                                     uses.terms)
             return cls(version=version, base=base, store=store, overlay=overlay, deltas={}, _uses=uses)
@@ -178,7 +185,10 @@ class Snapshot:
         """The base's vector index, loaded on first use (None without a base)."""
         with self._lock:
             if self._index is None and self.store is not None:
-                self._index = VectorIndex.load(self.store.con, self.version, self.store.info.embedding_dim)
+                assert self._uses is not None
+                cache, dim = self._uses.cache, self.store.info.embedding_dim
+                self._index = (cache.vector_index(self.store.con, self.version, dim) if cache is not None
+                               else VectorIndex.load(self.store.con, self.version, dim))
             return self._index
 
     def postings(self) -> Postings | None:

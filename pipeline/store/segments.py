@@ -182,15 +182,40 @@ def exists(data_dir: Path) -> bool:
     return manifest is not None and (manifest.base is not None or bool(manifest.deltas))
 
 
+def migrated(data_dir: Path) -> dict[str, Any] | None:
+    """The ``MIGRATED`` marker ``dimple migrate`` wrote (its JSON), or None."""
+    path = data_dir / MIGRATED
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise StoreError(f"{path} is not a migrate marker this dimple reads: {exc}") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} is not a migrate marker this dimple reads: not a JSON object")
+    return data
+
+
 def refuse_unmigrated(data_dir: Path) -> None:
     """For the lake engine (``store.engine = lake``): a ``StoreError`` naming
     ``store.engine`` and ``dimple migrate`` when ``data_dir`` holds a segment
-    store that was not copied into the lake (no ``MIGRATED`` marker). Reads one
-    small file (or two names): cheap enough for every open."""
-    if (data_dir / MIGRATED).exists() or not exists(data_dir):
+    store that is not all in the lake: never migrated (no ``MIGRATED``
+    marker), or written since its migrate (the manifest's version or base
+    past the marker's: someone ran with the segment engine again). Reads two
+    small files (or a name or two): cheap enough for every open."""
+    if not exists(data_dir):
         return
     manifest = read_manifest(data_dir)
     assert manifest is not None
+    marker = migrated(data_dir)
+    if marker is not None:
+        then = (marker.get("segment_version"), marker.get("segment_base"))
+        if then == (manifest.version, manifest.base):
+            return
+        raise StoreError(f"store.engine: {data_dir} holds a segment store ({MANIFEST}, version {manifest.version}) "
+                         f"written after 'dimple migrate' copied version {then[0]} into the lake: run 'dimple "
+                         "migrate' again (with DIMPLE_STORE__ENGINE=lake) to copy what changed, or set "
+                         "DIMPLE_STORE__ENGINE=segments to go on using it")
     found = (f"a segment store ({MANIFEST}, version {manifest.version})" if (data_dir / MANIFEST).exists()
              else f"a segment store from before segments ({manifest.base})")
     raise StoreError(f"store.engine: {data_dir} holds {found} that is not in the lake yet: run 'dimple migrate' "

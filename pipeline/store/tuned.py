@@ -1,14 +1,16 @@
-"""The store's tuned fusion settings (``dimple tune --apply``): one small JSON
-file in the data dir, replaced atomically, read by every process that serves
-the store.
+"""The store's tuned fusion settings (``dimple tune --apply``), read by every
+process that serves the store.
 
-    data_dir/TUNED.json   {"version", "tuned_at", "settings": {"fusion", "convex_alpha" | "rrf_k"}, "evidence"}
+    segment store: data_dir/TUNED.json, replaced atomically
+    lake:          the one row of the lake table ``tuned`` (schema/lake/005_tuned.sql),
+                   updated in one commit: every host sharing the lake serves the same
+    either:        {"version", "tuned_at", "settings": {"fusion", "convex_alpha" | "rrf_k"}, "evidence"}
 
-One read (``read_tuned``) and one write (``write_tuned``; ``None`` removes it,
-``dimple tune --reset``), so a store that keeps its state elsewhere (the lake)
-moves this in one place. Precedence: the environment's settings < the store's
-tuned settings (``overlay``, unless ``use_tuned`` is off) < a query's own
-options. A store without the file keeps the environment's settings.
+One read (``read_tuned``) and one write (``write_tuned``; ``None`` removes
+them, ``dimple tune --reset``), each by ``store.engine``. Precedence: the
+environment's settings < the store's tuned settings (``overlay``, unless
+``use_tuned`` is off) < a query's own options. A store without any keeps the
+environment's settings.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.errors import StoreError
 from pipeline.settings import Settings
+from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, one
+from pipeline.store.lake.commit import retrying
+from pipeline.store.lake.follow import Follower
+from pipeline.store.lake.store import Lake
 from pipeline.store.segments import fsync_dir, fsync_file
 
 TUNED = "TUNED.json"
@@ -59,40 +65,115 @@ def path(data_dir: Path) -> Path:
     return Path(data_dir) / TUNED
 
 
-def read_tuned(data_dir: Path) -> Tuned | None:
-    """The store's tuned settings, or None when it has none. A file this
-    dimple cannot read is a ``StoreError`` naming it (never silently the defaults)."""
-    try:
-        text = path(data_dir).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
+def where(settings: Settings) -> str:
+    """Where the store keeps its tuned settings, for messages."""
+    return f"the lake at {settings.lake_catalog}" if settings.store.engine == "lake" else str(path(settings.data_dir))
+
+
+def _parse(text: str, source: str) -> Tuned:
     try:
         return Tuned.model_validate_json(text)
     except ValidationError as exc:
-        raise StoreError(f"{path(data_dir)} is not tuned settings this dimple reads ({exc.errors()[0]['msg']}): "
-                         "'dimple tune --reset' removes it") from None
+        raise StoreError(f"{source} holds no tuned settings this dimple reads ({exc.errors()[0]['msg']}): "
+                         "'dimple tune --reset' removes them") from None
 
 
-def write_tuned(data_dir: Path, settings: TunedFusion | None, evidence: dict[str, Any] | None = None) -> Tuned | None:
-    """Make ``settings`` the store's tuned settings (version one above the
-    last), or with None remove them; written, fsynced and renamed over the
-    file, so a reader sees the old file or the new one, never a part."""
-    target = path(data_dir)
-    if settings is None:
+def read_tuned(settings: Settings, follower: Follower | None = None) -> Tuned | None:
+    """The store's tuned settings, or None when it has none. Settings this
+    dimple cannot read are a ``StoreError`` naming where they are (never
+    silently the defaults). On the lake: one catalog read, through
+    ``follower``'s open lake when given (a serving process's), else a lake
+    opened for it (none yet: None)."""
+    if settings.store.engine != "lake":
+        try:
+            text = path(settings.data_dir).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        return _parse(text, str(path(settings.data_dir)))
+    if follower is not None:
+        with follower.lock:
+            lake = follower.lake()
+            return None if lake is None else _read_lake(lake, settings)
+    catalog = Catalog.parse(settings.lake_catalog)
+    if catalog.kind == "sqlite" and not Path(catalog.target).exists():
+        return None  # no lake: nothing tuned, and nothing created by looking
+    try:
+        opened = Lake.open(settings)
+    except NoLake:
+        return None
+    with opened:
+        return _read_lake(opened, settings)
+
+
+def _read_lake(lake: Lake, settings: Settings) -> Tuned | None:
+    row = one(lake.con.execute("SELECT document FROM tuned"))
+    return None if row is None or row[0] is None else _parse(row[0], where(settings))
+
+
+def write_tuned(settings: Settings, chosen: TunedFusion | None, evidence: dict[str, Any] | None = None) -> Tuned | None:
+    """Make ``chosen`` the store's tuned settings (version one above the
+    last), or with None remove them. The segment store's file is written,
+    fsynced and renamed over the old one; the lake's row is updated in one
+    commit (two at once: the catalog commits one, the other starts again on
+    it). A reader sees the old settings or the new, never a part."""
+    if settings.store.engine == "lake":
+        try:
+            lake = Lake.open(settings)
+        except NoLake:
+            raise StoreError(f"no store in {where(settings)} to keep tuned settings in") from None
+        with lake:
+            return _write_lake(lake, settings, chosen, evidence)
+    target = path(settings.data_dir)
+    if chosen is None:
         if target.exists():
             target.unlink()
             fsync_dir(target.parent)
         return None
     target.parent.mkdir(parents=True, exist_ok=True)
-    previous = read_tuned(data_dir) if target.exists() else None
-    tuned = Tuned(version=(previous.version + 1) if previous else 1, tuned_at=datetime.now(UTC),
-                  settings=settings, evidence=evidence or {})
+    tuned = _next(read_tuned(settings) if target.exists() else None, chosen, evidence)
     tmp = target.with_name(f"{TUNED}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(tuned.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(_json(tuned), encoding="utf-8")
     fsync_file(tmp)
     os.replace(tmp, target)
     fsync_dir(target.parent)
     return tuned
+
+
+def _next(previous: Tuned | None, chosen: TunedFusion, evidence: dict[str, Any] | None) -> Tuned:
+    return Tuned(version=(previous.version + 1) if previous else 1, tuned_at=datetime.now(UTC), settings=chosen,
+                 evidence=evidence or {})
+
+
+def _json(tuned: Tuned) -> str:
+    return json.dumps(tuned.model_dump(mode="json"), indent=2) + "\n"
+
+
+# The commit message of a change of the lake's tuned settings.
+TUNED_MESSAGE = "tuned"
+
+
+def _write_lake(lake: Lake, settings: Settings, chosen: TunedFusion | None,
+                evidence: dict[str, Any] | None) -> Tuned | None:
+    def once() -> Tuned | None:
+        con = lake.con
+        con.execute("BEGIN TRANSACTION")
+        row = one(con.execute("SELECT document FROM tuned"))
+        text = None if row is None else row[0]
+        if chosen is None and text is None:
+            con.execute("ROLLBACK")  # nothing to remove: no commit
+            return None
+        try:  # a reset removes even a row this dimple cannot read (the error's advice)
+            previous = None if chosen is None or text is None else _parse(text, where(settings))
+        except StoreError:
+            con.execute("ROLLBACK")
+            raise
+        tuned = None if chosen is None else _next(previous, chosen, evidence)
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [TUNED_MESSAGE])
+        con.execute("UPDATE tuned SET document = ?", [None if tuned is None else _json(tuned)])
+        con.execute("COMMIT")
+        return tuned
+
+    return retrying(lake.con, once, deadline_s=settings.write_wait_s, what="storing the tuned settings")[0]
 
 
 def overlay(settings: S, tuned: Tuned | None) -> S:

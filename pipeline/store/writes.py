@@ -52,6 +52,7 @@ from pipeline.store.ingest import (
     unchanged_ids,
     validate,
 )
+from pipeline.store.lake.commit import LinkTargetGone
 from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
@@ -257,7 +258,7 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
                          f"{'the lake' if reader.lake is not None else 'the segment store'}: make it with these settings")
     if reader.lake is not None:
         try:
-            return _write_lake(settings, reader, parsed, forget, reason=reason, skip_invalid=skip_invalid,
+            return _write_lake(settings, reader, parsed, forget, skip_invalid=skip_invalid,
                                embedder_for=_embedder_for(settings, embedder, embedders), progress=progress,
                                write_id=write_id, t0=t0)
         finally:
@@ -310,22 +311,36 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     return report
 
 
-def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: list[str], *, reason: str | None,
-                skip_invalid: bool, embedder_for, progress: bool, write_id: str | None, t0: float) -> WriteReport:
+def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: list[str], *, skip_invalid: bool,
+                embedder_for, progress: bool, write_id: str | None, t0: float) -> WriteReport:
     """``write`` on the lake (``store.engine = lake``): validated and prepared
     against the latest snapshot (unchanged records left out, embeddings of
     unchanged content reused, a replaced memory's ``created_at`` kept), then
     one catalog transaction (``LakeWrite``); ``version`` is its snapshot.
 
-    Writers do not hold a lock between reading the snapshot and committing:
-    the catalog serialises the commits, but a record validated against a link
-    target that another process forgets in between is committed with that
-    link (liveness hides it, as after any forget)."""
+    Writers hold no lock between reading the snapshot and committing; the
+    commit checks again what a write committed in between can invalidate
+    (``commit._still_valid``): a link to a memory forgotten meanwhile makes the
+    write start again from a newer snapshot, where validation refuses it
+    (or ``skip_invalid`` leaves the record out), as if the forget came first."""
     follower = reader.lake
     assert isinstance(follower, Follower)
-    ids = [record_id(r) for r in parsed.records]
     if write_id is not None and (applied := follower.written(write_id)) is not None:
-        return WriteReport(ids=ids, version=applied, replayed=True)
+        return WriteReport(ids=[record_id(r) for r in parsed.records], version=applied, replayed=True)
+    deadline = time.monotonic() + settings.write_wait_s
+    while True:
+        try:
+            return _write_lake_once(settings, reader, follower, parsed, forget, skip_invalid=skip_invalid,
+                                    embedder_for=embedder_for, progress=progress, write_id=write_id, t0=t0)
+        except LinkTargetGone:
+            if time.monotonic() > deadline:
+                raise
+
+
+def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, parsed: ParsedFile, forget: list[str],
+                     *, skip_invalid: bool, embedder_for, progress: bool, write_id: str | None,
+                     t0: float) -> WriteReport:
+    """One validation against the latest snapshot, and its commit (``_write_lake``)."""
     snap = reader.snapshot(fresh=True)
     live = LiveView(snap)
     skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
@@ -346,11 +361,16 @@ def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: 
         dim = prepared.vectors.shape[1] if prepared.vectors is not None else None
         write = LakeWrite(remember=[LakeMemory.from_record(_as_memory_record(m), prepared.vectors[i], now)
                                     for i, m in enumerate(prepared.memories)] if prepared.vectors is not None else [],
-                          forget=gone)
+                          forget=gone, validated=True)
+        # the vectors' model: embedded now (checked against the view's), else the view's own
+        held = snap.store.info.embedding_model if snap is not None and snap.store is not None else None
+        write.embedding_model = prepared.model or (held if held != "unknown" else None)
         if write_id is not None:
             write.write_id = write_id
         done = follower.commit(write, dim)
         report.version, report.replayed = done.snapshot, done.replayed
+        if not done.replayed:  # what the commit found live: another process may have forgotten one first
+            report.forgotten = done.forgotten
         # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
         if not done.replayed and (snap is None or snap.store is None
                                   or len(prepared.memories) >= settings.compact_delta_memories):

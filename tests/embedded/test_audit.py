@@ -13,7 +13,7 @@ import pytest
 from pipeline import audit as pa
 from pipeline.embedders import HashEmbedder
 from pipeline.identity import fnv1a64, text_identity, vector_identity
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 from workers.cli.common import ingest_file
 
@@ -158,8 +158,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
     assert all("cannot open audit store" in err for _, err, _ in letters)
     assert sum("gave up on query" in r.getMessage() for r in caplog.records) == 20
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, embedded)
     from workers.settings import get_settings
 
     get_settings.cache_clear()
@@ -435,8 +434,7 @@ def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the
     bad = embedded.dead_letter_dir / "edited-by-hand.json"
     bad.write_text(json.dumps({"error": "x", "record": {"query_id": 5}}), encoding="utf-8")
     # listing them names the file that is not a row, lists the others and moves nothing
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, embedded)
     from workers.settings import get_settings
 
     get_settings.cache_clear()

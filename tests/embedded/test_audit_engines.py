@@ -261,8 +261,8 @@ def test_purge_removes_the_rows_and_on_the_lake_the_next_erase_takes_their_bytes
     assert pa.get(log, gone) is None and pa.get(log, kept) is not None and pa.count(log) == (1, 1)
     if embedded.store.engine != "lake":
         return
-    from pipeline.store.lake import erase
-    from pipeline.store.lake.catalog import attach, extensions_dir
+    from pipeline.store.database import utcnow
+    from pipeline.store.lake import Lake, erase
 
     def holding() -> list[Path]:
         roots = [embedded.data_dir, embedded.lake_data_path]
@@ -273,11 +273,15 @@ def test_purge_removes_the_rows_and_on_the_lake_the_next_erase_takes_their_bytes
 
     resources.current().close_store()
     pa.lake.release(log)
-    con, catalog, _ = attach(embedded)
-    try:
-        erase.purge(con, catalog, extensions_dir(embedded), deadline_s=60)
-    finally:
-        con.close()
+    # listed for the erase as a forget is: due once as old as store.erase_within (the default, an hour)
+    with Lake.open(embedded) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
+        assert not erase.due(erase.oldest_forget(lake.con), embedded.store.erase_within, utcnow())
+        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 1 HOUR")
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "compact"], cwd=embedded.data_dir.parent,
+                          env=_env(embedded), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "1 forget(s) erased" in done.stdout, done.stdout
     assert holding() == []
     assert pa.get(log, kept) is not None and pa.get(log, gone) is None
 

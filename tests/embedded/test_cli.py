@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 
 
@@ -25,8 +25,7 @@ def cli_env(settings, monkeypatch):
     from workers import audit, resources
     from workers.settings import get_settings
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", settings.embedding_model)
+    use_store(monkeypatch, settings)
     get_settings.cache_clear()
     workers.configure(get_settings())
     root, celery = logging.getLogger(), logging.getLogger("celery")

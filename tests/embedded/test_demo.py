@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from pipeline.datasets.demo import write_demo
+from tests.conftest import use_store
 from tests.unit.test_demo import corpus, judged, seed  # noqa: F401  (helpers and fixtures shared with the unit tests)
 
 
@@ -43,8 +44,7 @@ def test_dimple_demo_builds_its_store_then_shows_results_and_figures(embedded, t
     from workers.cli import main
     from workers.settings import get_settings
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, embedded)
     monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
     get_settings.cache_clear()
     try:
@@ -74,8 +74,7 @@ def test_dimple_demo_runs_embedded_on_its_own_store_when_a_broker_is_set(embedde
     from workers.cli import main
     from workers.settings import get_settings
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, embedded)
     monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://127.0.0.1:1/0")
     get_settings.cache_clear()
     try:

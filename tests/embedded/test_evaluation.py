@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import evaluation as ev
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 from workers.cli.common import ingest_file
 
@@ -46,8 +46,7 @@ def cli_env(embedded, tmp_path, monkeypatch):
     from workers.settings import get_settings
 
     ingest_file(write_jsonl(tmp_path / "m.jsonl", _corpus()), embedded, progress=False)
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, embedded)
     monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
     get_settings.cache_clear()
     yield embedded

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pipeline import audit as pa
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from tests.embedded.test_supersession import README
 from workers.cli import main
 from workers.cli.common import ingest_file
@@ -55,8 +55,7 @@ def test_audit_explain_prints_a_convex_query_without_rrf_terms(readme_store, mon
 
     res = search(QUERY, fusion="convex", supersession="annotate")
     audit.flush()
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", readme_store.embedding_model)
+    use_store(monkeypatch, readme_store)
     from workers.settings import get_settings
 
     get_settings.cache_clear()
@@ -78,7 +77,7 @@ def test_the_setting_and_the_cli_option(readme_store, monkeypatch, capsys):
     vector_only = search(QUERY, mode="semantic", supersession="annotate")
     assert [r.id for r in res.results] == [r.id for r in vector_only.results]  # alpha 1: the vector leg's order
     workers.configure(readme_store)
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
+    use_store(monkeypatch, readme_store)
     assert main(["search", QUERY, "--fusion", "convex", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["results"][0]["score"] == pytest.approx(1.0)

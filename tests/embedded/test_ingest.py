@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from tests.unit.test_ingest import _mem, store_with_base  # noqa: F401  (helpers and fixtures shared with the unit tests)
 from workers.cli import main
 from workers.cli.common import ingest_file
@@ -27,8 +27,7 @@ def test_new_memory_is_searchable_as_soon_as_ingest_returns(store_with_base, tmp
 
 
 def test_cli_exit_code_and_one_line_for_user_errors(settings, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, settings)
     from workers.settings import get_settings
 
     get_settings.cache_clear()
@@ -84,8 +83,7 @@ def test_stats_count_the_pending_writes_and_forgets_as_a_compaction_would(settin
                                                                           capsys):
     """``dimple stats`` reads the store as a query does: the base with its
     deltas merged; before, it counted the base alone until a compaction."""
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, settings)
     from workers.settings import get_settings
 
     def stats() -> dict:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.settings import Settings, TreeSettings
+from pipeline.settings import Settings, StoreSettings, TreeSettings
 from pipeline.store.segments import store_path
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from tests.figures import case, count, refused
 from tests.hostile import EVIL, REFUSED
 from workers.settings import WorkerSettings
@@ -56,8 +56,9 @@ def hostile_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("inject")
     # Beam and leaves wide enough that the vector leg scores every in-scope memory,
     # so a scoped hybrid query must return exactly the memories inside the scope.
+    # the segment store: ``hs`` checks its file byte for byte after each test
     settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
-                        tree=TreeSettings(beam_width=64, max_leaf_items=64))
+                              tree=TreeSettings(beam_width=64, max_leaf_items=64), store=StoreSettings(engine="segments"))
     ingest_file(write_jsonl(data / "hostile.jsonl", RECORDS), settings, progress=False)
     return settings
 
@@ -200,8 +201,7 @@ def test_stats_and_audit_show_hostile_labels_verbatim(hs, monkeypatch, capsys):
 
     from workers.cli import main
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(hs.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, hs)
     from workers.settings import get_settings
 
     get_settings.cache_clear()

@@ -155,6 +155,42 @@ def test_two_compactions_at_once_build_one_base(embedded, tmp_path):
     assert len(built) == 1 and [r["base"] for r in reports if r["ran"]] == [f"base-{built.pop()}.duckdb"]
 
 
+def test_the_claim_of_compaction_head_is_renewed_and_taken_over_only_from_the_dead(embedded):
+    import socket
+
+    from pipeline.store.lake import compaction
+    from workers.api import remember
+
+    remember({"id": "a", "namespace": "n", "content": "alpha"})
+    here = socket.gethostname()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with Lake.open(embedded) as lake:
+        def hold(holder: str, age: timedelta) -> None:
+            lake.con.execute("UPDATE compaction_head SET holder = ?, claimed_at = ?", [holder, utcnow() - age])
+
+        def held_at():
+            return lake.con.execute("SELECT holder, claimed_at FROM compaction_head").fetchone()
+
+        hold("elsewhere:1:aa", compaction.LEASE - timedelta(seconds=30))  # another host, renewed lately
+        assert not compaction.claim(lake, "me:1:bb")
+        hold("elsewhere:1:aa", compaction.LEASE + timedelta(seconds=30))  # another host, silent past the lease
+        assert compaction.claim(lake, "me:1:bb") and held_at()[0] == "me:1:bb"
+        hold(f"{here}:{os.getpid()}:cc", timedelta(0))  # this host, a live process
+        assert not compaction.claim(lake, "me:1:bb")
+        hold(f"{here}:{int(dead.stdout)}:dd", timedelta(0))  # this host, a process that is gone
+        assert compaction.claim(lake, "me:1:bb") and held_at()[0] == "me:1:bb"
+
+        hold("me:1:bb", compaction.LEASE - timedelta(seconds=10))
+        before = held_at()[1]
+        beat = compaction._Heartbeat(lake, "me:1:bb")
+        try:
+            assert beat.renew() and held_at()[1] > before + timedelta(seconds=10)  # renewed: another LEASE
+            hold("elsewhere:2:ee", timedelta(0))
+            assert not beat.renew() and held_at()[0] == "elsewhere:2:ee"  # taken over: not renewed back
+        finally:
+            beat.cur.close()
+
+
 # -- forget means erased, within store.erase_within ---------------------------------------------
 def _remember_secret():
     from workers.api import remember
@@ -215,6 +251,105 @@ def test_a_forget_not_yet_due_is_hidden_at_once_and_erased_only_when_due(embedde
     assert [m["id"] for m in get(["k1", "s1", "s2", "bulk3"])] == ["k1", "bulk3"]
     assert "bulk3" in _ids("bulk note 3")
     assert not check(get_app())  # erased: nothing due any more
+
+
+_ERASE_FOLLOWER = """
+import json, sys, time
+from pathlib import Path
+from pipeline.settings import Settings
+from pipeline.store.lake import follow
+built = []
+real = follow.build_base
+def counted(lake, snapshot, path, settings):
+    built.append(snapshot)
+    return real(lake, snapshot, path, settings)
+follow.build_base = counted
+flags = Path(sys.argv[1])
+def wait(name):
+    deadline = time.monotonic() + 240
+    while not (flags / name).exists():
+        assert time.monotonic() < deadline, name
+        time.sleep(0.01)
+reader = follow.reader_for(Settings())
+first = reader.snapshot(fresh=True).base
+(flags / "following").touch()
+wait("building")  # the compaction is building its base: this process follows meanwhile
+during = reader.snapshot(fresh=True).version
+(flags / "polled").touch()
+wait("done")
+reader.wait_ready()
+after = reader.snapshot(fresh=True)
+print(json.dumps({"built": built, "first": first, "during": during, "base": after.base, "version": after.version}))
+reader.close()
+"""
+
+
+_PAUSING_COMPACTOR = """
+import json, sys, time
+from pathlib import Path
+from pipeline.settings import Settings
+from pipeline.store.lake.compaction import compact_lake
+from pipeline.store.lake.follow import Follower
+flags = Path(sys.argv[1])
+class Pausing(Follower):
+    def build(self, snapshot):  # at its base build, the other process follows the lake once
+        (flags / "building").touch()
+        deadline = time.monotonic() + 240
+        while not (flags / "polled").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        return super().build(snapshot)
+settings = Settings()
+follower = Pausing(settings)
+report = compact_lake(settings, wait=True, follower=follower)
+follower.close()
+(flags / "done").touch()
+print(json.dumps(report.as_dict()))
+"""
+
+
+def test_a_reader_following_across_an_erase_loads_the_listed_base_and_builds_none(embedded, tmp_path):
+    from workers import resources, upkeep
+    from workers.api import forget
+
+    _remember_secret()
+    forget(["s1", "s2"])
+    upkeep.stop()  # this process's own check (started by a write) would compact the due erase itself
+    resources.current().close_store()
+    _age_forgets(embedded, timedelta(hours=1))  # an erase is due
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    procs = {}
+    try:
+        procs["follower"] = subprocess.Popen([sys.executable, "-c", _ERASE_FOLLOWER, str(flags)], cwd=tmp_path,
+                                             env=_env(embedded), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True)
+        deadline = time.monotonic() + 240
+        while not (flags / "following").exists():
+            assert procs["follower"].poll() is None and time.monotonic() < deadline, procs["follower"].stderr.read()
+            time.sleep(0.01)
+        procs["compactor"] = subprocess.Popen([sys.executable, "-c", _PAUSING_COMPACTOR, str(flags)], cwd=tmp_path,
+                                              env=_env(embedded), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True)
+        outs = {"compactor": procs["compactor"].communicate(timeout=300)}
+        assert procs["compactor"].returncode == 0, outs["compactor"][1]
+        outs["follower"] = procs["follower"].communicate(timeout=300)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for name, proc in procs.items():
+        assert proc.returncode == 0, (name, outs[name][1])
+    seen = json.loads(outs["follower"][0].strip().splitlines()[-1])
+    report = json.loads(outs["compactor"][0].strip().splitlines()[-1])
+    assert report["ran"] and report["forgotten"] == 1  # one forget write, erased
+    newest = max(_listed(embedded))
+    assert seen["built"] == [], "the reader built a base of its own: the erase expired its base before listing one"
+    assert seen["first"] != seen["base"] and seen["base"].endswith(f"base-{newest}.duckdb")
+    assert report["base"] == f"base-{newest}.duckdb" and list(_listed(embedded)) == [newest]
+    folders = (embedded.data_dir, embedded.lake_data_path, embedded.lake_index_path)
+    assert files_holding(SECRET.encode(), *folders) == []  # the erase still erased
 
 
 def test_a_write_passing_the_threshold_compacts_the_lake(embedded):

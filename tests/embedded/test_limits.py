@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import InputError
+from tests.conftest import use_store
 from tests.unit.test_limits import _limits, _store  # noqa: F401  (helpers and fixtures shared with the unit tests)
 from workers.cli import main
 
@@ -43,8 +44,7 @@ def test_search_many_batch_size_is_checked(embedded):
     ],
 )
 def test_cli_bad_arguments_are_one_line_and_exit_2(embedded, monkeypatch, capsys, argv, needle):
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, embedded)
     from workers.settings import get_settings
 
     get_settings.cache_clear()
@@ -131,7 +131,7 @@ def test_regression_search_many_of_a_non_list(embedded):
     ],
 )
 def test_regression_cli_error_is_one_printable_line(embedded, monkeypatch, capsys, argv, needle):
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(embedded.data_dir))
+    use_store(monkeypatch, embedded)
     from workers.settings import get_settings
 
     get_settings.cache_clear()

@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from ops.stack import free_port
 from pipeline.contracts import Results
 from pipeline.store.writes import WriteResult
+from tests.conftest import store_env
 from workers.mcp.server import check_http, is_loopback
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,10 +42,18 @@ MEMORIES = [
 ]
 
 
+def _store(data_dir: Path):
+    """The settings of the store under data_dir, with the hash embedder (the
+    engine from this environment): the server's and this process's."""
+    from workers.settings import WorkerSettings
+
+    return WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None)
+
+
 def _env(data_dir: Path, **extra: str) -> dict[str, str]:
-    """A server process's environment: this checkout, the data dir, the hash embedder."""
+    """A server process's environment: this checkout and ``_store(data_dir)``."""
     return {"PATH": os.environ.get("PATH", ""), "HOME": str(data_dir.parent), "PYTHONPATH": str(ROOT),
-            "HF_HUB_OFFLINE": "1", "DIMPLE_DATA_DIR": str(data_dir), "DIMPLE_EMBEDDING_MODEL": "hash-64", **extra}
+            "HF_HUB_OFFLINE": "1", **store_env(_store(data_dir)), **extra}
 
 
 def _command() -> list[str]:
@@ -138,10 +147,9 @@ def _same_answer_in_process(data_dir: Path, answer: Results) -> None:
     """The Python API, on the store the server wrote, serves what the tool served."""
     import workers
     from workers import api, resources
-    from workers.settings import WorkerSettings
 
     before = resources.current().settings()
-    workers.configure(WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None))
+    workers.configure(_store(data_dir))
     try:
         again = api.search("deploy before noon", namespace="code", supersession="annotate", max_units=5)
     finally:

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 
 RECORDS = [{"id": f"m{i}", "namespace": "alpha", "content": f"note {i} about billing and the deploy window",
@@ -26,8 +26,7 @@ def engine(settings, monkeypatch):
     from workers import audit, resources
     from workers.settings import get_settings
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(settings.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", settings.embedding_model)
+    use_store(monkeypatch, settings)
 
     def use(name: str):
         audit.flush()

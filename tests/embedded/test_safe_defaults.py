@@ -51,10 +51,14 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
         workers.configure(settings)
         res = search("deploy window")
         assert audit.flush(30)
-        letter = audit_rows.dead_letter(settings.dead_letter_dir, audit_rows.get(settings.audit_path, res.query_id), "test")
+        letter = audit_rows.dead_letter(settings.dead_letter_dir, audit_rows.get(audit_rows.log_of(settings), res.query_id), "test")
     finally:
         os.umask(old)
         resources.current().close_store()
-    for folder in (settings.data_dir, settings.data_dir / "segments", settings.audit_dir, settings.dead_letter_dir):
+    # the data dir and each folder in it: the segment store's, or the lake's data path, bases and host cache
+    # (DuckLake makes the folders inside its data path 0o755: the data path's 0o700 keeps them private)
+    folders = [settings.data_dir, *(p for p in settings.data_dir.iterdir() if p.is_dir())]
+    assert len(folders) > 1
+    for folder in (*folders, settings.audit_dir, settings.dead_letter_dir):
         assert _mode(folder) == 0o700, (folder, oct(_mode(folder)))
     assert letter.exists()

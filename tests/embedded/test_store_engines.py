@@ -110,6 +110,40 @@ def test_a_write_delivered_twice_is_applied_once(embedded):
     assert _get(["t1"])[0]["content"] == "back again"
 
 
+def test_on_the_lake_a_write_delivered_again_after_its_snapshot_expired_is_still_applied_once(tmp_path):
+    """An erase expires every older snapshot, commit messages with them: a
+    message delivered again after it (a worker killed before its ack, the
+    broker's lease run out) is still answered ``replayed``, not validated
+    again (its link to a memory forgotten since would be refused) nor
+    embedded again."""
+    import workers
+    from pipeline.store.lake import Lake
+    from pipeline.store.maintenance import compact
+    from workers import audit, resources
+    from workers.app import get_app
+
+    settings = store_settings(tmp_path, "lake")
+    workers.configure(settings)
+    try:
+        remember_task = get_app().tasks["ingest.remember"]
+        remember_task.apply(args=[[{"id": "old", "namespace": "n", "content": "the old rule"}]]).get()
+        record = {"id": "new", "namespace": "n", "content": "the new rule", "supersedes": ["old"]}
+        first = remember_task.apply(args=[[record]], task_id="message-x").get()
+        get_app().tasks["ingest.forget"].apply(args=[["old"]]).get()
+        with Lake.open(settings) as lake:  # the forget due: the erase expires every snapshot before it
+            lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 2 HOUR")
+        assert compact(settings, wait=True).ran
+        with Lake.open(settings) as lake:
+            assert lake.con.execute("SELECT count(*) FROM ducklake_snapshots('lake') WHERE snapshot_id = ?",
+                                    [first["version"]]).fetchone()[0] == 0, "the write's snapshot must be gone"
+        again = remember_task.apply(args=[[record]], task_id="message-x").get()
+        assert again["replayed"] and again["inserted"] == 0 and again["embedded"] == 0
+        assert _get(["new"])[0]["content"] == "the new rule"
+    finally:
+        audit.flush()
+        resources.current().close_store()
+
+
 def _other_process(tmp_path: Path, settings, body: str) -> dict:
     """Run ``body`` (it sets ``out``) in a new Python process on ``settings``' lake; its ``out``."""
     script = textwrap.dedent("""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import audit as pa
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 from workers.cli.common import ingest_file
 
@@ -86,8 +86,7 @@ def test_cli_search_takes_the_option_and_explain_names_the_promotion(readme_stor
     from workers import audit
     from workers.settings import get_settings
 
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(readme_store.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, readme_store)
     monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
     get_settings.cache_clear()
     try:

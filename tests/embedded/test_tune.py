@@ -15,7 +15,7 @@ import pytest
 
 import workers
 from pipeline.store.tuned import TunedFusion, read_tuned, write_tuned
-from tests.conftest import write_jsonl
+from tests.conftest import store_settings, use_store, write_jsonl
 from workers import api, audit, resources
 from workers.cli import main
 from workers.cli.common import ingest_file
@@ -54,8 +54,7 @@ def tune_env(settings, tmp_path, monkeypatch):
     current = settings.replace(convex_alpha=0.9)
     workers.configure(current)
     ingest_file(write_jsonl(tmp_path / "m.jsonl", _corpus()), current, progress=False)
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(current.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", "hash-64")
+    use_store(monkeypatch, current)
     monkeypatch.setenv("DIMPLE_CONVEX_ALPHA", "0.9")
     monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
     get_settings.cache_clear()
@@ -75,11 +74,11 @@ def test_tune_leans_to_the_better_leg_applies_and_every_query_uses_it(tune_env, 
     assert main(["tune", str(queries), str(qrels)]) == 0  # without --apply: a table, nothing stored
     out = capsys.readouterr().out
     assert "current: convex alpha=0.9" in out and "p=" in out and "--apply would store convex alpha=" in out
-    assert read_tuned(tune_env.data_dir) is None
+    assert read_tuned(tune_env) is None
 
     assert main(["tune", str(queries), str(qrels), "--apply"]) == 0
     out = capsys.readouterr().out
-    tuned = read_tuned(tune_env.data_dir)
+    tuned = read_tuned(tune_env)
     assert tuned is not None and tuned.version == 1 and "applied: " in out
     assert tuned.settings.fusion == "convex" and tuned.settings.convex_alpha is not None
     assert tuned.settings.convex_alpha < 0.5  # leans to the full-text leg, the better one here
@@ -110,12 +109,12 @@ def test_tune_leans_to_the_better_leg_applies_and_every_query_uses_it(tune_env, 
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and "nothing applied" in err and "not significant" in err
     assert f"current: convex alpha={tuned.settings.convex_alpha:g}" in captured.out
-    assert read_tuned(tune_env.data_dir).version == 1  # unchanged
+    assert read_tuned(tune_env).version == 1  # unchanged
 
     assert main(["tune", "--show"]) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 1
     assert main(["tune", "--reset"]) == 0
-    assert read_tuned(tune_env.data_dir) is None
+    assert read_tuned(tune_env) is None
     capsys.readouterr()
     workers.configure(tune_env)  # the tune command ran in this process without audit rows
     back = api.search(f"{COMMON} zx3code", namespace="n")
@@ -126,17 +125,17 @@ def test_stored_settings_apply_at_the_next_call_unless_a_process_turns_them_off(
     workers.configure(settings)
     res = resources.current()
     assert (res.settings().fusion, res.settings().rrf_k) == ("convex", 10)
-    write_tuned(settings.data_dir, TunedFusion(fusion="rrf", rrf_k=60))
+    write_tuned(settings, TunedFusion(fusion="rrf", rrf_k=60))
     time.sleep(TUNED_CHECK_S)  # the most a running process takes to see it: no restart, no reconfigure
     assert (res.settings().fusion, res.settings().rrf_k) == ("rrf", 60)
     # settings handed back (as a replay does) do not keep the store's values once they are removed
     workers.configure(res.settings())
-    write_tuned(settings.data_dir, None)
+    write_tuned(settings, None)
     time.sleep(TUNED_CHECK_S)
     assert (res.settings().fusion, res.settings().rrf_k) == ("convex", 10)
-    write_tuned(settings.data_dir, TunedFusion(fusion="convex", convex_alpha=0.2))
+    write_tuned(settings, TunedFusion(fusion="convex", convex_alpha=0.2))
     time.sleep(TUNED_CHECK_S)
-    assert read_tuned(settings.data_dir).version == 1 and res.settings().convex_alpha == 0.2
+    assert read_tuned(settings).version == 1 and res.settings().convex_alpha == 0.2
     workers.configure(settings.replace(use_tuned=False))
     assert res.settings().convex_alpha == 0.5
     workers.configure(settings)
@@ -148,7 +147,7 @@ def test_fewer_than_twenty_judged_queries_are_refused_naming_the_field(tune_env,
     assert main(["tune", str(queries), str(qrels), "--apply"]) == 2
     err = capsys.readouterr().err
     assert "QUERIES" in err and "19 judged queries" in err and "at least 20" in err
-    assert read_tuned(tune_env.data_dir) is None
+    assert read_tuned(tune_env) is None
     queries, qrels = _inputs(tmp_path)
     assert main(["tune", str(queries), str(qrels), "--folds", "1"]) == 2
     assert "--folds" in capsys.readouterr().err
@@ -171,3 +170,68 @@ def test_re_fusing_the_legs_gives_what_a_search_with_that_configuration_serves(t
         served = api.search_many([{"query": q.text, "max_units": 20, **q.options} for q in queries])
         assert runs[config] == {q.id: [r.id for r in s.results] for q, s in zip(queries, served)}, config.name
     assert runs[configs[0]]["q0"] != runs[configs[1]]["q0"]  # the configurations do differ here
+
+
+def test_on_the_lake_tune_applied_through_one_host_is_what_every_host_serves(tmp_path, monkeypatch, capsys):
+    """Two data dirs (two hosts) over one lake: ``dimple tune --apply`` run on
+    one stores the choice in the lake (no TUNED.json anywhere), and a process
+    already serving the other data dir fuses with it from its next settings
+    look; ``--reset`` on the other host removes it for both."""
+    from pipeline.settings import StoreSettings
+    from workers.resources import Resources
+    from workers.settings import get_settings
+
+    lake = {"engine": "lake", "catalog": f"sqlite:{tmp_path / 'shared' / 'lake.sqlite'}",
+            "data_path": tmp_path / "shared" / "lake"}
+    one = store_settings(tmp_path).replace(data_dir=tmp_path / "host1", convex_alpha=0.9, store=StoreSettings(**lake))
+    two = one.replace(data_dir=tmp_path / "host2")
+    workers.configure(one)
+    ingest_file(write_jsonl(tmp_path / "m.jsonl", _corpus()), one, progress=False)
+    other = Resources(two)  # a process of host 2, serving queries already
+    try:
+        assert other.settings().convex_alpha == 0.9 and other.snapshot() is not None
+
+        env = {"DIMPLE_DATA_DIR": str(one.data_dir), "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_CONVEX_ALPHA": "0.9",
+               "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_STORE__CATALOG": lake["catalog"],
+               "DIMPLE_STORE__DATA_PATH": str(lake["data_path"])}
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("DIMPLE_BROKER_URL", raising=False)
+        get_settings.cache_clear()
+        queries, qrels = _inputs(tmp_path)
+        assert main(["tune", str(queries), str(qrels), "--apply"]) == 0
+        assert "the lake at sqlite:" in capsys.readouterr().out
+        tuned = read_tuned(two)  # read from host 2's side: the lake's row
+        assert tuned is not None and tuned.version == 1 and tuned.settings.convex_alpha < 0.5
+        assert not list(tmp_path.rglob("TUNED.json"))
+
+        time.sleep(TUNED_CHECK_S)  # the most a running process takes to look again
+        assert other.settings().convex_alpha == tuned.settings.convex_alpha
+
+        monkeypatch.setenv("DIMPLE_DATA_DIR", str(two.data_dir))
+        get_settings.cache_clear()
+        assert main(["tune", "--reset"]) == 0
+        assert f"removed tuned settings version 1 from the lake at {lake['catalog']}" in capsys.readouterr().out
+        assert read_tuned(one) is None
+        time.sleep(TUNED_CHECK_S)
+        assert other.settings().convex_alpha == 0.9
+
+        # a row this dimple cannot read is an error naming it, never silently the defaults
+        from pipeline.errors import StoreError
+        from pipeline.store.lake import Lake
+
+        con = Lake.open(one).con
+        con.execute("BEGIN TRANSACTION")
+        con.execute("UPDATE tuned SET document = ?", ['{"version": "not a number"}'])
+        con.execute("COMMIT")
+        time.sleep(TUNED_CHECK_S)
+        with pytest.raises(StoreError, match="holds no tuned settings this dimple reads"):
+            other.settings()
+        assert main(["tune", "--reset"]) == 0  # what the error advises: it removes even an unreadable row
+        time.sleep(TUNED_CHECK_S)
+        assert other.settings().convex_alpha == 0.9
+    finally:
+        get_settings.cache_clear()
+        other.close_store()
+        audit.flush()
+        resources.current().close_store()

@@ -24,7 +24,7 @@ from pipeline.contracts import Batch, QueryState, Scope, make_query
 from pipeline.errors import InputError
 from pipeline.stages.registry import run_local
 from pipeline.store.vector import descend, exact
-from tests.conftest import write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli.common import ingest_file
 
 NOW = "2026-01-01T00:00:00"
@@ -392,8 +392,7 @@ def test_audit_explain_why_not_on_the_command_line(embedded, tmp_path, capsys, m
     recs = [{"id": f"m{i}", "namespace": "n", "content": " ".join(["deploy", "window", "friday", "noon"][: 4 - i])
              + " notes" * i} for i in range(4)]
     s = _build(embedded, tmp_path, recs, leg_top_k=2)
-    monkeypatch.setenv("DIMPLE_DATA_DIR", str(s.data_dir))
-    monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", s.embedding_model)
+    use_store(monkeypatch, s)
     monkeypatch.setenv("DIMPLE_LEG_TOP_K", "2")
     get_settings.cache_clear()
     try:

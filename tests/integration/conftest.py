@@ -10,6 +10,7 @@ import pytest
 
 from ops.stack import Stack, redis_binary
 from pipeline.settings import Settings
+from tests.conftest import store_env
 from workers.settings import WorkerSettings
 
 
@@ -43,7 +44,7 @@ def stack(tmp_path_factory, demo_store):
 
     run = Stack(tmp_path_factory.mktemp("stack"))
     run.start_redis()
-    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir)}
+    env = store_env(demo_store.settings)
     try:
         run.start_worker("w-embed", "embed", env=env)
         run.start_worker("w-search", "search", concurrency=2, env=env)

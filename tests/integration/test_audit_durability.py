@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from ops.stack import Stack
-from pipeline.store.segments import store_path
+from pipeline import audit as pa
+from tests.conftest import store_env
 from tests.integration.test_audit_workers import _asks, _ids_logged
 from workers.settings import WorkerSettings
 
@@ -24,16 +25,17 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def audit_stack(demo_store, tmp_path_factory):
     """Redis, embed, search and audit workers on a data dir of its own (its
-    own audit file), every setting at its default."""
+    own store and audit log: the demo's memories), every setting at its default."""
     import workers
     from workers.app import app, reconfigure
+    from workers.cli.common import ingest_file
 
     data = tmp_path_factory.mktemp("audit-durable")
-    (data / "store.duckdb").symlink_to(store_path(demo_store.settings.data_dir))
     run = Stack(tmp_path_factory.mktemp("stack-durable"))
     run.start_redis()
-    run.env_for_workers = {"DIMPLE_DATA_DIR": str(data)}
     run.settings = WorkerSettings(data_dir=data, broker_url=run.broker_url, _env_file=None)
+    ingest_file(demo_store.files["memories"], run.settings.replace(broker_url=""), progress=False)
+    run.env_for_workers = store_env(run.settings)
     try:
         workers.configure(run.settings)
         run.start_query_workers(app, "d", run.env_for_workers, audit=True, timeout=120)
@@ -72,7 +74,7 @@ def test_rows_queued_when_redis_restarts_empty_are_written(demo_store, audit_sta
             break
         except redis.ConnectionError:
             time.sleep(0.5)
-    total, distinct, missing = _ids_logged(run.settings.audit_path, ids, timeout=60)
+    total, distinct, missing = _ids_logged(pa.log_of(run.settings), ids, timeout=60)
     took = time.monotonic() - back
     print(f"\nredis restarted empty with 50 rows queued: {total} rows, {distinct} distinct, {took:.1f} s after")
     assert not missing and total == distinct == 50
@@ -122,7 +124,7 @@ def test_audit_worker_killed_5_times_in_2000_queries_then_redis_restarted(demo_s
     answered = [r for r in results if isinstance(r, Results)]
     assert len(answered) == 2000
     ids = {r.query_id for r in answered}
-    total, distinct, missing = _ids_logged(run.settings.audit_path, ids, timeout=30)
+    total, distinct, missing = _ids_logged(pa.log_of(run.settings), ids, timeout=30)
     took = time.monotonic() - back
     print(f"audit worker SIGKILLed {kills} times in 2,000 queries, then redis restarted empty: "
           f"{total} rows, {distinct} distinct, {len(missing)} missing, {took:.1f} s after the restart")
@@ -139,7 +141,7 @@ def test_audit_worker_killed_during_300_queries_then_redis_restarted(demo_store,
     answered = [r for r in results if isinstance(r, Results)]
     assert len(answered) == 300
     ids = {r.query_id for r in answered}
-    total, distinct, missing = _ids_logged(run.settings.audit_path, ids, timeout=30)
+    total, distinct, missing = _ids_logged(pa.log_of(run.settings), ids, timeout=30)
     print(f"audit worker SIGKILLed {kills} times in 300 queries, then redis restarted empty: "
           f"{total} rows, {distinct} distinct, {time.monotonic() - back:.1f} s after the restart")
     assert not missing and total == distinct == 300

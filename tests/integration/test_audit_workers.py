@@ -39,6 +39,6 @@ def test_one_row_per_query_through_workers(demo_store, stack):
     workers.configure(demo_store.with_broker(stack.broker_url))
     results = search_many(_asks(demo_store, 300), batch_size=25)
     ids = {r.query_id for r in results}
-    total, distinct, missing = _ids_logged(demo_store.settings.audit_path, ids, timeout=60)
+    total, distinct, missing = _ids_logged(pa.log_of(demo_store.settings), ids, timeout=60)
     assert not missing
     assert total == distinct  # never a second row for a query

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ops.stack import Stack, free_port, redis_binary
+from tests.conftest import store_env
 
 pytestmark = pytest.mark.integration
 PASSWORD = "p@ss/w:rd#?%20"
@@ -34,7 +35,7 @@ def test_workers_and_callers_reach_a_broker_with_such_a_password(demo_store, tmp
             except OSError:
                 time.sleep(0.05)
         url = f"redis://127.0.0.1:{port}/0"
-        env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_BROKER_URL": url,
+        env = {**store_env(demo_store.settings), "DIMPLE_BROKER_URL": url,
                "DIMPLE_BROKER_PASSWORD": PASSWORD}
         stack.start_cli_worker("pw-search", "embed,search", env=env)
         stack.wait_for_ready("pw-search", timeout=240)

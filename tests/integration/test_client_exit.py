@@ -10,13 +10,15 @@ import sys
 
 import pytest
 
+from tests.conftest import store_env
+
 pytestmark = pytest.mark.integration
 
 ONE_LINER = 'from workers.api import search; print(search("deploy window").results[0].id)'
 
 
 def _run(stack, demo_store, argv: list[str]) -> subprocess.CompletedProcess:
-    env = stack.env({"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir)})
+    env = stack.env(store_env(demo_store.settings))
     return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -18,6 +18,7 @@ from ops.stack import Stack
 from pipeline.contracts import Results
 from pipeline.errors import BrokerUnavailableError, DimpleError, QueryTimeoutError, StageLostError
 from pipeline.store.segments import store_path
+from tests.conftest import store_env
 from workers.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
@@ -62,7 +63,7 @@ def fault_stack(demo_store, tmp_path_factory):
 
     run = Stack(tmp_path_factory.mktemp("faults"))
     run.start_redis()
-    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir)}
+    env = store_env(demo_store.settings)
     settings = demo_store.with_broker(run.broker_url)
     assert settings == WorkerSettings(data_dir=settings.data_dir, broker_url=run.broker_url, _env_file=None)
     run.env_for_workers = env

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from ops.stack import Stack
+from tests.conftest import store_env
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +21,7 @@ def search_only(tmp_path_factory, demo_store):
     run = Stack(tmp_path_factory.mktemp("search-only"))
     run.start_redis()
     try:
-        run.start_worker("w-search-only", "search", env={"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir)})
+        run.start_worker("w-search-only", "search", env=store_env(demo_store.settings))
         reconfigure(demo_store.with_broker(run.broker_url))
         run.wait_for_workers(app, ["w-search-only"], timeout=120)
         yield run

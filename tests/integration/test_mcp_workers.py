@@ -13,6 +13,7 @@ import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
 from tests.answers import Score
+from tests.conftest import store_env
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, sta
     assert any(e["results"] for e in embedded)
 
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_BROKER_URL": stack.broker_url}
+           **store_env(demo_store.settings), "DIMPLE_BROKER_URL": stack.broker_url}
     params = StdioServerParameters(command=sys.executable, args=["-m", "workers.cli", "mcp"], env=env, cwd=str(tmp_path))
 
     async def run() -> dict:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ops.stack import Stack, children
+from tests.conftest import store_env
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_s
     import workers
     from workers.api import search
 
-    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_AUDIT_ENABLED": "false"}
+    env = {**store_env(demo_store.settings), "DIMPLE_AUDIT_ENABLED": "false"}
     cli_stack.start_cli_worker("ready-embed", "embed", env=env)
     cli_stack.start_cli_worker("ready-search", "search", concurrency=2, env=env)
     embed_line = cli_stack.wait_for_ready("ready-embed", timeout=240)
@@ -92,7 +93,7 @@ def test_dimple_worker_starts_its_worker_again_when_it_dies(demo_store, cli_stac
     import workers
     from workers.api import search
 
-    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_AUDIT_ENABLED": "false"}
+    env = {**store_env(demo_store.settings), "DIMPLE_AUDIT_ENABLED": "false"}
     cli_stack.start_cli_worker("sv-embed", "embed", env=env)
     cli_stack.start_cli_worker("sv-search", "search", env=env)
     cli_stack.wait_for_ready("sv-embed", timeout=240)

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.conftest import store_env
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +39,7 @@ def test_a_write_with_no_ingest_worker_fails_fast_and_sends_nothing(demo_store, 
 
 
 def test_dimple_forget_with_no_ingest_worker_is_one_line(demo_store, bare_broker):
-    env = {"DIMPLE_DATA_DIR": str(demo_store.settings.data_dir), "DIMPLE_BROKER_URL": bare_broker.broker_url,
+    env = {**store_env(demo_store.settings), "DIMPLE_BROKER_URL": bare_broker.broker_url,
            "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-m", "workers.cli", "forget", "deploy-1"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)

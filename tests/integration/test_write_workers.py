@@ -33,7 +33,7 @@ def test_remember_and_forget_through_the_ingest_worker(demo_store, stack):
 
     assert isinstance(handle, AsyncResult)
     done = handle.get(timeout=60)
-    assert isinstance(done, WriteResult) and done.ids == ["wa-1"] and done.inserted == 1 and done.delta is not None
+    assert isinstance(done, WriteResult) and done.ids == ["wa-1"] and done.inserted == 1 and done.version is not None
     _until_visible(search, "ZQ_WRITE_1", "write-api", {"wa-1"})
     assert get(["wa-1"])[0]["content"].startswith("rollback plan")
     with pytest.raises(IngestValidationError) as info:  # the worker checks edges against the store

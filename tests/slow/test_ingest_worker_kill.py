@@ -19,17 +19,6 @@ from tests.kills import IngestWorkerKills
 pytestmark = pytest.mark.integration
 
 
-def _drained(within: float = 120.0) -> None:
-    from workers.app import app
-
-    deadline = time.monotonic() + within
-    with app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        while client.llen("ingest") or client.hlen("unacked"):
-            assert time.monotonic() < deadline, "the redelivered writes were not run"
-            time.sleep(0.2)
-
-
 def _compaction_runs(kills: IngestWorkerKills, within: float = 300.0) -> float:
     """Run a compaction that merges something and return how long it took.
 
@@ -103,7 +92,7 @@ def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
             kills.start()
 
         held = kills.redeliver_unacked()  # those not handed out again by now: as after the visibility timeout
-        _drained()  # the compactions delivered again have run: they may have merged every delta
+        kills.drained()  # the compactions delivered again have run: they may have merged every delta
         kills.check()
         remember({"id": "after", "namespace": "k", "content": "written after the last kill"})
         kills.remembered.add("after")

@@ -16,6 +16,7 @@ from pipeline.errors import (
     StoreError,
     VersionNotReachedError,
 )
+from pipeline.store.lake.commit import LinkTargetGone
 from workers.app import get_app
 
 
@@ -26,6 +27,7 @@ from workers.app import get_app
     VersionNotReachedError(9, 4, 250.0),
     StoreError("store.engine: as_of reads a past snapshot"),
     SchemaTooNewError("store schema 9 is newer than this dimple's 4"),
+    LinkTargetGone("message-7", ["m1", "m2"]),
 ], ids=lambda e: type(e).__name__)
 def test_a_typed_error_survives_celerys_json_rebuild(error):
     backend = Backend(app=get_app(), serializer="json")

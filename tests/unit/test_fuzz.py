@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from pipeline.contracts import QueryOptions, Results
 from pipeline.errors import DimpleError, IngestValidationError, InputError
-from pipeline.settings import Settings
+from pipeline.settings import Settings, StoreSettings
 from pipeline.store.segments import store_path
 from tests import hostile
 from tests.conftest import write_jsonl
@@ -72,7 +72,9 @@ def _checksum(path: Path) -> str:
 def fuzz_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("fuzz")
     # audit rows are tested elsewhere; here they would only add a background writer
-    settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
+    # the segment store: its file is read for the membership and checked byte for byte after searches
+    settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
+                              store=StoreSettings(engine="segments"))
     from workers.cli.common import ingest_file
 
     ingest_file(write_jsonl(data / "seed.jsonl", SEED), settings, progress=False)
@@ -343,7 +345,9 @@ def ingest_store(tmp_path):
     """A small store of its own: successful fuzz ingests change it."""
     from workers.cli.common import ingest_file
 
-    settings = WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
+    # the segment store: a refused ingest is checked to publish nothing (tests.stores.published reads its files)
+    settings = WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
+                              store=StoreSettings(engine="segments"))
     ingest_file(write_jsonl(tmp_path / "seed.jsonl", SEED[:8]), settings, progress=False)
     return settings
 

@@ -5,6 +5,7 @@ processes at once, and PostgreSQL: tests/integration/test_lake_catalogs.py."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store.lake import LakeWrite
 from pipeline.store.lake.catalog import Catalog
+from pipeline.store.lake.follow import Follower, listed, own_write
 from tests.lakes import DIM, files_holding, memory, open_lake
 from workers.settings import WorkerSettings, mask_url
 
@@ -105,7 +107,7 @@ def test_a_write_is_one_snapshot_and_reads_back_as_written(lake):
         "a", "We deploy on Fridays.", ["deploy"], ["friday"], {"k": [1, 2]}, "asked in #ops", datetime(2025, 1, 10, 9))
     assert a.embedding.shape == (DIM,) and abs(float(a.embedding @ a.embedding) - 1) < 1e-5
     assert sorted(b.edges) == [("b", "a", "supersedes"), ("c", "b", "supports")]
-    assert lake.written("w-1") and not lake.written("w-2")
+    assert lake.written("w-1") == done.snapshot and lake.written("w-2") is None
 
 
 def test_a_write_delivered_again_is_applied_once(lake):
@@ -116,6 +118,23 @@ def test_a_write_delivered_again_is_applied_once(lake):
     assert [m.content for m in lake.read()] == ["one", "two"]
     rows = lake.con.execute("SELECT write_id, count(*) FROM writes GROUP BY 1 ORDER BY 1").fetchall()
     assert rows == [("msg-1", 1), ("msg-2", 1)]
+
+
+def test_a_write_whose_base_another_listed_first_answers_its_replay_the_same(lake, lake_settings):
+    """A reader or a compaction can build and list the base of a write's
+    snapshot before the write lists it: the write's answer (the snapshot that
+    lists its base) and its replay's are still one snapshot."""
+    done = lake.commit(LakeWrite([memory("a", "one")], write_id="msg-1"))
+    follower = Follower(lake_settings)
+    try:
+        path, first = follower.build_listed(done.snapshot)  # a reader's build, at the same snapshot
+        again, published = follower.build_listed(done.snapshot, "msg-1")
+        assert again == path and published > first > done.snapshot
+        assert lake.written("msg-1") == published
+        assert lake.commit(LakeWrite([memory("a", "one")], write_id="msg-1")).snapshot == published
+        assert list(listed(lake)) == [done.snapshot]
+    finally:
+        follower.close()
 
 
 def test_remembering_an_id_again_replaces_it_and_forgetting_drops_its_links(lake):
@@ -216,3 +235,26 @@ def test_only_audit_commits_since_a_snapshot_and_a_gap_is_not_taken_for_one(lake
     assert only_audit_since(lake.con, second, last)
     lake.con.execute(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', versions => [{first + 2}])").fetchall()
     assert not only_audit_since(lake.con, first, quiet[-1])  # an expired snapshot's changes are unknown
+
+
+def _as_read(m):
+    return (m.id, m.namespace, m.content, m.content_type, m.created_at, m.content_hash, m.embedding.tobytes(),
+            json.dumps(m.metadata), m.context, m.topics, m.concepts, m.edges)
+
+
+def test_a_write_seen_by_its_own_process_is_what_the_lake_reads_back(lake):
+    # the follower extends its view by its own write (follow.own_write) instead of reading the
+    # changes back: what it builds must be exactly what changes_since reads
+    lake.commit(LakeWrite([memory("a", "old text", topics=["x"]), memory("c", "a target")]))
+    write = LakeWrite([
+        memory("b", "links to a", supersedes=["a"], topics=["z", "b", "m"], concepts=["q", "p"],
+               metadata={"z": 1, "a": {"y": [1.5, "é"], "b": None}}, context="ctx",
+               created_at=datetime(2025, 1, 10, 9, 30, 1, 123456, tzinfo=UTC)),
+        memory("a", "new text", topics=["y"], supported_by=["c"], conflicts=["b"]),
+    ])
+    done = lake.commit(write)
+    (read,) = lake.changes_since(done.snapshot - 1).writes(DIM)
+    own = own_write(write, done.snapshot)
+    assert own is not None and (own.snapshot, own.forgotten, own.unlinked) == (read.snapshot, [], [])
+    assert [_as_read(m) for m in own.remembered] == [_as_read(m) for m in read.remembered]
+    assert own_write(LakeWrite([memory("d", "x")], forget=["c"]), done.snapshot + 1) is None  # a forget: read back

@@ -10,14 +10,13 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 
 from pipeline.contracts import Batch, Results, make_query
-from pipeline.embedders import HashEmbedder, make_embedder
+from pipeline.embedders import HashEmbedder
 from pipeline.errors import InputError, StoreError
 from pipeline.stages.registry import run_local
 from pipeline.store import segments
@@ -26,8 +25,9 @@ from pipeline.store.database import Store, utcnow
 from pipeline.store.ingest import embedding_text
 from pipeline.store.lake import Lake, LakeMemory, LakeWrite
 from pipeline.store.lake.derive import base_snapshot, build_base, deltas_since, open_view
-from pipeline.store.reader import Reader, Snapshot, View
+from pipeline.store.reader import Reader, Snapshot
 from pipeline.store.writes import parse_records, write
+from tests.lakes import Pinned
 from workers.settings import WorkerSettings
 
 DIM = 64
@@ -137,24 +137,6 @@ def send(seg: WorkerSettings, lake: Lake, op: str, arg) -> int:
 
 
 # -- searching either store -------------------------------------------------------------------------
-class Pinned:
-    """A process's ``Resources`` reading one ``Snapshot`` (``pipeline.stages.stage.Resources``)."""
-
-    def __init__(self, settings, snap: Snapshot):
-        self._settings, self.snap = settings, snap
-
-    def settings(self):
-        return self._settings
-
-    def embedder(self):
-        return make_embedder(self._settings)
-
-    @contextmanager
-    def view(self) -> Iterator[View]:
-        with self.snap.view() as v:
-            yield v
-
-
 QUERIES = ["deploy window", "alpha beta gamma", "tok3 tok25 tok40", "cache latency queue", "friday",
            "schema index migration tree", "tok41 restore", "audit budget scope leaf", "redis broker worker"]
 OPTIONS = [{}, {"namespace": "ns1"}, {"content_type": "log"}, {"topics": ["ops"]}, {"concepts": ["redis"]},

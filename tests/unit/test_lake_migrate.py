@@ -205,9 +205,74 @@ def test_what_a_migrate_refuses(tmp_path):
     assert again.already and again.snapshot == done.snapshot and again.memories == 5
     with Lake.open(on_lake(seg)) as lake:
         assert lake.count() == 5 and lake.latest_snapshot() == done.snapshot
-    write(seg, forget=["r1"])  # the segment store written after its migrate
-    with pytest.raises(StoreError, match="changed after it was migrated"):
-        migrated(on_lake(seg))
+
+
+
+def test_a_segment_store_written_after_its_migrate_is_refused_then_caught_up(tmp_path):
+    seg = _settings(tmp_path, "data")
+    write(seg, parse_records([{"id": f"r{i}", "namespace": "n", "content": f"note {i} about redis"}
+                              for i in range(6)], seg))
+    first = migrated(on_lake(seg))
+    assert first.memories == 6 and not first.caught_up
+    lake_settings = on_lake(seg)
+    write(lake_settings, parse_records({"id": "lk", "namespace": "n", "content": "written on the lake"},
+                                       lake_settings))
+    # someone runs with the segment engine again: a new memory, a replacement, a forget
+    write(seg, parse_records([{"id": "r6", "namespace": "n", "content": "a new note about redis"},
+                              {"id": "r2", "namespace": "n", "content": "note 2, replaced"}], seg))
+    write(seg, forget=["r1"])
+    with pytest.raises(StoreError, match=r"^store.engine: .* written after 'dimple migrate' copied version 1 into "
+                                         r"the lake: run 'dimple migrate' again"):
+        segments.refuse_unmigrated(seg.data_dir)
+    with pytest.raises(StoreError, match="^store.engine: "):
+        reader_for(lake_settings)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_first(done: BatchDone) -> None:
+        raise Stop
+
+    with pytest.raises(Stop):  # stopped after its first batch; resumed below
+        migrated(lake_settings, batch_size=1, on_batch=stop_at_first)
+    with pytest.raises(StoreError, match="^store.engine: "):
+        segments.refuse_unmigrated(seg.data_dir)
+    report = migrated(lake_settings, batch_size=7)
+    assert report.caught_up and (report.changed, report.forgotten, report.memories) == (2, 1, 6)
+    assert (report.resumed, report.batch_size, report.batches) == (1, 1, 2)
+    segments.refuse_unmigrated(seg.data_dir)  # the lake opens again
+    live = ["r0", "r2", "r3", "r4", "r5", "r6"]
+    with Lake.open(lake_settings) as lake:
+        held = {m.id: m for m in lake.read()}
+        writes = [r[0] for r in lake.con.execute("SELECT write_id FROM writes").fetchall()]
+    assert sorted(held) == sorted([*live, "lk"])  # the lake's own write stays
+    assert held["r2"].content == "note 2, replaced"
+    assert [held[m].record().model_dump() for m in live] == [MemoryRecord.model_validate(r).model_dump()
+                                                             for r in get(seg, live)]
+    assert np.array_equal(np.stack([held[m].embedding for m in live]), segment_vectors(seg, live))
+    assert len(writes) == len(set(writes))  # each batch committed once
+    assert migrated(lake_settings).already
+    write(seg, forget=["r3"])  # a forget alone
+    only = migrated(lake_settings)
+    assert (only.changed, only.forgotten, only.batches) == (0, 1, 1)
+    with Lake.open(lake_settings) as lake:
+        assert sorted(m.id for m in lake.read()) == ["lk", "r0", "r2", "r4", "r5", "r6"]
+
+
+def test_a_segment_store_that_moves_during_the_migrate_is_refused_unmarked(tmp_path):
+    seg = _settings(tmp_path, "data")
+    write(seg, parse_records([{"id": f"r{i}", "namespace": "n", "content": f"note {i} about redis"}
+                              for i in range(6)], seg))
+
+    def writer_without_the_lock(done: BatchDone) -> None:
+        # a writer the store's flock does not reach (another host): it publishes a new manifest
+        manifest = segments.read_manifest(seg.data_dir)
+        manifest.version += 1
+        segments.publish(seg.data_dir, manifest)
+
+    with pytest.raises(StoreError, match="moved while it was copied .* run 'dimple migrate' again"):
+        migrated(on_lake(seg), batch_size=3, on_batch=writer_without_the_lock)
+    assert not (seg.data_dir / MARKER).exists()
 
 
 def test_an_empty_segment_store_is_migrated_to_an_empty_lake(tmp_path):

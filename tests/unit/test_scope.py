@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result, Scope, make_query
 from pipeline.embedders import HashEmbedder
-from pipeline.settings import Settings, TreeSettings
+from pipeline.settings import Settings, StoreSettings, TreeSettings
 from pipeline.stages.scope import in_scope, scope_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
@@ -195,7 +195,8 @@ def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, se
     closed after. Returns the settings and each memory's tree topics (leaf and ancestors)."""
     # audit rows are not what is tested here; without them nothing writes into
     # data_dir in the background while the temporary directory is removed
-    settings = WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
+    settings = WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False,
+                              store=StoreSettings(engine="segments"))  # built straight into store.duckdb
     store = Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64)
     try:
         parsed = ingest.parse_lines([json.dumps(r) for r in records], settings.limits)

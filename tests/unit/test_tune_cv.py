@@ -83,17 +83,17 @@ def test_fewer_than_twenty_judged_queries_or_bad_folds_are_refused_naming_the_fi
 
 def test_tuned_settings_file_versions_overlay_and_reset(tmp_path):
     base = Settings(data_dir=tmp_path, _env_file=None)
-    assert read_tuned(tmp_path) is None and overlay(base, None) is base
-    first = write_tuned(tmp_path, TunedFusion(fusion="rrf", rrf_k=60), {"gain": 0.1})
+    assert read_tuned(base) is None and overlay(base, None) is base
+    first = write_tuned(base, TunedFusion(fusion="rrf", rrf_k=60), {"gain": 0.1})
     assert first is not None and first.version == 1
-    second = write_tuned(tmp_path, TunedFusion(fusion="convex", convex_alpha=0.3))
-    assert second is not None and second.version == 2 and read_tuned(tmp_path) == second
+    second = write_tuned(base, TunedFusion(fusion="convex", convex_alpha=0.3))
+    assert second is not None and second.version == 2 and read_tuned(base) == second
     on = overlay(base, second)
     assert (on.fusion, on.convex_alpha, on.rrf_k) == ("convex", 0.3, base.rrf_k)
     assert overlay(base.replace(use_tuned=False), second).convex_alpha == base.convex_alpha
     assert [p.name for p in tmp_path.iterdir()] == [TUNED]  # no temporary file left
-    write_tuned(tmp_path, None)
-    assert read_tuned(tmp_path) is None
+    write_tuned(base, None)
+    assert read_tuned(base) is None
     (tmp_path / TUNED).write_text('{"version": 1, "settings": {"fusion": "magic"}}', encoding="utf-8")
     with pytest.raises(StoreError, match="--reset"):
-        read_tuned(tmp_path)
+        read_tuned(base)

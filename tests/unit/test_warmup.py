@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from types import SimpleNamespace
 
 from tests.conftest import write_jsonl
 from workers import resources, warmup
@@ -111,3 +112,26 @@ def test_the_first_bound_duckdb_parameter_is_paid_at_warm_up():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+def test_the_worker_own_process_closes_the_startup_pipe_once(monkeypatch):
+    """Celery's solo pool sends ``worker_process_init`` in the worker's own
+    process, which the step loads itself. The handler closed the pipe there and
+    the step closed the same two numbers again: by then another file's (in a
+    real worker a broker connection's, whose consumer then read another
+    connection's replies and died)."""
+    monkeypatch.setattr(warmup, "_STARTUP", warmup._Startup())
+    loads = []
+    monkeypatch.setattr(warmup, "_load", lambda queues: loads.append(queues) or {"pid": os.getpid(), "loaded": []})
+    worker = SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(queues=SimpleNamespace(consume_from=["ingest"]))),
+                             pool=object(), hostname="w@h")  # a pool that runs tasks in this process
+    step = warmup.WarmUp(worker)
+    warmup._warm_pool_process()  # what the solo pool sends, in this process
+    other = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: one of the pipe's, had it been closed
+    try:
+        step.start(worker)
+        os.fstat(other)  # still open: the step closed the pipe, nothing else
+    finally:
+        os.close(other)
+    assert loads == [("ingest",)]  # loaded once, by the step
+    assert warmup._STARTUP.ready == (logging.INFO, "w@h ready: queues ingest; 1 process, nothing to load")

@@ -383,7 +383,7 @@ def cmd_stats(args) -> int:
 
 def cmd_config(args) -> int:
     settings = cli_settings()
-    settings = overlay(settings, read_tuned(settings.data_dir))  # as the store's queries run (dimple tune)
+    settings = overlay(settings, read_tuned(settings))  # as the store's queries run (dimple tune)
     print(json.dumps(settings.masked(), indent=2, default=str))
     return 0
 

@@ -321,7 +321,7 @@ def execute(qset: ev.QuerySet, settings, *, name: str, defaults: dict[str, Any],
                                     in_flight=in_flight, progress=bar.update, origin=Origin.eval)
     extra = {"in_flight": in_flight, **(extra_config or {})}
     if settings.embedded:  # the settings the queries ran with: the store's tuned fusion included (dimple tune)
-        tuned = read_tuned(settings.data_dir) if settings.use_tuned else None
+        tuned = read_tuned(settings) if settings.use_tuned else None
         settings = overlay(settings, tuned)
         extra["tuned_version"] = tuned.version if tuned is not None else None
     report = ev.evaluate_run(qset, runs, secs, config=_config(settings, defaults, size, extra), name=name)
@@ -529,9 +529,9 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
             (copy.data_dir / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(settings.data_dir / name, copy.data_dir / name)
         (copy.data_dir / segments.MANIFEST).write_text(manifest.as_json(), encoding="utf-8")
-    tuned = read_tuned(settings.data_dir)  # the copy fuses as the store does
+    tuned = read_tuned(settings)  # the copy fuses as the store does
     if tuned is not None:
-        write_tuned(copy.data_dir, tuned.settings, tuned.evidence)
+        write_tuned(copy, tuned.settings, tuned.evidence)
     compact(copy, rebuild=True, wait=True)
     return copy
 

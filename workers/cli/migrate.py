@@ -39,6 +39,10 @@ def cmd_migrate(args) -> int:
         assert report.marker is not None
         print(f"already migrated: {report.memories} memories in {report.batches} batches, lake snapshot "
               f"{report.snapshot}, at {report.marker.migrated_at}; nothing to do")
+    elif report.caught_up:
+        print(f"caught up: the segment store was written after its migrate; {report.changed} memories written and "
+              f"{report.forgotten} forgotten in the lake in {report.batches} batches (of its {report.memories} at "
+              f"version {report.segment_version}): snapshot {report.snapshot}, {report.seconds:.1f}s")
     else:
         resumed = (f" ({report.resumed} committed by an earlier run, batches of {report.batch_size} as it began)"
                    if report.resumed else "")

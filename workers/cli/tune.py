@@ -14,9 +14,9 @@ from pathlib import Path
 
 import workers
 from pipeline import evaluation as ev
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StoreError
 from pipeline.evaluation import tune
-from pipeline.store.tuned import read_tuned, write_tuned
+from pipeline.store.tuned import read_tuned, where, write_tuned
 from pipeline.store.vector import compile_kernels
 from workers import resources
 
@@ -97,9 +97,9 @@ def cmd_tune(args) -> int:
     if result.chosen == current:
         print(f"nothing to change: {current.name} is already the best on all queries")
         return 0
-    stored = write_tuned(settings.data_dir, result.chosen.tuned(), {**result.evidence(args.max_p), "query_set": qset.name})
+    stored = write_tuned(settings, result.chosen.tuned(), {**result.evidence(args.max_p), "query_set": qset.name})
     assert stored is not None
-    print(f"applied: {result.chosen.name} (tuned version {stored.version}, {settings.data_dir}); every process "
+    print(f"applied: {result.chosen.name} (tuned version {stored.version}, {where(settings)}); every process "
           f"serving this store uses it from its next query ('dimple tune --reset' undoes it)")
     return 0
 
@@ -117,9 +117,9 @@ def _table(name: str, r: tune.TuneResult, data_dir: Path) -> list[str]:
 
 
 def _show(settings) -> int:
-    tuned = read_tuned(settings.data_dir)
+    tuned = read_tuned(settings)
     if tuned is None:
-        print(f"no tuned settings in {settings.data_dir}: fusion={settings.fusion}, convex_alpha={settings.convex_alpha:g}, "
+        print(f"no tuned settings in {where(settings)}: fusion={settings.fusion}, convex_alpha={settings.convex_alpha:g}, "
               f"rrf_k={settings.rrf_k} from the environment")
         return 0
     print(json.dumps(tuned.model_dump(mode="json"), indent=2))
@@ -129,8 +129,16 @@ def _show(settings) -> int:
 
 
 def _reset(settings) -> int:
-    had = read_tuned(settings.data_dir)
-    write_tuned(settings.data_dir, None)
-    print(f"removed tuned settings version {had.version} from {settings.data_dir}" if had is not None
-          else f"no tuned settings in {settings.data_dir}: nothing to remove")
+    try:
+        had: str | None = f"tuned settings version {version}" if (version := _version(settings)) else None
+    except StoreError:  # what this dimple cannot read is removed too (its error advises --reset)
+        had = "tuned settings this dimple cannot read"
+    write_tuned(settings, None)
+    print(f"removed {had} from {where(settings)}" if had is not None
+          else f"no tuned settings in {where(settings)}: nothing to remove")
     return 0
+
+
+def _version(settings) -> int | None:
+    tuned = read_tuned(settings)
+    return tuned.version if tuned is not None else None

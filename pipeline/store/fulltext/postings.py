@@ -13,7 +13,10 @@ and ``tf`` int32 per posting, CSR by term id (``start``, int64 per term);
 length, namespace and content-type codes per memory (int32 each); the ids
 by docid (Python strings, as the vector index holds them); the term
 dictionary (a dict). At 100k synthetic memories about 8 MB of postings and
-10 MB of ids and terms; the figure per million is in BENCHMARKS.md.
+10 MB of ids and terms; the figure per million is in BENCHMARKS.md. The
+arrays are what the host cache (``pipeline.store.hostcache``) writes once
+per host and every process memory-maps (``read_parts``, ``from_parts``); the
+ids and the term dictionary stay per process.
 
 Scores are BM25 as ``pipeline.store.fulltext.bm25`` gives it, formula for
 formula, float64, ties by docid (the rank of the memory id), so
@@ -55,42 +58,18 @@ class Postings:
 
     @classmethod
     def load(cls, con, chunk: int = 2_000_000) -> Postings:
-        """Read the base's ``fts_postings``, ``fts_docs``, ``fts_terms`` and
-        ``fts_labels``: the postings by ranges of term ids of about ``chunk``
-        postings each, with no sort in DuckDB (a query process's DuckDB
-        memory limit is small; 32M postings at 1M memories)."""
-        terms = dict(con.execute("SELECT term, termid FROM fts_terms").fetchall())
-        listed = con.execute("SELECT termid, df FROM fts_postings").fetchnumpy()
-        listed_ids = np.asarray(listed["termid"], dtype=np.int64)
-        size = int(max(max(terms.values(), default=-1), listed_ids.max(initial=-1))) + 1
-        df = np.zeros(size, dtype=np.int32)
-        df[listed_ids] = listed["df"]
-        start = np.zeros(size + 1, dtype=np.int64)
-        np.cumsum(df, out=start[1:])
-        docid = np.empty(int(start[-1]), dtype=np.int32)
-        tf = np.empty(int(start[-1]), dtype=np.int32)
-        lo = 0
-        while lo < size:  # term ids [lo, hi) hold about ``chunk`` postings
-            hi = max(int(np.searchsorted(start, start[lo] + chunk, side="right")) - 1, lo + 1)
-            got = con.execute(
-                "SELECT termid, p.docid AS docid, p.tf AS tf FROM "
-                "(SELECT termid, unnest(postings) AS p FROM fts_postings WHERE termid >= ? AND termid < ?)",
-                [lo, hi]).fetchnumpy()
-            t = np.asarray(got["termid"], dtype=np.int64)
-            order = np.argsort(t, kind="stable")
-            t = t[order]
-            # each term's postings go to its CSR slice, in the order read
-            pos = start[t] + (np.arange(len(t)) - np.searchsorted(t, t, side="left"))
-            docid[pos] = np.asarray(got["docid"])[order]
-            tf[pos] = np.asarray(got["tf"])[order]
-            lo = hi
-        docs = con.execute("SELECT docid, id, len, ns, ct FROM fts_docs").fetchnumpy()
-        by_docid = np.argsort(np.asarray(docs["docid"]), kind="stable")
-        labels = {(k, lab): int(c) for k, lab, c in con.execute("SELECT kind, label, code FROM fts_labels").fetchall()}
-        lens = np.asarray(docs["len"], dtype=np.float64)[by_docid]
-        return cls(terms=terms, start=start, docid=docid, tf=tf, df=df, lens=lens,
-                   ns=np.asarray(docs["ns"], dtype=np.int32)[by_docid], ct=np.asarray(docs["ct"], dtype=np.int32)[by_docid],
-                   ids=[str(i) for i in np.asarray(docs["id"], dtype=object)[by_docid]], labels=labels,
+        """The postings of the base ``con`` reads (``read_parts``)."""
+        return cls.from_parts(*read_parts(con, chunk))
+
+    @classmethod
+    def from_parts(cls, arrays: dict[str, np.ndarray], lists: dict[str, list]) -> Postings:
+        """The postings from what ``read_parts`` gives (or the host cache holds:
+        ``pipeline.store.hostcache``); the arrays are used as they are."""
+        lens = arrays["lens"]
+        return cls(terms=dict(zip(lists["terms"], lists["termids"], strict=True)), start=arrays["start"],
+                   docid=arrays["docid"], tf=arrays["tf"], df=arrays["df"], lens=lens, ns=arrays["ns"],
+                   ct=arrays["ct"], ids=lists["ids"],
+                   labels={(k, lab): int(c) for k, lab, c in lists["labels"]},
                    num_docs=len(lens), total_len=int(lens.sum()))
 
     @property
@@ -194,6 +173,50 @@ class Postings:
             acc = self._local.acc = _Accumulator(np.zeros(self.num_docs, dtype=np.float64),
                                                  np.zeros(self.num_docs, dtype=np.int64), 0)
         return acc
+
+
+def read_parts(con, chunk: int = 2_000_000) -> tuple[dict[str, np.ndarray], dict[str, list]]:
+    """Read the base's ``fts_postings``, ``fts_docs``, ``fts_terms`` and
+    ``fts_labels``: the postings by ranges of term ids of about ``chunk``
+    postings each, with no sort in DuckDB (a query process's DuckDB memory
+    limit is small; 32M postings at 1M memories). The arrays (``start``,
+    ``docid``, ``tf``, ``df``, and by docid ``lens``, ``ns``, ``ct``) and the
+    lists (``terms`` with their ``termids``, ``ids`` by docid, ``labels`` as
+    [kind, label, code]) a ``Postings`` is made of."""
+    terms = dict(con.execute("SELECT term, termid FROM fts_terms").fetchall())
+    listed = con.execute("SELECT termid, df FROM fts_postings").fetchnumpy()
+    listed_ids = np.asarray(listed["termid"], dtype=np.int64)
+    size = int(max(max(terms.values(), default=-1), listed_ids.max(initial=-1))) + 1
+    df = np.zeros(size, dtype=np.int32)
+    df[listed_ids] = listed["df"]
+    start = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(df, out=start[1:])
+    docid = np.empty(int(start[-1]), dtype=np.int32)
+    tf = np.empty(int(start[-1]), dtype=np.int32)
+    lo = 0
+    while lo < size:  # term ids [lo, hi) hold about ``chunk`` postings
+        hi = max(int(np.searchsorted(start, start[lo] + chunk, side="right")) - 1, lo + 1)
+        got = con.execute(
+            "SELECT termid, p.docid AS docid, p.tf AS tf FROM "
+            "(SELECT termid, unnest(postings) AS p FROM fts_postings WHERE termid >= ? AND termid < ?)",
+            [lo, hi]).fetchnumpy()
+        t = np.asarray(got["termid"], dtype=np.int64)
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        # each term's postings go to its CSR slice, in the order read
+        pos = start[t] + (np.arange(len(t)) - np.searchsorted(t, t, side="left"))
+        docid[pos] = np.asarray(got["docid"])[order]
+        tf[pos] = np.asarray(got["tf"])[order]
+        lo = hi
+    docs = con.execute("SELECT docid, id, len, ns, ct FROM fts_docs").fetchnumpy()
+    by_docid = np.argsort(np.asarray(docs["docid"]), kind="stable")
+    labels = [[k, lab, int(c)] for k, lab, c in con.execute("SELECT kind, label, code FROM fts_labels").fetchall()]
+    arrays: dict[str, np.ndarray] = {"start": start, "docid": docid, "tf": tf, "df": df,
+              "lens": np.asarray(docs["len"], dtype=np.float64)[by_docid],
+              "ns": np.asarray(docs["ns"], dtype=np.int32)[by_docid],
+              "ct": np.asarray(docs["ct"], dtype=np.int32)[by_docid]}
+    return arrays, {"terms": list(terms), "termids": list(terms.values()),
+                    "ids": [str(i) for i in np.asarray(docs["id"], dtype=object)[by_docid]], "labels": labels}
 
 
 @dataclass

@@ -19,9 +19,10 @@ from typing import TypeVar
 
 import duckdb
 
+from pipeline.embedders import check_model, model_identity
 from pipeline.errors import StoreError
 from pipeline.store.database import utcnow
-from pipeline.store.lake.catalog import LAKE, _is_conflict
+from pipeline.store.lake.catalog import LAKE, _is_conflict, one
 from pipeline.store.lake.records import Committed, LakeWrite, vector_bytes
 
 _T = TypeVar("_T")
@@ -64,26 +65,35 @@ def commit(con: duckdb.DuckDBPyConnection, write: LakeWrite, *, deadline_s: floa
     written and the snapshot returned is that write's (or, if it has expired,
     the latest)."""
     asked = [m.id for m in write.remember] + list(dict.fromkeys(write.forget))
+    targets = write.link_targets()
 
     def once() -> Committed:
         con.execute("BEGIN TRANSACTION")
-        # one read of the catalog for both questions: is this a replay, which ids are live
-        done, live = con.execute(
+        # one read of the catalog for every question: is this a replay, which ids are
+        # live (the write's own and its links' targets), which model the lake holds
+        done, found, meta = one(con.execute(
             "SELECT (SELECT count(*) FROM writes WHERE write_id = ?), "
-            "(SELECT coalesce(list(id), []) FROM memories WHERE id IN (SELECT unnest(?)))",
-            [write.write_id, asked]).fetchone() or (0, [])
+            "(SELECT coalesce(list(id), []) FROM memories WHERE id IN (SELECT unnest(?))), "
+            "(SELECT [max(value) FILTER (WHERE key = 'embedding_model'), max(value) FILTER (WHERE key = 'embedding_dim')] "
+            "FROM lake_meta)", [write.write_id, asked + targets])) or (0, [], [None, None])
         if done:
             con.execute("ROLLBACK")
             return Committed(write.write_id, snapshot_of_write(con, write.write_id), replayed=True)
+        live = set(found) & set(asked)
+        try:
+            _still_valid(write, set(targets) - set(found), meta)
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [write.write_id])
         con.execute("UPDATE write_head SET seq = seq + 1")
-        forgotten = _apply(con, write, set(live))
+        forgotten = _apply(con, write, live)
         if forgotten:  # not erased yet: compaction erases it within store.erase_within (erase.due)
             con.execute("INSERT INTO forgets SELECT seq, ? FROM write_head", [utcnow()])
         con.execute("INSERT INTO writes VALUES (?, ?, ?, ?)",
                     [write.write_id, utcnow(), len(write.remember), forgotten])
         con.execute("COMMIT")
-        snapshot = con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')").fetchone()
+        snapshot = one(con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')"))
         if snapshot is None or snapshot[0] is None:
             raise StoreError("the catalog named no snapshot for a committed write")
         return Committed(write.write_id, int(snapshot[0]), remembered=len(write.remember), forgotten=forgotten)
@@ -91,6 +101,36 @@ def commit(con: duckdb.DuckDBPyConnection, write: LakeWrite, *, deadline_s: floa
     result, attempts = retrying(con, once, deadline_s=deadline_s, what=f"write {write.write_id}")
     result.attempts = attempts
     return result
+
+
+class LinkTargetGone(StoreError):
+    """A write's link names a memory that is no longer live: another process
+    forgot it after the write was validated. Nothing was committed; the writer
+    validates again against a newer snapshot (``writes._write_lake``)."""
+
+    def __init__(self, write_id: str, gone: list[str]):
+        self.write_id, self.gone = write_id, list(gone)
+        # ``args`` is what Celery sends (JSON) and rebuilds it from (``cls(*args)``),
+        # as ``InputError``: one that outlasts ``write_wait_s`` reaches the caller typed
+        super().__init__(write_id, self.gone)
+
+    def __str__(self) -> str:
+        return f"write {self.write_id}: its links name {self.gone}, forgotten since the write was validated"
+
+
+def _still_valid(write: LakeWrite, gone: set[str], meta: list[str | None]) -> None:
+    """What a write validated against an older snapshot must still hold at its
+    commit, where a write committed in between can have changed it: every link
+    target is live (``LinkTargetGone``), and the lake holds the model of the
+    write's vectors (``ModelMismatchError``: a ``dimple reembed`` in between).
+    Replaced memories and forgets need no check: the commit reads which ids
+    are live itself, so a forget or replacement applies to what is there."""
+    if gone:
+        raise LinkTargetGone(write.write_id, sorted(gone))
+    model, dim = meta
+    if write.remember and model is not None and dim is not None:
+        check_model(model_identity(model), int(dim), write.embedding_model,
+                    int(write.remember[0].embedding.shape[0]), f"the lake (write {write.write_id})")
 
 
 def _apply(con: duckdb.DuckDBPyConnection, write: LakeWrite, live: set[str]) -> int:
@@ -137,6 +177,11 @@ def index_message(write_id: str | None) -> str:
     return "index" if write_id is None else f"index {write_id}"
 
 
+# The commit message that puts a re-embedding's vectors in place (``pipeline.store.reembed``),
+# followed by the model: a reader whose base is older loads a base of the new model.
+REEMBED_MESSAGE = "reembed"
+
+
 # The commit message of the audit trail's own commits (``pipeline.audit.lake``:
 # "audit", "audit purge", and "schema: audit" when it creates its tables): they
 # change no record table, so a reader following the store passes over them.
@@ -148,11 +193,11 @@ def only_audit_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> 
     (one catalog read instead of ``changes_since``'s one a table). Snapshot ids
     count up by one: a gap is an expired snapshot (an erase or ``store.retain``)
     whose changes are unknown, so the answer is then no."""
-    row = con.execute(
+    row = one(con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE NOT (coalesce(commit_message, '') IN ($m, 'schema: ' || $m) "
         "OR starts_with(coalesce(commit_message, ''), $m || ' '))) "
         f"FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id > $since AND snapshot_id <= $until",
-        {"since": since, "until": until, "m": AUDIT_MESSAGE}).fetchone()
+        {"since": since, "until": until, "m": AUDIT_MESSAGE}))
     return row is not None and row[0] == until - since and row[1] == 0
 
 
@@ -160,8 +205,8 @@ def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:
     """The snapshot that committed ``write_id`` (its commit message) or, for a
     write that built a base, the one that listed it (the state the write
     published); the latest when that snapshot has expired."""
-    row = con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}') WHERE commit_message IN (?, ?)",
-                      [write_id, index_message(write_id)]).fetchone()
+    row = one(con.execute(f"SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}') WHERE commit_message IN (?, ?)",
+                      [write_id, index_message(write_id)]))
     if row is not None and row[0] is not None:
         return int(row[0])
     return latest_snapshot(con)
@@ -169,7 +214,7 @@ def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:
 
 def latest_snapshot(con: duckdb.DuckDBPyConnection) -> int:
     """The newest committed snapshot id, read from the catalog now."""
-    row = con.execute(f"SELECT id FROM ducklake_current_snapshot('{LAKE}')").fetchone()
+    row = one(con.execute(f"SELECT id FROM ducklake_current_snapshot('{LAKE}')"))
     if row is None or row[0] is None:
         raise StoreError("the lake catalog holds no snapshot")
     return int(row[0])

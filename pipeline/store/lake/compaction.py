@@ -5,33 +5,41 @@ do on the lake, and what a write that makes one due sends (``ingest.compact``).
 One at a time across processes and hosts: a compaction claims the one row of
 ``compaction_head`` in a transaction of its own (two claims at once both
 update it: the catalog commits one, the other finds it held) and gives it
-back when done; a claim older than ``LEASE`` (a compaction killed midway) is
-taken over. Holding it, a compaction
+back when done. A running compaction renews its claim every ``HEARTBEAT``; a
+claim not renewed for ``LEASE`` (its compaction died), or held by a process
+of this host that is gone, is taken over. Holding it, a compaction
 
 1. moves inlined rows to Parquet and merges small files
    (``ducklake_flush_inlined_data``, ``ducklake_merge_adjacent_files``);
-2. erases, when an erase is due (``erase.due``: a forget not erased for most
-   of ``store.erase_within``): ``erase.purge`` (every deleted row's bytes out
-   of the files and the catalog, every older snapshot expired); otherwise
-   expires the snapshots older than ``store.retain`` (``erase.expire``);
+2. when an erase is due (``erase.due``: a forget not erased for most of
+   ``store.erase_within``), rewrites the files without deleted rows
+   (``erase.rewrite``); otherwise expires the snapshots older than
+   ``store.retain`` (``erase.expire``);
 3. builds a base at the latest snapshot (``derive.build_base``, into
    ``store.index_path``) and lists it in ``indexes``, where every process
    finds it and loads it in the background (``follow``);
-4. deletes the bases no one needs any more, file and row: after an erase all
+4. after a rewrite, cuts the history (``erase.cut``): every snapshot before
+   the base's expired, the files only they read deleted, the catalog
+   vacuumed;
+5. deletes the bases no one needs any more, file and row: after an erase all
    but the new one (they may hold an erased memory), else those whose
    snapshot has expired (no reader can bring them up to date).
 
-The base is built after the erase, at a snapshot the erase kept: a reader can
-merge the snapshots after it.
+The base is listed before the history is cut, at a snapshot the cut keeps: a
+reader whose base expires finds the new one and loads it, instead of building
+a whole base in the foreground.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import duckdb
 
@@ -41,31 +49,113 @@ from pipeline.store import segments
 from pipeline.store.compact import CompactReport
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
-from pipeline.store.lake.catalog import LAKE, extensions_dir
+from pipeline.store.lake.catalog import LAKE, extensions_dir, one
 from pipeline.store.lake.commit import retrying
-from pipeline.store.lake.follow import Follower, bases, index_dir, listed
+from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache
 from pipeline.store.lake.store import Lake
 
-# A claim of compaction_head this old is a compaction that died: another may
-# take over. Longer than a compaction of a large store takes (a base of 1M
-# memories is clustered whole); two compactions at once would still be
-# correct, only wasteful (each step is its own retried transaction).
-LEASE = timedelta(minutes=30)
+log = logging.getLogger("dimple.lake")
+
+# A claim of compaction_head this old is a compaction that died on another
+# host: another may take over. A running compaction renews its claim every
+# HEARTBEAT (``_Heartbeat``), so the lease only has to outlast a few missed
+# renewals (a catalog slow under load), not a whole compaction; a claim of
+# this host whose process is gone is taken over at once (``_dead_here``).
+# Two compactions at once would still be correct, only wasteful (each step is
+# its own retried transaction).
+LEASE = timedelta(minutes=3)
+HEARTBEAT = timedelta(seconds=30)
+
+
+def holder_name() -> str:
+    """Who claims ``compaction_head``: ``host:pid:nonce``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _dead_here(holder: str) -> bool:
+    """Whether ``holder`` (``host:pid:nonce``) is a compaction of this host whose
+    process is gone (killed midway): its claim need not wait for ``LEASE``. A
+    pid used again by another process reads as alive: the lease decides then."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's process, alive
+    try:  # a zombie (killed, not yet reaped by its parent) is gone too
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def claim(lake: Lake, holder: str) -> bool:
-    """Claim ``compaction_head`` for ``holder``: False when another compaction holds it."""
+    """Claim ``compaction_head`` for ``holder``: False when another compaction holds it
+    (a claim renewed within ``LEASE`` by a process that is not known to be dead)."""
     def once() -> bool:
         con = lake.con
         now = utcnow()
         con.execute("BEGIN TRANSACTION")
+        held_by, at = one(con.execute("SELECT holder, claimed_at FROM compaction_head")) or (None, None)
+        if held_by is not None and at is not None and at >= now - LEASE and not _dead_here(held_by):
+            con.execute("ROLLBACK")
+            return False
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'compaction')")
-        row = con.execute("UPDATE compaction_head SET seq = seq + 1, holder = ?, claimed_at = ? "
-                          "WHERE holder IS NULL OR claimed_at < ?", [holder, now, now - LEASE]).fetchone()
+        con.execute("UPDATE compaction_head SET seq = seq + 1, holder = ?, claimed_at = ?", [holder, now])
         con.execute("COMMIT")
-        return bool(row and row[0])
+        if held_by is not None:
+            log.warning("compaction: took over the claim of %s (claimed at %s): it died midway", held_by, at)
+        return True
 
     return retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what="claiming the compaction")[0]
+
+
+class _Heartbeat:
+    """While a compaction runs, its claim's ``claimed_at`` renewed every
+    ``HEARTBEAT`` from a thread of its own, on a cursor of its own (the
+    compaction holds the lake's connection throughout)."""
+
+    def __init__(self, lake: Lake, holder: str):
+        self.cur = lake.con.cursor()
+        self.cur.execute(f"USE {LAKE}")
+        self.holder, self.deadline_s = holder, lake.settings.write_wait_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="dimple-compaction-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()  # DuckDB aborts a process that exits inside a query: the renewal ends first
+        self.cur.close()
+
+    def _run(self) -> None:
+        while not self.stop.wait(HEARTBEAT.total_seconds()):
+            try:
+                if not self.renew():
+                    log.warning("compaction: the claim of %s was taken over (not renewed for %s)", self.holder, LEASE)
+            except Exception:  # noqa: BLE001 - the next beat tries again; the lease covers a few misses
+                log.exception("compaction: could not renew the claim of %s", self.holder)
+
+    def renew(self) -> bool:
+        cur = self.cur
+
+        def once() -> bool:
+            cur.execute("BEGIN TRANSACTION")
+            cur.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'compaction')")
+            row = one(cur.execute("UPDATE compaction_head SET claimed_at = ? WHERE holder = ?",
+                              [utcnow(), self.holder]))
+            cur.execute("COMMIT")
+            return bool(row and row[0])
+
+        return retrying(cur, once, deadline_s=self.deadline_s, what="renewing the compaction's claim")[0]
 
 
 def release(lake: Lake, holder: str) -> None:
@@ -88,8 +178,8 @@ def erase_due(lake: Lake) -> bool:
 def _changed_since(lake: Lake, snapshot: int) -> bool:
     """Whether a write committed after ``snapshot`` (True when it has expired)."""
     try:
-        row = lake.con.execute("SELECT (SELECT count(*) FROM writes) - (SELECT count(*) FROM writes "
-                               "AT (VERSION => ?))", [snapshot]).fetchone()
+        row = one(lake.con.execute("SELECT (SELECT count(*) FROM writes) - (SELECT count(*) FROM writes "
+                               "AT (VERSION => ?))", [snapshot]))
     except duckdb.Error:
         return True
     return bool(row and row[0])
@@ -110,7 +200,7 @@ def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = Fals
         lake = follower.lake()
         if lake is None:
             return CompactReport(ran=False)  # nothing written yet
-        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        holder = holder_name()
         deadline = time.monotonic() + settings.write_wait_s
         with follower.lock:
             held = claim(lake, holder)
@@ -124,7 +214,7 @@ def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = Fals
             with follower.lock:
                 held = claim(lake, holder)
         try:
-            with follower.lock:
+            with follower.lock, _Heartbeat(lake, holder):
                 report = _compact(lake, follower, settings, rebuild)
         finally:
             with follower.lock:
@@ -144,20 +234,25 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) 
     if newest is not None and not erase and not rebuild and not _changed_since(lake, newest):
         removed = _drop_bases(lake, keep=newest, everything_older=False)
         return CompactReport(version=lake.latest_snapshot(), base=held[newest].name, removed=removed, ran=False)
-    forgotten = int((lake.con.execute("SELECT count(*) FROM forgets").fetchone() or (0,))[0]) if erase else 0
+    forgotten = int((one(lake.con.execute("SELECT count(*) FROM forgets")) or (0,))[0]) if erase else 0
 
     def step(sql: str) -> int:
         return retrying(lake.con, lambda: len(lake.con.execute(sql).fetchall()), deadline_s=deadline,
                         what="compaction")[0]
 
-    if erase:  # flushes and merges too
-        erasing.purge(lake.con, lake.catalog, extensions_dir(settings), deadline_s=deadline)
+    if erase:  # the files rewritten without deleted rows (flushed and merged too); history not cut yet
+        covered = erasing.rewrite(lake.con, deadline_s=deadline)
     else:
         step(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
         step(f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
         lake.expire()
     snapshot = lake.latest_snapshot()
     path = follower.build(snapshot)
+    if erase:
+        # history cut only now that the new base is listed: a reader whose base
+        # snapshot expires finds this one in `indexes` and loads it (never builds)
+        erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered, keep=snapshot,
+                    deadline_s=deadline)
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
     return CompactReport(version=lake.latest_snapshot(), base=path.name,
                          memories=lake.count(at=snapshot), forgotten=forgotten, removed=removed)
@@ -189,4 +284,5 @@ def _drop_bases(lake: Lake, *, keep: int, everything_older: bool) -> list[str]:
         con.execute("COMMIT")
 
     retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what="deleting old bases")
+    sweep_cache(lake, lake.settings, newer_than=keep)  # this host's cache of them (other hosts: their upkeep)
     return [name for _, name in drop]

@@ -12,13 +12,14 @@ than the result (``ducklake_expire_snapshots``), (4) deletes the files no
 snapshot needs (``ducklake_cleanup_old_files``) and files no commit ever
 listed (a writer killed mid-write, ``ducklake_delete_orphaned_files``), and
 (5) has the catalog database drop the deleted rows' pages (SQLite ``VACUUM``;
-PostgreSQL ``VACUUM FULL`` of the lake's tables).
+PostgreSQL ``VACUUM FULL`` of the lake's tables). Steps 1-2 are ``rewrite``,
+3-5 ``cut``: compaction builds and lists its base between them.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import time
+import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 import duckdb
 
 from pipeline.errors import StoreError
-from pipeline.store.lake.catalog import LAKE, Catalog, _quote, load_extensions
+from pipeline.store.lake.catalog import LAKE, Catalog, _quote, load_extensions, one
 from pipeline.store.lake.commit import latest_snapshot, retrying
 
 # A Parquet file no commit lists is deleted once it is this old: younger ones
@@ -45,6 +46,9 @@ LOCK_WAIT = timedelta(seconds=30)
 # History is then cut at most once per 0.9 of the bound.
 ERASE_AT = 0.9
 CHECK_EVERY = timedelta(minutes=1)
+# Snapshots named in one ``ducklake_expire_snapshots`` call (an erase after a
+# quiet week may cut hundreds of thousands: they are named in batches).
+EXPIRE_BATCH = 5000
 
 
 @dataclass
@@ -63,35 +67,73 @@ def _call(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) 
 
 def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, *, deadline_s: float) -> Purged:
     """Leave only the latest snapshot and the files it reads, and drop deleted
-    rows' bytes from the catalog database (the steps in the module's text).
+    rows' bytes from the catalog database (the steps in the module's text):
+    ``rewrite``, then ``cut`` at the latest snapshot. Compaction builds and
+    lists its base between the two (``compaction``), so that readers whose base
+    the cut expires find the new one listed.
 
     Each step is its own catalog transaction, retried when a write commits
     at the same moment; a write committed during the purge survives it (the
     expiry keeps the latest snapshot, whichever it is by then)."""
-    def step(sql: str, params: list | None = None) -> int:
-        return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="purge")[0]
+    covered = rewrite(con, deadline_s=deadline_s)
+    return cut(con, catalog, extensions_dir, covered=covered, keep=latest_snapshot(con), deadline_s=deadline_s)
 
-    # every forget committed by now (its write_head seq at most this) is in
-    # the state the steps below rewrite: erased once they are done
+
+def _step(con: duckdb.DuckDBPyConnection, deadline_s: float, sql: str, params: list | None = None) -> int:
+    return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="purge")[0]
+
+
+def rewrite(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> int:
+    """Steps 1-2: every deleted row out of the files the latest snapshot reads
+    (inlined rows flushed, files with deleted rows rewritten, small files
+    merged). Older snapshots still read the old files. Returns the
+    ``write_head`` seq read first: every forget up to it is in the state
+    rewritten, erased once ``cut`` is done (a forget committed meanwhile stays
+    listed for the next erase)."""
     covered = head_seq(con)
-    step(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
-    step(f"SELECT * FROM ducklake_rewrite_data_files('{LAKE}', delete_threshold => 0)")
-    step(f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
-    newest = con.execute(f"SELECT max(snapshot_time) FROM ducklake_snapshots('{LAKE}')").fetchone()
-    expired = step(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', older_than => ?)",
-                   [newest[0] if newest else None])
-    deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
-    deleted += step(f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', older_than => now() - ?::INTERVAL)",
-                    [timedelta_text(ORPHAN_AGE)])
+    retrying(con, lambda: _drop_staged(con), deadline_s=deadline_s, what="purge")
+    _step(con, deadline_s, f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
+    _step(con, deadline_s, f"SELECT * FROM ducklake_rewrite_data_files('{LAKE}', delete_threshold => 0)")
+    _step(con, deadline_s, f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
+    return covered
+
+
+def _drop_staged(con: duckdb.DuckDBPyConnection) -> None:
+    """The vectors a stopped ``dimple reembed`` staged for memories forgotten
+    since (``reembedded``): deleted, so the rewrite erases them with the
+    memories (a forget does not touch the table: the erase is its one reader)."""
+    con.execute("BEGIN TRANSACTION")
+    con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'compaction')")
+    con.execute("DELETE FROM reembedded WHERE id NOT IN (SELECT id FROM memories)")
+    con.execute("COMMIT")
+
+
+def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, *, covered: int, keep: int,
+        deadline_s: float) -> Purged:
+    """Steps 3-5, after ``rewrite``: every snapshot before ``keep`` (one taken
+    after the rewrite) expired, the files only they read and files no commit
+    lists deleted, the catalog database vacuumed; then the forgets up to
+    ``covered`` are marked erased (last: a vacuum that failed leaves them due,
+    so the next compaction erases again)."""
+    # by id, not by time: ``older_than`` the kept one's time expires that one too, and a
+    # snapshot stamped by a host whose clock runs ahead would escape it
+    older = [int(r[0]) for r in con.execute(f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') "
+                                            "WHERE snapshot_id < ? ORDER BY 1", [keep]).fetchall()]
+    expired = 0
+    for i in range(0, len(older), EXPIRE_BATCH):
+        expired += _step(con, deadline_s, f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', versions => ?)",
+                         [older[i:i + EXPIRE_BATCH]])
+    deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
+    deleted += _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
+                                      "older_than => now() - ?::INTERVAL)", [timedelta_text(ORPHAN_AGE)])
     vacuum_catalog(catalog, extensions_dir)
-    # marked done last: a vacuum that failed leaves the forgets due, so the next compaction erases again
     retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
 
 
 def head_seq(con: duckdb.DuckDBPyConnection) -> int:
     """``write_head``'s seq: every write committed so far has one at most this."""
-    row = con.execute("SELECT max(seq) FROM write_head").fetchone()
+    row = one(con.execute("SELECT max(seq) FROM write_head"))
     return int(row[0]) if row and row[0] is not None else 0
 
 
@@ -105,7 +147,7 @@ def _erased(con: duckdb.DuckDBPyConnection, covered: int) -> None:
 
 def oldest_forget(con: duckdb.DuckDBPyConnection) -> datetime | None:
     """When the oldest forget not yet erased was committed (naive UTC), or None."""
-    row = con.execute("SELECT min(forgotten_at) FROM forgets").fetchone()
+    row = one(con.execute("SELECT min(forgotten_at) FROM forgets"))
     return row[0] if row else None
 
 
@@ -143,30 +185,51 @@ def vacuum_catalog(catalog: Catalog, extensions_dir: Path) -> None:
     deleted row's bytes otherwise stay in a free page (SQLite) or a dead tuple
     (PostgreSQL) until reused."""
     if catalog.kind == "sqlite":
-        try:
-            _vacuum_sqlite(catalog)
-        except sqlite3.Error as exc:  # e.g. still locked by a reader after LOCK_WAIT
-            raise StoreError(f"store.catalog: {catalog.target} could not be vacuumed ({exc}); "
-                             "the erase runs again at the next compaction") from None
+        _vacuum_sqlite(catalog)
         return
     _vacuum_postgres(catalog, extensions_dir)
 
 
+# Run in a process of its own: SQLite's locks on the catalog are POSIX record
+# locks, which belong to the process, and this process's DuckDB holds the
+# catalog open through its own copy of SQLite (the sqlite extension). Python's
+# sqlite3 in this process would take the WAL's shared memory for unused (the
+# other copy's locks are this process's own), reset it under DuckDB's mapping
+# (a SIGBUS at DuckDB's next catalog read, seen once in the test suite), empty
+# the WAL under this process's readers, and on closing drop the other copy's
+# locks. Exit 3: the WAL could not be emptied within the wait.
+_VACUUM_SCRIPT = """
+import sqlite3, sys, time
+path, wait = sys.argv[1], float(sys.argv[2])
+try:
+    db = sqlite3.connect(path, timeout=wait)
+    db.execute("VACUUM")
+    # the WAL holds the old pages too; a reader in the middle of a read keeps
+    # the checkpoint from truncating it (busy = 1): wait for it
+    deadline = time.monotonic() + wait
+    while (db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone() or (1,))[0]:
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.05)
+    db.close()
+except sqlite3.Error as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(2)
+"""
+
+
 def _vacuum_sqlite(catalog: Catalog) -> None:
-    """SQLite: VACUUM, then empty the WAL (it holds the old pages too)."""
-    db = sqlite3.connect(catalog.target, timeout=LOCK_WAIT.total_seconds())
-    try:
-        db.execute("VACUUM")
-        # the WAL holds the old pages too; a reader in the middle of a read
-        # keeps the checkpoint from truncating it (busy = 1): wait for it
-        deadline = time.monotonic() + LOCK_WAIT.total_seconds()
-        while (db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone() or (1,))[0]:
-            if time.monotonic() > deadline:
-                raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in "
-                                 f"{LOCK_WAIT.total_seconds():.0f} s (a reader held it); erase again")
-            time.sleep(0.05)
-    finally:
-        db.close()
+    """SQLite: VACUUM, then empty the WAL, in a child process (``_VACUUM_SCRIPT``)."""
+    wait = LOCK_WAIT.total_seconds()
+    done = subprocess.run([sys.executable, "-c", _VACUUM_SCRIPT, catalog.target, str(wait)],
+                          capture_output=True, text=True, timeout=3 * wait + 60, check=False)
+    if done.returncode == 3:
+        raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in {wait:.0f} s "
+                         "(a reader held it); erase again")
+    if done.returncode != 0:  # e.g. still locked by a writer after LOCK_WAIT
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit code {done.returncode}"
+        raise StoreError(f"store.catalog: {catalog.target} could not be vacuumed ({reason}); "
+                         "the erase runs again at the next compaction")
 
 
 def _vacuum_postgres(catalog: Catalog, extensions_dir: Path) -> None:

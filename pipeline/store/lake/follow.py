@@ -23,18 +23,31 @@ recording a base commits a snapshot) opens it **in the background**, its
 vector index and postings too as far as the old base had them, while queries
 go on from the old base extended by the changes; the next poll after the
 load merges the changes since the new base over it and puts it in use.
+
+A base's vector index and postings are memory-mapped from this host's cache
+(``<data dir>/cache/<base name>/``, ``pipeline.store.hostcache``): the first
+process of the host to need them writes them there, every other one maps the
+same files. A process that puts a base in use deletes the cache folders of
+the bases older than it that ``indexes`` no longer lists (compaction dropped
+them); another process still reading one keeps its mapped pages (POSIX).
+
+A base file listed but gone when opened (another host's compaction dropped
+it, after listing a newer one) is not an error: the listing is read again
+and the newer base taken.
 """
 
 from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import logging
 import os
 import re
 import threading
 import time
 import weakref
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -43,13 +56,13 @@ import numpy as np
 
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
-from pipeline.store import segments
+from pipeline.store import hostcache, segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
-from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach
-from pipeline.store.lake.commit import index_message, only_audit_since, retrying, snapshot_of_write
-from pipeline.store.lake.derive import SNAPSHOT_KEY, base_snapshot, build_base, deltas_since, open_view
-from pipeline.store.lake.records import Committed, LakeWrite
+from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach, one
+from pipeline.store.lake.commit import index_message, only_audit_since, retrying
+from pipeline.store.lake.derive import SNAPSHOT_KEY, base_snapshot, build_base, deltas_of, deltas_since, open_view
+from pipeline.store.lake.records import Committed, LakeWrite, SnapshotWrite
 from pipeline.store.lake.store import Lake
 from pipeline.store.overlay import Delta
 from pipeline.store.reader import Reader, Snapshot
@@ -57,6 +70,10 @@ from pipeline.store.reader import Reader, Snapshot
 log = logging.getLogger("dimple.lake")
 
 _BASE = re.compile(r"base-(\d+)\.duckdb")
+_CACHED = re.compile(r"base-(\d+)")
+# How many times a base file listed but gone when opened sends the follower
+# back to the listing before that is an error.
+_GONE_TRIES = 3
 
 
 def index_dir(settings: Settings) -> Path:
@@ -68,6 +85,12 @@ def index_dir(settings: Settings) -> Path:
         raise StoreError(f"store.index_path: {path} is inside the lake's data path {data_path} (the lake's "
                          "clean-up deletes files there that no snapshot lists): choose a folder outside it")
     return path
+
+
+def cache_dir(settings: Settings) -> Path:
+    """This host's cache of the bases' arrays (``pipeline.store.hostcache``):
+    ``<data dir>/cache``, one folder per base file, named as its stem."""
+    return settings.data_dir / "cache"
 
 
 def base_file(settings: Settings, snapshot: int) -> Path:
@@ -102,20 +125,23 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
     """List the base file ``path`` (under the index path) for ``snapshot`` in
     ``indexes`` (one transaction); the snapshot that lists it. ``write_id``:
     the write whose base it is (a replay of it answers this snapshot:
-    ``commit.snapshot_of_write``)."""
+    ``commit.snapshot_of_write``). A base another builder listed first (a
+    reader, a compaction) is listed again under ``write_id``, so that the
+    write and its replay answer the same snapshot (``listed`` reads one file
+    per snapshot however many rows name it)."""
     name = path.name
 
     def once() -> int:
         con = lake.con
         con.execute("BEGIN TRANSACTION")
-        held = con.execute("SELECT count(*) FROM indexes WHERE snapshot = ? AND path = ?", [snapshot, name]).fetchone()
-        if held and held[0]:
+        held = one(con.execute("SELECT count(*) FROM indexes WHERE snapshot = ? AND path = ?", [snapshot, name]))
+        if held and held[0] and write_id is None:
             con.execute("ROLLBACK")
             return lake.latest_snapshot()
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [index_message(write_id)])
         con.execute("INSERT INTO indexes VALUES (?, ?, ?, ?)", [snapshot, name, utcnow(), settings_digest(lake.settings)])
         con.execute("COMMIT")
-        row = con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')").fetchone()
+        row = one(con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')"))
         return int(row[0]) if row and row[0] is not None else lake.latest_snapshot()
 
     what = f"recording the base of snapshot {snapshot}"
@@ -129,13 +155,46 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
 AS_OF_SETTLED = timedelta(seconds=10)
 
 
+
+def sweep_cache(lake: Lake, settings: Settings, *, newer_than: int | None = None,
+                listing: dict[int, Path] | None = None) -> list[str]:
+    """Delete this host's cache folders of the bases ``indexes`` no longer
+    lists (compaction dropped them: after an erase they hold erased memories'
+    vectors and terms), keeping those of bases after ``newer_than`` (one being
+    built and listed now); a process still reading a deleted one keeps its
+    mapped pages. Run by a process putting a base in use, by the compaction
+    that dropped them, and by every ingest worker's upkeep check, so a host's
+    folders go within the erase bound however quiet its search processes are.
+    The names deleted; never an error (the cache is this host's economy)."""
+    root = cache_dir(settings)
+    if not root.is_dir():
+        return []
+    held = set(listed(lake) if listing is None else listing)  # ``listing``: ``listed`` as the caller just read it
+
+    def keep(name: str) -> bool:
+        m = _CACHED.fullmatch(name)
+        return m is None or int(m.group(1)) in held or (newer_than is not None and int(m.group(1)) >= newer_than)
+
+    try:
+        gone = hostcache.sweep(root, keep)
+    except OSError as exc:
+        log.warning("could not clear the host cache %s: %s", root, exc)
+        return []
+    if gone:
+        log.info("host cache: deleted %s (bases compaction dropped)", ", ".join(gone))
+    return gone
+
+
 class Follower:
     """The lake side of one process's ``Reader``: its open ``Lake`` (one
-    connection, used under ``lock``) and when it last asked for the latest snapshot."""
+    connection, used under ``lock``) and when it last asked for the latest snapshot.
+    ``host_cache``: the bases' arrays are memory-mapped from this host's
+    cache (``cache_dir``); False: read into this process (a benchmark's baseline)."""
 
-    def __init__(self, settings: Settings, *, memory_limit: str | None = None):
+    def __init__(self, settings: Settings, *, memory_limit: str | None = None, host_cache: bool = True):
         self.settings = settings
         self.memory_limit = memory_limit
+        self.cache_root = cache_dir(settings) if host_cache else None
         self.lock = threading.RLock()
         self._lake: Lake | None = None
         self._attached: tuple[duckdb.DuckDBPyConnection, Catalog, Path] | None = None
@@ -147,6 +206,7 @@ class Follower:
         self._loading: threading.Thread | None = None  # a newer base being opened in the background
         self._loading_at = -1  # the snapshot of the base it opens
         self._pending: tuple[int, Snapshot] | None = None  # (its snapshot, it) once opened
+        self._own: SnapshotWrite | None = None  # the last write this process committed, as its changes read
         self._closed = False
         self._erase_checked = float("-inf")  # when erase_due last found none due
         self._oldest, self._oldest_asked = 0, float("-inf")  # the oldest snapshot held, when asked (readable)
@@ -195,6 +255,13 @@ class Follower:
                     return swapped
             if current is not None and (current.version == latest or self._quiet == (current.version, latest)):
                 return current  # recording a base commits a snapshot: none is new
+            own = self._own
+            if own is not None and current is not None and current.store is not None and \
+                    own.snapshot == latest == current.version + 1:
+                # the one new snapshot is this process's own write: the view is extended by
+                # the write itself, as ``changes_since`` would read it back (``own_write``)
+                return current.extend(latest, deltas_of([own], current.router(), self.settings,
+                                                        lake.info.embedding_dim))
             if current is not None and current.store is not None:
                 if only_audit_since(lake.con, current.version, latest):
                     # audit rows only (every query's row commits one on this engine):
@@ -224,11 +291,11 @@ class Follower:
             return
         assert current._uses is not None
         index_wanted, postings_wanted = current._index is not None, current._uses.postings_loaded
-        memory_limit = self.memory_limit
+        memory_limit, cache = self.memory_limit, self._cache(path)
 
         def run() -> None:
             try:
-                snap = Snapshot.open(path, 0, base=str(path), memory_limit=memory_limit)
+                snap = Snapshot.open(path, 0, base=str(path), memory_limit=memory_limit, cache=cache)
                 try:
                     assert snap.store is not None
                     if base_snapshot(snap.store) != snapshot:
@@ -271,7 +338,7 @@ class Follower:
         except BaseException:
             snap.close()
             return None
-        self._base_at = snapshot
+        self._in_use(lake, snapshot)
         return view
 
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -281,19 +348,58 @@ class Follower:
             thread.join(timeout)
 
     def _load(self, lake: Lake, latest: int) -> Snapshot | None:
-        held = {b: p for b, p in listed(lake).items() if b <= latest}
-        for snapshot in sorted(held, reverse=True)[:1]:
+        """The newest listed base with the snapshots up to ``latest`` merged
+        (a base built at ``latest`` when none is listed or its snapshot
+        expired); None while nothing is remembered."""
+        held: dict[int, Path] = {}
+        listing: dict[int, Path] = {}
+        for _ in range(_GONE_TRIES):
+            listing = listed(lake)
+            held = {b: p for b, p in listing.items() if b <= latest}
+            if not held:
+                break
+            snapshot = max(held)
             try:
-                view = open_view(lake, held[snapshot], self.settings, until=latest, memory_limit=self.memory_limit)
-            except StoreError:
-                break  # its snapshot expired from the lake: build one at the latest
-            self._base_at = snapshot
+                view = self._open(lake, held[snapshot], latest)
+            except (StoreError, FileNotFoundError):
+                if held[snapshot].exists():
+                    break  # its snapshot expired from the lake: build one at the latest
+                latest = max(latest, lake.latest_snapshot())  # gone since listed: the newer base is listed
+                continue
+            self._in_use(lake, snapshot, listing)
             return view
+        else:
+            raise _gone(self.settings)
         if not held and lake.count(at=latest) == 0:
             return None  # nothing remembered yet
-        view = open_view(lake, self.build(latest), self.settings, until=latest, memory_limit=self.memory_limit)
-        self._base_at = latest
+        view = self._open(lake, self.build(latest), latest)
+        self._in_use(lake, latest, listing)
         return view
+
+    def _open(self, lake: Lake, base: Path, until: int) -> Snapshot:
+        return open_view(lake, base, self.settings, until=until, memory_limit=self.memory_limit,
+                         cache=self._cache(base))
+
+    def _cache(self, base: Path) -> Path | None:
+        """The folder of the base file ``base`` in this host's cache (None: no cache)."""
+        return self.cache_root / base.stem if self.cache_root is not None else None
+
+    def _in_use(self, lake: Lake, snapshot: int, listing: dict[int, Path] | None = None) -> None:
+        """The base of ``snapshot`` is the one this process reads: the host
+        cache's folders of older bases that ``indexes`` no longer lists are
+        deleted (a process still reading one keeps its mapped pages).
+        ``listing``: ``listed`` as just read (a base listed since is newer, kept anyway)."""
+        self._base_at = snapshot
+        sweep_cache(lake, self.settings, newer_than=snapshot, listing=listing)
+
+    def clear_cache(self) -> list[str]:
+        """``sweep_cache`` for this process (the upkeep check's, once a minute):
+        the folders of bases no longer listed, this process's own kept."""
+        with self.lock:
+            lake = self.lake()
+            if lake is None:
+                return []
+            return sweep_cache(lake, self.settings, newer_than=self._base_at if self._base_at >= 0 else None)
 
     def view_at(self, snapshot: int) -> Snapshot:
         """The store as it was at ``snapshot`` (``as_of``), memories forgotten
@@ -310,14 +416,24 @@ class Follower:
             if not self.readable(snapshot):
                 raise InputError("as_of", f"snapshot {snapshot} can no longer be read: the lake's oldest is "
                                           f"{self._oldest} (store.retain, or an erase since)")
-            held = {b: p for b, p in listed(lake).items() if b <= snapshot}
             dim = lake.info.embedding_dim
+            for _ in range(_GONE_TRIES):
+                held = {b: p for b, p in listed(lake).items() if b <= snapshot}
+                base = held[max(held)] if held else None
+                try:
+                    view = self._open(lake, base if base is not None else self.build(snapshot), snapshot)
+                except (StoreError, FileNotFoundError) as exc:
+                    if base is not None and not base.exists():
+                        continue  # dropped since listed (another host's compaction): the listing again
+                    raise InputError("as_of", f"snapshot {snapshot} can no longer be read: {exc}") from None
+                break
+            else:
+                raise _gone(self.settings)
             try:
-                base = held[max(held)] if held else self.build(snapshot)
-                view = open_view(lake, base, self.settings, until=snapshot, memory_limit=self.memory_limit)
                 forgotten = sorted({i for done in lake.changes_since(snapshot, latest).writes(dim)
                                     for i in done.forgotten})
             except StoreError as exc:
+                view.close()
                 raise InputError("as_of", f"snapshot {snapshot} can no longer be read: {exc}") from None
             if not forgotten:
                 return view
@@ -404,7 +520,7 @@ class Follower:
                 lake = self.lake()
                 if lake is None:
                     return False
-                row = lake.con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{LAKE}')").fetchone()
+                row = one(lake.con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{LAKE}')"))
                 self._oldest = int(row[0]) if row and row[0] is not None else 0
                 self._oldest_asked = now
         return snapshot >= self._oldest
@@ -430,9 +546,7 @@ class Follower:
         """The snapshot of the write ``write_id`` when the lake holds it (a redelivered message), else None."""
         with self.lock:
             lake = self.lake()
-            if lake is None or not lake.written(write_id):
-                return None
-            return snapshot_of_write(lake.con, write_id)
+            return None if lake is None else lake.written(write_id)
 
     def commit(self, write: LakeWrite, embedding_dim: int | None) -> Committed:
         """``write`` as one catalog transaction; this process's next read reaches its snapshot."""
@@ -442,6 +556,7 @@ class Follower:
                 raise StoreError("the lake has no record tables and the write carries no embeddings to create them")
             done = lake.commit(write)
             self._wanted = max(self._wanted, done.snapshot)
+            self._own = None if done.replayed else own_write(write, done.snapshot)
             return done
 
     def close(self) -> None:
@@ -456,6 +571,27 @@ class Follower:
             elif self._attached is not None:
                 self._attached[0].close()
             self._lake = self._attached = None
+
+
+def own_write(write: LakeWrite, snapshot: int) -> SnapshotWrite | None:
+    """What ``Changes.writes`` reads back of ``write``, committed as ``snapshot``,
+    without reading it: the memories it remembered, sorted by id, with their
+    topics, concepts and edges sorted and their metadata through JSON as the
+    lake keeps it (``LakeMemory.metadata_json``). A replacement's deleted
+    rows are its own memories' (it forgets none). None for a write that
+    forgets: which edges of other memories it cut is known only to the lake."""
+    if write.forget or not write.remember:
+        return None
+    remembered = [replace(m, topics=sorted(m.topics), concepts=sorted(m.concepts), edges=sorted(m.edges),
+                          metadata=None if m.metadata_json is None else json.loads(m.metadata_json))
+                  for m in sorted(write.remember, key=lambda m: m.id)]
+    return SnapshotWrite(snapshot, remembered)
+
+
+def _gone(settings: Settings) -> StoreError:
+    return StoreError(f"store.index_path: the base files the lake's indexes list in {index_dir(settings)} were "
+                      f"gone each of {_GONE_TRIES} times this process opened one (dropped as listed): is that folder "
+                      "the one every host and compaction uses?")
 
 
 # DuckDB aborts the process when it exits while a thread is inside a query:

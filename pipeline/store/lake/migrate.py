@@ -19,6 +19,16 @@ already there is a replay, applied once). Then it builds the lake's first
 base at the last batch's snapshot (as the lake's first write does: the first
 search does not wait for it) and writes ``MIGRATED`` in the data dir.
 
+A segment store written after its migrate (someone ran with the segment
+engine again) is refused on open as one never migrated is; ``migrate`` then
+copies what changed since: each memory copied is kept as a digest of its
+record and embedding (``DIGESTS``), and only memories new or changed since,
+and the forgets, are committed (write ids of the new state: resumable too).
+A memory the lake engine wrote meanwhile stays, unless the segment store
+wrote the same id (the segment store's write is copied over it). At its end
+``migrate`` reads the manifest again: a store that moved during the copy (a
+writer that did not take its locks) is refused, and no marker is written.
+
 Nothing of the segment store is deleted: ``MANIFEST``, ``segments/`` and the
 lock files stay until the operator removes them (``segments.STORE_FILES``).
 Forgotten memories are not carried over: the reader does not return them,
@@ -43,6 +53,7 @@ from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.database import utcnow
 from pipeline.store.ingest import MemoryRecord
+from pipeline.store.lake.catalog import one
 from pipeline.store.lake.commit import snapshot_of_write
 from pipeline.store.lake.follow import Follower
 from pipeline.store.lake.records import LakeMemory, LakeWrite
@@ -55,6 +66,10 @@ from pipeline.store.writes import get
 # is 1,000 commits.
 BATCH_SIZE = 1000
 MARKER_FORMAT = 1
+# Beside MIGRATED: each memory a migrate copied, as a digest of its record and
+# embedding, so that a migrate of a segment store written since copies only
+# what changed (read by migrate only; never by an open).
+DIGESTS = "MIGRATED.digests"
 
 
 @dataclass
@@ -73,13 +88,13 @@ class Marker:
 
     @classmethod
     def read(cls, data_dir: Path) -> Marker | None:
+        data = segments.migrated(data_dir)
+        if data is None:
+            return None
         try:
-            data = json.loads((data_dir / segments.MIGRATED).read_text(encoding="utf-8"))
             if data.get("format") != MARKER_FORMAT:
                 raise ValueError(f"format {data.get('format')!r}")
             return cls(**data)
-        except FileNotFoundError:
-            return None
         except (ValueError, TypeError) as exc:
             raise StoreError(f"{data_dir / segments.MIGRATED} is not a migrate marker this dimple reads: "
                              f"{exc}") from None
@@ -117,6 +132,9 @@ class MigrateReport:
     segment_version: int = 0
     base: str | None = None  # the base built at ``snapshot`` (None: no memories)
     already: bool = False  # the data dir was migrated before: nothing done
+    caught_up: bool = False  # the segment store was written after its migrate: only what changed was copied
+    changed: int = 0  # memories written to the lake (new or replaced since the last migrate, when caught up)
+    forgotten: int = 0  # memories forgotten in the segment store since the last migrate, forgotten in the lake
     marker: Marker | None = None
 
 
@@ -134,12 +152,14 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
             on_batch: Callable[[BatchDone], None] | None = None) -> MigrateReport:
     """Copy the live memories of ``settings.data_dir``'s segment store into the
     lake ``settings`` name (``store.catalog``, ``store.data_path``), resuming a
-    migrate that stopped; then mark the data dir migrated. ``on_batch`` is told
-    of each batch committed (progress; a test stops the run there).
+    migrate that stopped; then mark the data dir migrated. A segment store
+    written after its migrate is caught up: only the memories that changed
+    since (new, replaced, forgotten; ``DIGESTS``) are written. ``on_batch`` is
+    told of each batch committed (progress; a test stops the run there).
 
     Refused (``StoreError``): ``store.engine`` is not ``lake``; no segment store
     in the data dir; the lake already holds memories it did not get from this
-    migrate; the segment store changed since a migrate began or finished. A
+    migrate (a first migrate); the segment store moved while it was copied. A
     second run over an unchanged, migrated store does nothing (``already``)."""
     t0 = time.perf_counter()
     data_dir = settings.data_dir
@@ -161,13 +181,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
             if manifest is None or snap is None:
                 raise StoreError(f"nothing to migrate: no segment store in {data_dir}")
             done = Marker.read(data_dir)
-            if done is not None:
-                if (done.segment_version, done.segment_base) != (manifest.version, manifest.base):
-                    raise StoreError(
-                        f"the segment store in {data_dir} changed after it was migrated (version "
-                        f"{done.segment_version} then, {manifest.version} now): those writes are not in the lake. "
-                        f"Start again into an empty lake (remove {data_dir / segments.MIGRATED} and the lake: "
-                        f"store.catalog, store.data_path), or remove the segment store if they do not matter")
+            if done is not None and (done.segment_version, done.segment_base) == (manifest.version, manifest.base):
                 return MigrateReport(memories=done.memories, batches=done.batches, snapshot=done.snapshot,
                                      segment_version=done.segment_version, already=True, marker=done,
                                      seconds=time.perf_counter() - t0)
@@ -185,31 +199,47 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                 model = configured
             state = _state(manifest)
             with Lake.open(settings, embedding_model=model, embedding_dim=dim) as lake:
-                size, committed = _resumable(lake, state, batch_size, data_dir)
-                chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+                if done is None:
+                    size, committed = _resumable(lake, state, batch_size, data_dir)
+                    before: dict[str, str] | None = None
+                else:  # written after its migrate: what changed since goes
+                    size, committed = _ours(lake, state, batch_size)
+                    before = _digests_then(data_dir, done, lake)
+                digests: dict[str, str] = {}
+                if before is None:  # every memory, digested as its batch is copied
+                    todo, gone = ids, []
+                else:  # a first pass digests every memory; the batches below copy the changed ones
+                    for i in range(0, len(ids), size):
+                        digests.update((m, _digest(r, v)) for m, r, v in _read(settings, reader, snap, ids[i:i + size]))
+                    todo = [m for m in ids if before.get(m) != digests[m]]
+                    gone = sorted(set(before) - set(ids))
+                chunks = [todo[i:i + size] for i in range(0, len(todo), size)] or ([[]] if gone else [])
                 report = MigrateReport(memories=len(ids), batches=len(chunks), batch_size=size,
-                                       segment_version=manifest.version)
+                                       segment_version=manifest.version, caught_up=before is not None,
+                                       changed=len(todo), forgotten=len(gone))
                 last = None
                 for index, chunk in enumerate(chunks, start=1):
                     wid = write_id(state, size, index)
                     last = wid
+                    if wid in committed and before is not None:
+                        report.resumed += 1
+                        continue
+                    got = _read(settings, reader, snap, chunk)
+                    if before is None:
+                        digests.update((m, _digest(r, v)) for m, r, v in got)
                     if wid in committed:
                         report.resumed += 1
                         continue
-                    records = [MemoryRecord.model_validate(r) for r in get(settings, chunk, reader)]
-                    if [r.id for r in records] != chunk:
-                        raise StoreError(f"the segment store in {data_dir} changed while it was read")
-                    vectors = _embeddings(snap, chunk)
                     now = utcnow()
-                    write = LakeWrite([LakeMemory.from_record(r, vectors[i], now) for i, r in enumerate(records)],
-                                      write_id=wid)
+                    write = LakeWrite([LakeMemory.from_record(r, v, now) for _, r, v in got],
+                                      forget=gone if index == len(chunks) else [], write_id=wid)
                     result = lake.commit(write)
                     if on_batch is not None:
                         on_batch(BatchDone(index, len(chunks), len(chunk), result.snapshot, result.attempts))
                 if last is not None:
                     report.snapshot = snapshot_of_write(lake.con, last)
                     held = lake.count(at=report.snapshot)
-                    if held != len(ids):
+                    if before is None and held != len(ids):
                         raise StoreError(f"the lake holds {held} memories at snapshot {report.snapshot}, not the "
                                          f"{len(ids)} of the segment store: another process wrote to it meanwhile")
                 else:
@@ -218,7 +248,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
             # the segment store's vector index is no longer needed: the base build reads the lake whole
             reader.close()
             del snap
-            if ids:
+            if ids and before is None:
                 follower = Follower(settings)
                 try:
                     # the base's listing is a snapshot of its own: the migrate's version, as the
@@ -227,6 +257,13 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                     report.base = str(base)
                 finally:
                     follower.close()
+            moved = segments.read_manifest(data_dir)
+            if moved is None or _state(moved) != state:
+                # a writer that did not take the store's locks (another host, where flock does not reach)
+                raise StoreError(f"the segment store in {data_dir} moved while it was copied (version "
+                                 f"{manifest.version} then, {moved.version if moved else None} now): run "
+                                 "'dimple migrate' again to copy what changed")
+            _write_digests(data_dir, manifest.version, digests)
             report.marker = Marker(segment_version=manifest.version, segment_base=manifest.base,
                                    snapshot=report.snapshot, memories=len(ids), batches=len(chunks), catalog=catalog,
                                    data_path=data_path, migrated_at=utcnow().isoformat() + "Z")
@@ -237,6 +274,64 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
     return report
 
 
+def _read(settings: Settings, reader: Reader, snap: Snapshot,
+          ids: list[str]) -> list[tuple[str, MemoryRecord, np.ndarray]]:
+    """The live memories ``ids`` (sorted): id, record and stored embedding (as ``reembed`` reads them)."""
+    if not ids:
+        return []  # a catch-up that only forgets
+    got = [MemoryRecord.model_validate(r) for r in get(settings, ids, reader)]
+    if [r.id for r in got] != ids:
+        raise StoreError(f"the segment store in {settings.data_dir} changed while it was read")
+    return list(zip(ids, got, _embeddings(snap, ids), strict=True))
+
+
+def _digest(record: MemoryRecord, vector: np.ndarray) -> str:
+    """What a memory was when copied: its record and embedding's bytes, hashed."""
+    h = hashlib.blake2b(digest_size=12)
+    h.update(json.dumps(record.model_dump(mode="json"), sort_keys=True).encode())
+    h.update(np.ascontiguousarray(vector, dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def _write_digests(data_dir: Path, version: int, digests: dict[str, str]) -> None:
+    """``DIGESTS``: each memory copied, as it was (written whole before the marker names the version)."""
+    tmp = data_dir / f"{DIGESTS}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"segment_version": version, "digests": digests}, fh, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, data_dir / DIGESTS)
+    segments.fsync_dir(data_dir)
+
+
+def _digests_then(data_dir: Path, done: Marker, lake: Lake) -> dict[str, str]:
+    """The memories the last migrate copied, by digest: ``DIGESTS`` when it is
+    that migrate's, else (a marker written before it was kept) the lake as the
+    migrate left it, at the marker's snapshot."""
+    try:
+        data = json.loads((data_dir / DIGESTS).read_text(encoding="utf-8"))
+        if data.get("segment_version") == done.segment_version:
+            return dict(data["digests"])
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{data_dir / DIGESTS} is not what 'dimple migrate' wrote: {exc}") from None
+    try:
+        return {m.id: _digest(m.record(), m.embedding) for m in lake.read(at=done.snapshot)}
+    except InputError:
+        raise StoreError(f"the lake no longer holds snapshot {done.snapshot}, where the last migrate of {data_dir} "
+                         "left it (store.retain, or an erase since), and no record of what it copied: start again "
+                         f"into an empty lake (remove {data_dir / segments.MIGRATED} and the lake)") from None
+
+
+def _ours(lake: Lake, state: str, batch_size: int) -> tuple[int, set[str]]:
+    """The batch size and write ids of this catch-up the lake holds (one that stopped)."""
+    ours = [r[0] for r in lake.con.execute("SELECT write_id FROM writes WHERE starts_with(write_id, ?)",
+                                           [f"migrate-{state}-"]).fetchall()]
+    sizes = {int(w.split("-b", 1)[1].split("-", 1)[0]) for w in ours}
+    return (min(sizes) if sizes else batch_size), set(ours)
+
+
 def _resumable(lake: Lake, state: str, batch_size: int, data_dir: Path) -> tuple[int, set[str]]:
     """The batch size to use and the write ids of this migrate the lake holds
     (a run that stopped: its batches, at its batch size). Refused when the lake
@@ -245,8 +340,8 @@ def _resumable(lake: Lake, state: str, batch_size: int, data_dir: Path) -> tuple
                                            [f"migrate-{state}-"]).fetchall()]
     held = lake.count()
     if held:
-        others = lake.con.execute("SELECT count(*), min(write_id) FROM writes WHERE NOT starts_with(write_id, ?)",
-                                  [f"migrate-{state}-"]).fetchone() or (0, None)
+        others = one(lake.con.execute("SELECT count(*), min(write_id) FROM writes WHERE NOT starts_with(write_id, ?)",
+                                  [f"migrate-{state}-"])) or (0, None)
         if others[0] or not ours:
             earlier = " (an earlier migrate of this segment store at another version)" \
                 if others[1] is not None and str(others[1]).startswith("migrate-") else ""

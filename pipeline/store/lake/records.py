@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import ModelMismatchError
 from pipeline.store.ingest import MemoryRecord, _edges_of, content_hash, record_id
 
 # An embedding in the lake: float32, little-endian, as one BLOB.
@@ -30,6 +31,11 @@ def vectors_of(blobs: list[bytes], dim: int) -> np.ndarray:
     """The (n, dim) float32 matrix of ``n`` embedding BLOBs, in their order."""
     if not blobs:
         return np.zeros((0, dim), np.float32)
+    if any(len(b) != dim * _VECTOR.itemsize for b in blobs):
+        sizes = sorted({len(b) // _VECTOR.itemsize for b in blobs} - {dim})
+        raise ModelMismatchError("embedding_model", f"the lake's embeddings are {sizes[0]}-d, not the {dim}-d this "
+                                 "process opened it with: it was re-embedded since ('dimple reembed'); start this "
+                                 "process again with the model the lake records ('dimple stats')")
     return np.frombuffer(b"".join(blobs), dtype=_VECTOR).reshape(len(blobs), dim).astype(np.float32)
 
 
@@ -102,6 +108,13 @@ class LakeWrite:
     remember: list[LakeMemory] = field(default_factory=list)
     forget: list[str] = field(default_factory=list)
     write_id: str = field(default_factory=lambda: f"w-{uuid.uuid4().hex}")
+    # the model whose vectors ``remember`` carries: the commit refuses it when the
+    # lake records another (a ``dimple reembed`` committed since); None: not checked
+    embedding_model: str | None = None
+    # validated against a snapshot (``writes._write_lake``): the commit checks again
+    # that its links' targets are live. Off for a copy whose links may name a later
+    # batch's memories (``dimple migrate``) and for tests that write links as given.
+    validated: bool = False
 
     def __post_init__(self) -> None:
         ids = [m.id for m in self.remember]
@@ -109,6 +122,14 @@ class LakeWrite:
             raise ValueError("a write remembers each id once")
         if set(ids) & set(self.forget):
             raise ValueError("a write may not both remember and forget one id")
+
+    def link_targets(self) -> list[str]:
+        """The memories a ``validated`` write's links name outside the write
+        itself: the commit checks that each is still live (``commit.LinkTargetGone``)."""
+        if not self.validated:
+            return []
+        own = {m.id for m in self.remember}
+        return sorted({end for m in self.remember for src, dst, _ in m.edges for end in (src, dst)} - own)
 
 
 @dataclass

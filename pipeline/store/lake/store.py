@@ -15,10 +15,21 @@ import duckdb
 from pipeline.embedders import check_model
 from pipeline.errors import ModelMismatchError, StoreError
 from pipeline.settings import Settings
+from pipeline.store.database import latest_schema_version
 from pipeline.store.lake import commit as commits
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake import read as reads
-from pipeline.store.lake.catalog import Catalog, apply_schema, attach, extensions_dir
+from pipeline.store.lake.catalog import (
+    LAKE,
+    SCHEMA_PACKAGE,
+    Catalog,
+    apply_schema,
+    attach,
+    extensions_dir,
+    meta_rows,
+    one,
+    schema_version,
+)
 from pipeline.store.lake.records import Changes, Committed, LakeMemory, LakeWrite
 
 
@@ -27,6 +38,29 @@ class LakeInfo:
     schema_version: int
     embedding_model: str
     embedding_dim: int
+
+
+def recorded(con: duckdb.DuckDBPyConnection, at: reads.At = None) -> LakeInfo:
+    """What ``lake_meta`` records at ``at`` (the latest when None): the schema
+    version (one row per migration applied), the embedding model and dimension."""
+    clause, params = reads._at(at)
+    return _info(reads._run(con, f"SELECT key, value FROM lake_meta{clause}", params))
+
+
+def _info(rows: list[tuple[str, str]]) -> LakeInfo:
+    meta = dict(rows)
+    return LakeInfo(schema_version(rows), meta["embedding_model"], int(meta["embedding_dim"]))
+
+
+def _current(con: duckdb.DuckDBPyConnection, embedding_model: str | None, embedding_dim: int | None) -> LakeInfo:
+    """What ``lake_meta`` records, its schema first brought up to date: one
+    read when it is current (a process opening a lake it wrote before)."""
+    rows = meta_rows(con)
+    version = schema_version(rows)
+    if rows is None or version < latest_schema_version(SCHEMA_PACKAGE):
+        apply_schema(con, embedding_model, embedding_dim, version)
+        rows = meta_rows(con)
+    return _info(rows or [])
 
 
 class Lake:
@@ -50,10 +84,8 @@ class Lake:
         (a reader holds one while the lake has no tables: ``NoLake``)."""
         con, catalog, data_path = attached or attach(settings)
         try:
-            commits.retrying(con, lambda: apply_schema(con, embedding_model, embedding_dim),
-                             deadline_s=settings.write_wait_s, what="creating the lake's tables")
-            meta = dict(con.execute("SELECT key, value FROM lake_meta").fetchall())
-            info = LakeInfo(int(meta["schema_version"]), meta["embedding_model"], int(meta["embedding_dim"]))
+            info, _ = commits.retrying(con, lambda: _current(con, embedding_model, embedding_dim),
+                                       deadline_s=settings.write_wait_s, what="creating the lake's tables")
         except BaseException:
             if attached is None:
                 con.close()
@@ -106,15 +138,64 @@ class Lake:
         return reads.snapshot_at(self.con, at)
 
     def changes_since(self, snapshot: int, until: int | None = None) -> Changes:
-        return reads.changes_since(self.con, snapshot, until)
+        """What changed after ``snapshot``. ``StoreError`` when a ``dimple reembed``
+        committed in between (``info`` then brought up to date): the changes'
+        vectors are another model's than the caller's base, which it loads anew
+        (``Follower.follow`` does, as for an expired snapshot)."""
+        changes = reads.changes_since(self.con, snapshot, until)
+        if self._reembedded(changes):
+            raise StoreError(f"the lake was re-embedded with {self.info.embedding_model!r} "
+                             f"({self.info.embedding_dim}-d) after snapshot {snapshot}: read a base of it")
+        return changes
+
+    def _reembedded(self, changes: Changes) -> bool:
+        """Whether ``changes`` hold a re-embedding: a memory written again with
+        the same content and another vector, or a vector of another size (no
+        write does either: an unchanged content keeps its vector), and a
+        snapshot among them is a re-embedding's commit (``REEMBED_MESSAGE``).
+        One catalog read, only when the changes look so."""
+        memories = changes.tables.get("memories")
+        if memories is None or not memories.inserted:
+            return False
+        size = self.info.embedding_dim * 4
+        before = {(row["id"], row["content_hash"]): row["embedding"] for _, row in memories.deleted}
+        if not any(len(row["embedding"]) != size or before.get((row["id"], row["content_hash"]),
+                                                               row["embedding"]) != row["embedding"]
+                   for _, row in memories.inserted):
+            return False
+        row = one(self.con.execute(
+            f"SELECT count(*) FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id > ? AND snapshot_id <= ? "
+            "AND starts_with(coalesce(commit_message, ''), ?)",
+            [changes.since, changes.until, f"{commits.REEMBED_MESSAGE} "]))
+        if not row or not row[0]:
+            return False
+        self.info = recorded(self.con)
+        return True
 
     def read(self, at: reads.At = None, ids: list[str] | None = None) -> list[LakeMemory]:
+        """The memories at ``at``, all or those among ``ids``. A whole snapshot
+        (a base is built from it) is read by the model the lake records now
+        (``info`` brought up to date: a ``dimple reembed`` since this process
+        opened the lake), and refused (``StoreError``) when its vectors are
+        another model's (a snapshot before a re-embedding)."""
+        if ids is None:
+            self.info = recorded(self.con)
+            then = self.info if at is None else recorded(self.con, at)
+            if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model, self.info.embedding_dim):
+                raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
+                                 f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
+                                 f"{self.info.embedding_model!r}")
         return reads.read_memories(self.con, self.info.embedding_dim, at, ids)
 
     def count(self, at: reads.At = None) -> int:
         return reads.count(self.con, at)
 
-    def written(self, write_id: str) -> bool:
-        """Whether a write with this id has been committed."""
-        row = self.con.execute("SELECT count(*) FROM writes WHERE write_id = ?", [write_id]).fetchone()
-        return bool(row and row[0])
+    def written(self, write_id: str) -> int | None:
+        """The snapshot of the write ``write_id`` (a message delivered again:
+        its commit's, or the latest when that has expired), else None. The
+        ``writes`` table decides, not the snapshots' commit messages: after an
+        erase or ``store.retain`` those are gone, and a redelivered write
+        would be validated again (a link to a memory forgotten since refused)
+        and re-embedded before the commit's own check."""
+        row = one(self.con.execute("SELECT count(*) FROM writes WHERE write_id = ?", [write_id]))
+        return commits.snapshot_of_write(self.con, write_id) if row and row[0] else None

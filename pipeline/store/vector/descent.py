@@ -200,7 +200,14 @@ def compile_kernels() -> None:
 
 
 def _run_once(loops: tuple[Any, Any]) -> None:
-    """Each loop once on a tiny index, which compiles it (or loads it from the cache)."""
+    """Each loop once on a tiny index, which compiles it (or loads it from the
+    cache); twice: numba compiles apart for read-only arrays, which an index
+    memory-mapped from the host cache holds (``pipeline.store.hostcache``)."""
+    for read_only in (False, True):
+        _run_on_tiny_index(loops, read_only)
+
+
+def _run_on_tiny_index(loops: tuple[Any, Any], read_only: bool) -> None:
     index = VectorIndex(
         generation=0, ids=["a"], emb=np.ones((1, 2), np.float32), id_rank=np.zeros(1, np.int64),
         namespaces=["n"], ns_code=np.zeros(1, np.int32), content_types=["t"], ct_code=np.zeros(1, np.int32),
@@ -208,6 +215,9 @@ def _run_once(loops: tuple[Any, Any]) -> None:
         parent=np.array([-1, 0]), is_leaf=np.array([False, True]), children=[np.array([1]), np.zeros(0, np.int64)],
         leaf_start=np.array([0, 0]), leaf_end=np.array([0, 1]),
     )
+    if read_only:  # the arrays the host cache maps (VectorIndex.from_parts keeps them as they are)
+        for array in (index.emb, index.id_rank, index.is_leaf, index.leaf_start, index.leaf_end):
+            array.setflags(write=False)
     loops[0](index.emb, np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, np.float32), _NONE, np.ones(1, bool),
              index.id_rank, np.zeros(1, np.int64), np.zeros(1, np.float32))
     loops[1](np.zeros(1, np.int64), index.is_leaf, index.child_off, index.child_flat, index.child_centroids,

@@ -1,5 +1,7 @@
 """The vector index: one base's tree and embeddings in memory, loaded once
-per process and base (``VectorIndex.load``).
+per process and base (``VectorIndex.load``), or opened from the host cache
+(``pipeline.store.hostcache``: ``read_parts`` written once per host as
+``.npy`` files, memory-mapped by every process, ``from_parts``).
 
 ``VectorIndex`` holds centroids and leaf members (embeddings ordered by leaf,
 so a leaf is one contiguous slice), their scope codes and the tie-break
@@ -72,72 +74,25 @@ class VectorIndex:
 
     @classmethod
     def load(cls, con, generation: int, dim: int) -> VectorIndex:
-        topics = con.execute(
-            "SELECT topic_key, parent, is_leaf, centroid FROM topics ORDER BY depth, topic_key"
-        ).fetchall()
-        if not topics or topics[0][0] != ROOT:
-            topics = [(ROOT, None, False, None)] + [t for t in topics if t[0] != ROOT]
-        keys = [t[0] for t in topics]
-        key_index = {k: i for i, k in enumerate(keys)}
-        T = len(keys)
-        centroids = np.zeros((T, dim), dtype=np.float32)
-        parent = np.full(T, -1, dtype=np.int64)
-        is_leaf = np.zeros(T, dtype=bool)
-        kids: list[list[int]] = [[] for _ in range(T)]
-        for i, (_key, par, leaf, centroid) in enumerate(topics):
-            if centroid is not None:
-                centroids[i] = centroid
-            is_leaf[i] = bool(leaf)
-            if par is not None and par in key_index:
-                parent[i] = key_index[par]
-                kids[parent[i]].append(i)
-        children = [np.asarray(sorted(c, key=lambda j: keys[j]), dtype=np.int64) for c in kids]
+        """The index of the base ``con`` reads (``read_parts``)."""
+        return cls.from_parts(generation, *read_parts(con, dim))
 
-        # Leaf order first (small columns only), then the embeddings in chunks
-        # of physical rows, scattered straight into their leaf-ordered place:
-        # no sort of the vectors, no per-row Python objects, and peak memory
-        # is the matrix plus one chunk (1M x 384: 1.5 GB + 150 MB).
-        # Namespace, type and leaf come back as small integer codes computed in
-        # SQL, never as per-row Python strings (3M transient strings at 1M
-        # memories, whose arenas Python keeps after the load).
-        rows = con.execute(
-            "WITH ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c "
-            "            FROM (SELECT DISTINCT namespace FROM memories)), "
-            "ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c "
-            "       FROM (SELECT DISTINCT content_type FROM memories)), "
-            "tk AS (SELECT topic_key, (row_number() OVER (ORDER BY topic_key) - 1)::INTEGER AS c FROM topics) "
-            "SELECT m.rowid AS r, m.id, ns.c AS ns, ct.c AS ct, tk.c AS leaf, "
-            "(row_number() OVER (ORDER BY m.id) - 1) AS id_rank "
-            "FROM memories m JOIN memory_topics mt ON mt.memory_id = m.id AND mt.kind = 'leaf' "
-            "JOIN ns USING (namespace) JOIN ct USING (content_type) JOIN tk ON tk.topic_key = mt.topic_key "
-            "ORDER BY mt.topic_key, m.id"
-        ).fetchnumpy()
-        ids = rows["id"].tolist()
-        del rows["id"]
-        n = len(ids)
-        emb = _embeddings_in_order(con, rows["r"], dim)
-        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
-        content_types = [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()]
-        ns_code = np.asarray(rows["ns"], dtype=np.int32)
-        ct_code = np.asarray(rows["ct"], dtype=np.int32)
-        sorted_keys = [r[0] for r in con.execute("SELECT topic_key FROM topics ORDER BY topic_key").fetchall()]
-        to_index = np.asarray([key_index[k] for k in sorted_keys], dtype=np.int64)
-        row_leaf = to_index[np.asarray(rows["leaf"], dtype=np.int64)] if n else np.zeros(0, np.int64)
-        leaf_start = np.zeros(T, dtype=np.int64)
-        leaf_end = np.zeros(T, dtype=np.int64)
-        if n:
-            change = np.flatnonzero(np.diff(row_leaf)) + 1
-            starts = np.concatenate([[0], change])
-            ends = np.concatenate([change, [n]])
-            leaf_start[row_leaf[starts]] = starts
-            leaf_end[row_leaf[starts]] = ends
-        id_rank = np.asarray(rows["id_rank"], dtype=np.int64)
+    @classmethod
+    def from_parts(cls, generation: int, arrays: dict[str, np.ndarray], lists: dict[str, list]) -> VectorIndex:
+        """The index from what ``read_parts`` gives (or the host cache holds:
+        ``pipeline.store.hostcache``); the arrays are used as they are (a
+        read-only memory map stays one)."""
+        keys, ids = lists["keys"], lists["ids"]
+        child_off = arrays["child_off"]
+        children = [arrays["child_flat"][child_off[t]:child_off[t + 1]] for t in range(len(keys))]
         return cls(
-            generation=generation, ids=ids, emb=emb, id_rank=id_rank,
-            namespaces=namespaces, ns_code=ns_code, content_types=content_types, ct_code=ct_code,
-            row_leaf=row_leaf, keys=keys, centroids=centroids, parent=parent, is_leaf=is_leaf,
-            children=children, leaf_start=leaf_start, leaf_end=leaf_end,
-            key_index=key_index, row_of={m: i for i, m in enumerate(ids)},
+            generation=generation, ids=ids, emb=arrays["emb"], id_rank=arrays["id_rank"],
+            namespaces=list(lists["namespaces"]), ns_code=arrays["ns_code"],
+            content_types=list(lists["content_types"]), ct_code=arrays["ct_code"],
+            row_leaf=arrays["row_leaf"], keys=keys, centroids=arrays["centroids"], parent=arrays["parent"],
+            is_leaf=arrays["is_leaf"], children=children, leaf_start=arrays["leaf_start"],
+            leaf_end=arrays["leaf_end"], key_index={k: i for i, k in enumerate(keys)},
+            row_of={m: i for i, m in enumerate(ids)},
         )
 
     def nbytes(self) -> int:
@@ -192,6 +147,78 @@ class VectorIndex:
             return self.children[0].tolist()
         key = namespace_key(scope.namespace)
         return [self.key_index[key]] if key in self.key_index else []
+
+
+def read_parts(con, dim: int) -> tuple[dict[str, np.ndarray], dict[str, list]]:
+    """What a ``VectorIndex`` of the base ``con`` reads is made of: its arrays
+    (``emb`` by leaf, ``id_rank``, scope codes, ``row_leaf``, the tree as
+    ``centroids``, ``parent``, ``is_leaf``, leaf bounds, and every topic's
+    children as ``child_flat`` sliced by ``child_off``) and its lists of
+    strings (``ids``, ``namespaces``, ``content_types``, topic ``keys``)."""
+    topics = con.execute(
+        "SELECT topic_key, parent, is_leaf, centroid FROM topics ORDER BY depth, topic_key"
+    ).fetchall()
+    if not topics or topics[0][0] != ROOT:
+        topics = [(ROOT, None, False, None)] + [t for t in topics if t[0] != ROOT]
+    keys = [t[0] for t in topics]
+    key_index = {k: i for i, k in enumerate(keys)}
+    T = len(keys)
+    centroids = np.zeros((T, dim), dtype=np.float32)
+    parent = np.full(T, -1, dtype=np.int64)
+    is_leaf = np.zeros(T, dtype=bool)
+    kids: list[list[int]] = [[] for _ in range(T)]
+    for i, (_key, par, leaf, centroid) in enumerate(topics):
+        if centroid is not None:
+            centroids[i] = centroid
+        is_leaf[i] = bool(leaf)
+        if par is not None and par in key_index:
+            parent[i] = key_index[par]
+            kids[parent[i]].append(i)
+    children = [sorted(c, key=lambda j: keys[j]) for c in kids]
+    child_off = np.concatenate([[0], np.cumsum([len(c) for c in children], dtype=np.int64)]).astype(np.int64)
+    child_flat = np.asarray([j for c in children for j in c], dtype=np.int64)
+
+    # Leaf order first (small columns only), then the embeddings in chunks
+    # of physical rows, scattered straight into their leaf-ordered place:
+    # no sort of the vectors, no per-row Python objects, and peak memory
+    # is the matrix plus one chunk (1M x 384: 1.5 GB + 150 MB).
+    # Namespace, type and leaf come back as small integer codes computed in
+    # SQL, never as per-row Python strings (3M transient strings at 1M
+    # memories, whose arenas Python keeps after the load).
+    rows = con.execute(
+        "WITH ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c "
+        "            FROM (SELECT DISTINCT namespace FROM memories)), "
+        "ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c "
+        "       FROM (SELECT DISTINCT content_type FROM memories)), "
+        "tk AS (SELECT topic_key, (row_number() OVER (ORDER BY topic_key) - 1)::INTEGER AS c FROM topics) "
+        "SELECT m.rowid AS r, m.id, ns.c AS ns, ct.c AS ct, tk.c AS leaf, "
+        "(row_number() OVER (ORDER BY m.id) - 1) AS id_rank "
+        "FROM memories m JOIN memory_topics mt ON mt.memory_id = m.id AND mt.kind = 'leaf' "
+        "JOIN ns USING (namespace) JOIN ct USING (content_type) JOIN tk ON tk.topic_key = mt.topic_key "
+        "ORDER BY mt.topic_key, m.id"
+    ).fetchnumpy()
+    ids = rows["id"].tolist()
+    del rows["id"]
+    n = len(ids)
+    emb = _embeddings_in_order(con, rows["r"], dim)
+    namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
+    content_types = [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()]
+    sorted_keys = [r[0] for r in con.execute("SELECT topic_key FROM topics ORDER BY topic_key").fetchall()]
+    to_index = np.asarray([key_index[k] for k in sorted_keys], dtype=np.int64)
+    row_leaf = to_index[np.asarray(rows["leaf"], dtype=np.int64)] if n else np.zeros(0, np.int64)
+    leaf_start = np.zeros(T, dtype=np.int64)
+    leaf_end = np.zeros(T, dtype=np.int64)
+    if n:
+        change = np.flatnonzero(np.diff(row_leaf)) + 1
+        starts = np.concatenate([[0], change])
+        ends = np.concatenate([change, [n]])
+        leaf_start[row_leaf[starts]] = starts
+        leaf_end[row_leaf[starts]] = ends
+    arrays = {"emb": emb, "id_rank": np.asarray(rows["id_rank"], dtype=np.int64),
+              "ns_code": np.asarray(rows["ns"], dtype=np.int32), "ct_code": np.asarray(rows["ct"], dtype=np.int32),
+              "row_leaf": row_leaf, "centroids": centroids, "parent": parent, "is_leaf": is_leaf,
+              "leaf_start": leaf_start, "leaf_end": leaf_end, "child_off": child_off, "child_flat": child_flat}
+    return arrays, {"ids": ids, "namespaces": namespaces, "content_types": content_types, "keys": keys}
 
 
 _CHUNK_ROWS = 65_536

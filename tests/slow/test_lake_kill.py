@@ -1,0 +1,126 @@
+"""The lake's durability goal (issue 34 item 8), with ``store.engine = lake``
+set: a writer SIGKILLed at random points many times, on the SQLite catalog
+(the default) and on PostgreSQL where a server is found; and the real
+``ingest`` worker SIGKILLed while it holds a write (``tests/kills.py``).
+
+The writer uses the hash embedder, as the segment store's kill test does: the
+embedder is not what a kill can break, and the real model would cost each
+round's new process seconds to load and put most kills inside the embedding
+rather than in the store's commit. The worker test uses the real
+model (it is the worker as deployed)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from pipeline.settings import StoreSettings
+from pipeline.store.lake.follow import reader_for
+from tests.kills import IngestWorkerKills, kill_writer, settings_for, twice_applied
+from tests.lakes import find_postgres
+
+LAKE = StoreSettings(engine="lake")
+# Seconds of writing before each kill: a one-memory write on the lake takes
+# 0.2-1.2 s here under load, so a kill lands anywhere in the first few writes.
+WINDOW = (0.05, 1.5)
+
+
+def test_writer_killed_sixteen_times_on_the_sqlite_catalog(tmp_path):
+    report = kill_writer(settings_for(tmp_path / "data", LAKE), rounds=16, rng=random.Random(34), window=WINDOW)
+    assert report.in_flight >= 8, "most kills caught a write between sending and acknowledgement"
+    print(f"\n{report.as_dict()}")
+
+
+@pytest.fixture
+def pg_catalog(tmp_path):
+    server = find_postgres(tmp_path / "postgres")  # skips, naming what to install, when there is none
+    conninfo = server.create_database()
+    yield conninfo
+    server.drop_database(conninfo)
+    if server.proc is not None:
+        server.proc.terminate()
+        server.proc.wait(timeout=30)
+
+
+def test_writer_killed_fourteen_times_on_the_postgresql_catalog(tmp_path, pg_catalog):
+    store = StoreSettings(engine="lake", catalog=f"postgres:{pg_catalog}", data_path=tmp_path / "shared")
+    report = kill_writer(settings_for(tmp_path / "data", store), rounds=14, rng=random.Random(35), window=WINDOW)
+    assert report.in_flight >= 8, "most kills caught a write between sending and acknowledgement"
+    print(f"\n{report.as_dict()}")
+
+
+@pytest.mark.integration
+def test_ingest_worker_killed_while_holding_a_write(tmp_path):
+    """The real worker SIGKILLed (with its pool) a random moment after it took
+    a write (the message held, not acknowledged), until three kills caught a
+    message held: the next worker puts it back on the queue once its lease
+    expired (``workers/leases.py``, the default timeout), applies it once, and
+    the caller waiting on it gets its answer."""
+    from workers.app import get_app
+
+    rng = random.Random(36)
+    with IngestWorkerKills(tmp_path / "run", tmp_path / "data", rng, store=LAKE) as kills:
+        from workers.api import forget, remember, remember_async
+
+        base = [{"id": f"base-{i}", "namespace": "k", "content": f"base memory {i} about the kill test"}
+                for i in range(200)]
+        remember(base)  # the lake's first write: it builds the base
+        kills.remembered |= {r["id"] for r in base}
+        kills.sent |= {r["id"] for r in base}
+        caught = 0
+        for r in range(6):
+            stop = threading.Event()
+
+            def kill_when_holding(stop=stop) -> None:
+                while not kills.holding():
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0.0, 2.0))  # anywhere in the write: embedding, the commit, the answer
+                while not kills.holding():  # the write was answered meanwhile: the next one
+                    time.sleep(0.01)
+                kills.kill()
+                stop.set()
+
+            killer = threading.Thread(target=kill_when_holding, daemon=True)
+            killer.start()
+            kills.held = None
+            kills.writes_until(stop.is_set, f"w{r}")
+            killer.join()
+            kills.check()  # the store opens; every acknowledged write is there, no forget undone
+            held = kills.holding()  # the killed worker's message: its lease is no longer renewed
+            kills.start()  # whose sweep puts it back on the queue (DIMPLE_VISIBILITY_TIMEOUT_S, 6 s, plus a sweep)
+            if kills.held is None:
+                continue  # answered just before the kill (rare)
+            handle, kind, mid = kills.held
+            done = handle.get(timeout=120)  # the caller's answer, from the next worker
+            if kind == "remember":
+                assert done.ids == [mid] and (done.replayed or done.inserted == 1)
+            else:
+                assert done.forgotten == (0 if done.replayed else 1)
+            kills.uncertain.discard(mid)
+            (kills.remembered if kind == "remember" else kills.forgotten).add(mid)
+            kills.check()
+            print(f"\nkill {r + 1}: {held} message(s) held, {kind} {mid}: delivered again, replayed={done.replayed}")
+            caught += held > 0
+            if caught == 3:
+                break
+        assert caught == 3, "three kills caught the worker holding a write"
+
+        # an acknowledged write whose memory was forgotten since, delivered again: a replay, nothing changes
+        record = {"id": "gone", "namespace": "k", "content": "remembered, forgotten, then delivered again"}
+        first = remember_async(record)
+        assert not first.get(timeout=120).replayed
+        assert forget(["gone"]).forgotten == 1
+        kills.forgotten.add("gone")
+        get_app().tasks["ingest.remember"].apply_async(args=[[record], False], task_id=first.id)
+        kills.drained()
+        runs = kills.answers(first.id, runs=2)
+        assert len(runs) == 2 and "'replayed': False" in runs[0] and "'replayed': True" in runs[1], runs
+        kills.check()  # "gone" stays forgotten
+        reader = reader_for(kills.settings)
+        try:
+            assert twice_applied(reader) == [], "no write applied twice"
+        finally:
+            reader.close()
