@@ -245,7 +245,24 @@ def _zscore(lists: Lists, leg: str) -> np.ndarray:
     return np.nan_to_num(z - np.nanmin(z), nan=0.0)  # shifted by the lowest: a miss counts as the lowest
 
 
-NORMS = {"minmax": _minmax, "zscore": _zscore}
+# the lowest score each leg can give: the vector leg's is a cosine (normalised embeddings), BM25's 0
+THEORETICAL_MIN = {"vector": -1.0, "fts": 0.0}
+
+
+def _tmm(lists: Lists, leg: str) -> np.ndarray:
+    """Theoretical min-max (Bruch et al. 2023, TMM): a leg's scores less the lowest it could give, over
+    its list's highest less that; unlike min-max, how deep the list goes does not move it."""
+    v = lists.value[leg]
+    if not lists.q[leg]:
+        return np.zeros(len(v))
+    lo = THEORETICAL_MIN[leg]
+    span = np.nanmax(v) - lo
+    if span <= 0:
+        return np.where(np.isnan(v), 0.0, 1.0)
+    return np.nan_to_num((v - lo) / span, nan=0.0)
+
+
+NORMS = {"minmax": _minmax, "zscore": _zscore, "tmm": _tmm}
 
 
 def convex(alpha: float, norm: str = "minmax") -> Fuse:
@@ -291,6 +308,7 @@ FAMILIES = {
     "convex": "convex combination of min-max normalised scores, vector share alpha",
     "convex_z": "convex combination of z-scores, vector share alpha",
     "convex per query": "convex min-max with alpha = 1 - m^p per query",
+    "convex_tmm": "convex combination of theoretical-min-max normalised scores (TMM), vector share alpha",
 }
 
 
@@ -314,6 +332,8 @@ def candidates() -> dict[str, Candidate]:
         out[f"convex a={alpha:g}"] = Candidate("convex", convex(alpha))
     for alpha in ALPHAS:
         out[f"convex_z a={alpha:g}"] = Candidate("convex_z", convex(alpha, "zscore"))
+    for alpha in ALPHAS:
+        out[f"convex_tmm a={alpha:g}"] = Candidate("convex_tmm", convex(alpha, "tmm"))
     for p in (1, 2):
         out[f"convex a=1-m^{p:g}"] = Candidate("convex per query", adaptive_convex(p))
     return out
@@ -384,6 +404,8 @@ POOLS: dict[str, tuple[str, ...]] = {
     "convex z-score (alpha)": ("convex_z",),
     "convex min-max + per-query alpha": ("convex", "convex per query"),
     "convex min-max or z-score": ("convex", "convex_z"),
+    "convex TMM (alpha)": ("convex_tmm",),
+    "convex min-max or TMM": ("convex", "convex_tmm"),
     "rrf or convex min-max": ("rrf", "convex"),
     "everything": tuple(f for f in FAMILIES if f != "leg"),
 }

@@ -54,6 +54,19 @@ def test_convex_z_sums_shares_of_z_scores_and_a_miss_counts_as_the_legs_lowest()
     assert fusion.convex(0.3, "zscore")(q, {}) == ["d9", "d7", "d8"]  # d9 1.4, d7 0.67, d8 0.60
 
 
+def test_convex_tmm_measures_each_leg_from_the_lowest_score_it_could_give():
+    q = fusion.Lists(_cache()["queries"][1])
+    # vector (cosine, from -1): d7 1.6/1.6 = 1, d8 1.55/1.6 = 0.969, d9 1.1/1.6 = 0.6875; fts (from 0): d9 1, d7 1/9
+    # a=0.5: d7 0.5 + 0.0556 = 0.556, d9 0.344 + 0.5 = 0.844, d8 0.484 (min-max would give d9 0.5, d7 0.5)
+    assert fusion.convex(0.5, "tmm")(q, {}) == ["d9", "d7", "d8"]
+    # a=0.9: d7 0.9 + 0.011 = 0.911, d8 0.872, d9 0.619 + 0.1 = 0.719
+    assert fusion.convex(0.9, "tmm")(q, {}) == ["d7", "d8", "d9"]
+    # a list's depth does not move it: the same top scores with a weaker tail normalise the same
+    deeper = _cache()["queries"][1] | {"vector": [["d7", 0.6], ["d8", 0.55], ["d9", 0.1], ["d6", -0.5]]}
+    assert fusion._tmm(fusion.Lists(deeper), "vector")[:3].tolist() == fusion._tmm(q, "vector")[:3].tolist()
+    assert fusion._minmax(fusion.Lists(deeper), "vector")[:3].tolist() != fusion._minmax(q, "vector")[:3].tolist()
+
+
 def _random_query(rng: random.Random) -> dict:
     ids = [f"m{i}" for i in range(150)]
     vec = sorted(((d, round(rng.uniform(0.1, 0.9), 3)) for d in rng.sample(ids, rng.randint(0, 100))),

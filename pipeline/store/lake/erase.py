@@ -221,8 +221,12 @@ except sqlite3.Error as exc:
 def _vacuum_sqlite(catalog: Catalog) -> None:
     """SQLite: VACUUM, then empty the WAL, in a child process (``_VACUUM_SCRIPT``)."""
     wait = LOCK_WAIT.total_seconds()
-    done = subprocess.run([sys.executable, "-c", _VACUUM_SCRIPT, catalog.target, str(wait)],
-                          capture_output=True, text=True, timeout=3 * wait + 60, check=False)
+    try:
+        done = subprocess.run([sys.executable, "-c", _VACUUM_SCRIPT, catalog.target, str(wait)],
+                              capture_output=True, text=True, timeout=3 * wait + 60, check=False)
+    except subprocess.TimeoutExpired as exc:  # killed by run(): the catalog is as SQLite left it
+        raise StoreError(f"store.catalog: {catalog.target} was not vacuumed within {exc.timeout:.0f} s; "
+                         "the erase runs again at the next compaction") from None
     if done.returncode == 3:
         raise StoreError(f"store.catalog: {catalog.target}'s WAL could not be emptied in {wait:.0f} s "
                          "(a reader held it); erase again")
