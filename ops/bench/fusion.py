@@ -287,6 +287,8 @@ def adaptive_convex(p: float) -> Fuse:
 RRF_K = (10, 30, 60, 100)
 RRF_VECTOR_WEIGHTS = (0.25, 0.4, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0)  # beside the full-text leg's 1
 ALPHAS = tuple(round(0.1 + 0.05 * i, 2) for i in range(17))  # 0.1 .. 0.9, the vector leg's share
+# TMM measures a cosine from -1: the vector leg's hits all normalise near 1, so its share runs higher
+TMM_ALPHAS = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))  # 0.3 .. 0.95
 OLD_DEFAULT = "rrf lexical_match 8*m^2, ties 0.1, floor 0.5"  # issue 16's default
 
 
@@ -332,7 +334,7 @@ def candidates() -> dict[str, Candidate]:
         out[f"convex a={alpha:g}"] = Candidate("convex", convex(alpha))
     for alpha in ALPHAS:
         out[f"convex_z a={alpha:g}"] = Candidate("convex_z", convex(alpha, "zscore"))
-    for alpha in ALPHAS:
+    for alpha in TMM_ALPHAS:
         out[f"convex_tmm a={alpha:g}"] = Candidate("convex_tmm", convex(alpha, "tmm"))
     for p in (1, 2):
         out[f"convex a=1-m^{p:g}"] = Candidate("convex per query", adaptive_convex(p))
