@@ -17,7 +17,7 @@ from pipeline.store import ingest
 from pipeline.store.database import Store
 from pipeline.store.segments import store_path
 from pipeline.store.vector import ROOT, Tree, drop_stale_words, load_tree, namespace_key, save_namespaces
-from pipeline.store.vector.tree import spherical_kmeans
+from pipeline.store.vector.tree import spherical_kmeans, topic_rows
 
 SMALL = TreeSettings(max_leaf_items=8, branching=4, seed=0)
 DIM = 16
@@ -410,6 +410,27 @@ def test_ingested_tree_loads_back_as_built(small_tree_settings):
         if t.centroid is not None:
             np.testing.assert_allclose(loaded.topics[k].centroid, t.centroid, rtol=0, atol=1e-6)
     check_invariants(loaded, {ns: [r.id for r in records if r.namespace == ns] for ns in ("alpha", "beta")}, 8)
+
+
+def test_topic_rows_read_what_fetchall_reads_with_each_centroid_one_float32_array(small_tree_settings):
+    """Every reader of the stored tree (``load_tree``, the router, the vector
+    index) reads ``topics`` through ``topic_rows``: the same values and Python
+    types as ``fetchall`` (NULL as None), but a centroid as one array, never a
+    list of Python floats (at 1M: ~700 MB kept by every search process)."""
+    s = small_tree_settings
+    with Store.open(store_path(s.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+        ingest.ingest_records(store, _records({"alpha": 70, "beta": 25}), HashEmbedder(64), s)
+        sql = "SELECT topic_key, parent, namespace, depth, is_leaf, centroid, size, label FROM topics ORDER BY 1"
+        got, want = topic_rows(store.con, sql), store.con.execute(sql).fetchall()
+    assert len(got) == len(want) > 3
+    assert any(row[1] is None for row in got) and any(row[5] is None for row in got)  # the root's
+    for row, expected in zip(got, want, strict=True):
+        for value, fetched in zip(row, expected, strict=True):
+            if isinstance(fetched, (list, tuple)):  # FLOAT[dim]: a tuple of Python floats
+                assert isinstance(value, np.ndarray) and value.dtype == np.float32 and value.shape == (64,)
+                assert value.tolist() == np.asarray(fetched, dtype=np.float32).tolist()
+            else:
+                assert type(value) is type(fetched) and value == fetched
 
 
 def test_save_namespaces_round_trips_a_changed_tree(small_tree_settings):

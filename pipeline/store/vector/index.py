@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.contracts import Scope
-from pipeline.store.vector.tree import ROOT, namespace_key
+from pipeline.store.vector.tree import ROOT, namespace_key, topic_rows
 
 
 @dataclass
@@ -155,9 +155,7 @@ def read_parts(con, dim: int) -> tuple[dict[str, np.ndarray], dict[str, list]]:
     ``centroids``, ``parent``, ``is_leaf``, leaf bounds, and every topic's
     children as ``child_flat`` sliced by ``child_off``) and its lists of
     strings (``ids``, ``namespaces``, ``content_types``, topic ``keys``)."""
-    topics = con.execute(
-        "SELECT topic_key, parent, is_leaf, centroid FROM topics ORDER BY depth, topic_key"
-    ).fetchall()
+    topics = topic_rows(con, "SELECT topic_key, parent, is_leaf, centroid FROM topics ORDER BY depth, topic_key")
     if not topics or topics[0][0] != ROOT:
         topics = [(ROOT, None, False, None)] + [t for t in topics if t[0] != ROOT]
     keys = [t[0] for t in topics]

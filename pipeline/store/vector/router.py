@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.store.vector.tree import ROOT, namespace_key
+from pipeline.store.vector.tree import ROOT, namespace_key, topic_rows
 
 
 class TreeRouter:
@@ -36,7 +36,7 @@ class TreeRouter:
     @classmethod
     def load(cls, con) -> TreeRouter:
         """The router of the base read through ``con`` (its reader keeps one per base)."""
-        return cls(con.execute("SELECT topic_key, parent, is_leaf, centroid FROM topics").fetchall())
+        return cls(topic_rows(con, "SELECT topic_key, parent, is_leaf, centroid FROM topics"))
 
     def _kids(self, key: str) -> tuple[list[str], np.ndarray]:
         """A topic's children (sorted by key) and their centroids as one matrix, built once."""

@@ -385,12 +385,25 @@ def _stable_int(text: str) -> int:
 
 
 # -- persistence ---------------------------------------------------------------
+def topic_rows(con, sql: str) -> list[tuple]:
+    """The rows of ``sql`` (a read of ``topics``) as tuples, NULL as None, with
+    each centroid one float32 array: read as numpy, not ``fetchall``. At 1M
+    memories the tree has ~46,000 centroids, 17.8M floats; as Python floats
+    they took ~850 MB at the peak, and ~700 MB stayed in the process (Python's
+    allocator keeps the arenas they were freed into), against the matrix's 71 MB."""
+    def column(c) -> list:
+        data = np.ma.getdata(c)
+        # numbers and booleans as Python's (tolist), strings and centroids as they come
+        out = data.tolist() if data.dtype != object else list(data)
+        return [None if gone else v for v, gone in zip(out, np.ma.getmaskarray(c), strict=True)]
+
+    return list(zip(*(column(c) for c in con.execute(sql).fetchnumpy().values()), strict=True))
+
+
 def load_tree(con, settings: TreeSettings) -> Tree:
     """The tree as stored, with leaf members, ready for incremental changes."""
     tree = Tree(settings)
-    rows = con.execute(
-        "SELECT topic_key, parent, namespace, depth, is_leaf, centroid, size, label FROM topics"
-    ).fetchall()
+    rows = topic_rows(con, "SELECT topic_key, parent, namespace, depth, is_leaf, centroid, size, label FROM topics")
     for key, parent, namespace, depth, is_leaf, centroid, size, label in rows:
         vec = np.asarray(centroid, dtype=np.float32) if centroid is not None else None
         tree.topics[key] = Topic(key, parent, namespace, depth, is_leaf, vec, size, label)
