@@ -13,8 +13,13 @@ SHA-256.
 
 The first process of the host to need a part reads it from the base file,
 writes it into a folder of its own and renames that folder into place: a
-reader never sees half a part, and of two processes racing one rename
-wins, the other drops its copy and opens the winner's. Every process
+reader never sees half a part. Processes that need a missing part at once
+(a prefork worker's children start together) take turns on a lock file
+beside it (``<part>.lock``, ``flock``: released when its holder ends, also
+by a kill): the first reads and writes, the others then map what it
+wrote instead of each reading a copy of their own (at 1M, ~1.5 GB each).
+Past ``BUILD_WAIT_S`` a process stops waiting and reads its own; of two
+renames one wins, the other drops its copy and opens the winner's. Every process
 checks a part against its manifest before it maps it (every byte hashed:
 about 0.7 GB/s, so 2.6 s for 1M memories of 384 dimensions, once per
 process and base); a part that does not match (a partial or damaged file,
@@ -27,6 +32,7 @@ while a process has it mapped stays readable to that process.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -34,7 +40,8 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +61,9 @@ MANIFEST = "manifest.json"
 LISTS = "lists.json"
 # A temporary folder this old was left by a process that died writing it.
 STALE_S = 3600.0
+# How long a process waits for another to write a part before reading its own
+# (a 1M base's parts take ~20-30 s to read and write on two busy cores).
+BUILD_WAIT_S = 600.0
 
 Parts = tuple[dict[str, np.ndarray], dict[str, list]]
 
@@ -82,6 +92,41 @@ class HostCache:
         with ``read``, written and opened (the copy in this process's memory
         is dropped: what it serves is the mapped one)."""
         target = self.folder / name
+        opened = self._open(target)
+        if opened is not None:
+            return opened
+        with self._turn(name):
+            return self._read_and_write(name, target, read)
+
+    @contextmanager
+    def _turn(self, name: str) -> Iterator[None]:
+        """Hold the part's lock file (waiting up to ``BUILD_WAIT_S`` for a
+        process writing it); without it when it cannot be had (the cache is an
+        economy: this process then reads its own copy)."""
+        fd = None
+        try:
+            private_dir(self.folder)
+            fd = os.open(self.folder / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            deadline = time.monotonic() + BUILD_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        log.warning("the host cache's %s is still being written by another process after %.0f s: "
+                                    "this process reads its own", self.folder / name, BUILD_WAIT_S)
+                        break
+                    time.sleep(0.05)
+        except OSError as exc:
+            log.warning("the host cache's lock for %s could not be taken (%s)", self.folder / name, exc)
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # releases the lock
+
+    def _read_and_write(self, name: str, target: Path, read: Callable[[], Parts]) -> Parts:
         parts: Parts | None = None
         for _ in range(3):
             opened = self._open(target)

@@ -236,7 +236,7 @@ def test_a_base_file_gone_between_the_listing_and_the_open_sends_the_follower_to
         assert real(lake) == newest  # taken, not built again
 
 
-def test_two_processes_racing_to_write_the_cache_both_answer_and_leave_it_whole(embedded, tmp_path):
+def test_two_processes_starting_at_once_read_each_part_once_and_leave_the_cache_whole(embedded, tmp_path):
     _remember()
     ours, _, reader = _read(embedded, host_cache=False)
     reader.close()
@@ -249,8 +249,9 @@ def test_two_processes_racing_to_write_the_cache_both_answer_and_leave_it_whole(
     got = [json.loads(out.read_text()) for out in outs]
     for theirs in got:
         assert theirs["answers"] == json.loads(json.dumps(ours))
-    for part in ("vector", "postings"):  # each part read by one or both, put in place by one
+    for part in ("vector", "postings"):  # each part read by one (the other waits its turn, then maps it)
         assert sum(part in theirs["written"] for theirs in got) == 1
+        assert sum(part in theirs["read"] for theirs in got) == 1
         assert all(part in theirs["read"] for theirs in got if part in theirs["written"])
     # a third process finds both parts whole: maps them, writes nothing
     third = tmp_path / "third.json"
