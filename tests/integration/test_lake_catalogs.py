@@ -163,3 +163,24 @@ def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_l
         assert snap.store.count() == 12
     finally:
         reader.close()
+
+
+def test_a_shared_data_path_mounted_elsewhere_is_repointed_on_a_postgres_catalog(tmp_path, pg_catalog):
+    """The catalog on the server, the files on a shared volume now mounted at
+    another path: refused with ``store.data_path`` until ``repoint``, then every
+    memory read back from the new path."""
+    from pipeline.errors import StoreError
+    from pipeline.store.lake.repoint import repoint
+
+    settings = _postgres(tmp_path, pg_catalog)
+    with open_lake(settings) as lake:
+        lake.commit(LakeWrite([memory(f"m{i}", f"note {i} on the shared volume") for i in range(30)]))
+        ids = sorted(m.id for m in lake.read())
+    moved = settings.replace(store=settings.store.model_copy(update={"data_path": tmp_path / "mounted", "engine": "lake"}))
+    (tmp_path / "shared").rename(tmp_path / "mounted")
+    with pytest.raises(StoreError, match=r"^store\.data_path: .*dimple repoint"):
+        open_lake(moved)
+    done = repoint(moved)
+    assert done.changed and done.checked and done.files >= 1 and done.new == f"{tmp_path / 'mounted'}/"
+    with open_lake(moved) as lake:
+        assert sorted(m.id for m in lake.read()) == ids

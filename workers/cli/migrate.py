@@ -1,4 +1,6 @@
-"""``dimple migrate``: the data dir's segment store copied into the lake (``pipeline.store.lake.migrate``)."""
+"""``dimple migrate``: the data dir's segment store copied into the lake
+(``pipeline.store.lake.migrate``); ``dimple repoint``: a lake whose files were
+moved takes the data path it is now at (``pipeline.store.lake.repoint``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from dataclasses import asdict
 
 from pipeline.store import segments
 from pipeline.store.lake.migrate import BATCH_SIZE, BatchDone, migrate
+from pipeline.store.lake.repoint import repoint
 
 from .common import cli_settings
 
@@ -22,6 +25,23 @@ def register(sub) -> None:
                         "size it began with")
     s.add_argument("--json", action="store_true", help="print the report as JSON (no progress lines)")
     s.set_defaults(func=cmd_migrate)
+    r = sub.add_parser("repoint", help="the lake's files were moved (a restored backup, another mount point): "
+                                       "record DIMPLE_STORE__DATA_PATH (default: <data dir>/lake) as its data path, "
+                                       "once every file the catalog lists is found there")
+    r.add_argument("--json", action="store_true", help="print the report as JSON")
+    r.set_defaults(func=cmd_repoint)
+
+
+def cmd_repoint(args) -> int:
+    done = repoint(cli_settings())
+    if args.json:
+        print(json.dumps(asdict(done)))
+    elif not done.changed:
+        print(f"the lake's data path is already {done.new}; nothing to do")
+    else:
+        how = f"{done.files} files found there" if done.checked else "its files not checked (object storage)"
+        print(f"the lake's data path is now {done.new} (was {done.old}); {how}")
+    return 0
 
 
 def cmd_migrate(args) -> int:

@@ -129,13 +129,15 @@ def _new_sqlite_catalog(path: Path) -> None:
         con.close()
 
 
-def attach(settings: Settings, *, attempts: int = 5) -> tuple[duckdb.DuckDBPyConnection, Catalog, Path]:
+def attach(settings: Settings, *, attempts: int = 5,
+           override: bool = False) -> tuple[duckdb.DuckDBPyConnection, Catalog, Path]:
     """A DuckDB connection with the lake attached as ``LAKE`` (and in use).
 
     Raises ``StoreError`` naming ``store.catalog`` or ``store.data_path`` when
     the catalog cannot be reached or holds another data path. A new lake's
     metadata is created by the first process that attaches; one that loses
-    that race tries again."""
+    that race tries again. ``override``: read the files under the settings'
+    data path whatever the catalog records (``repoint`` only)."""
     catalog = Catalog.parse(settings.lake_catalog)
     data_path = settings.lake_data_path
     if catalog.kind == "sqlite" and not Path(catalog.target).exists():
@@ -147,7 +149,8 @@ def attach(settings: Settings, *, attempts: int = 5) -> tuple[duckdb.DuckDBPyCon
             con.execute("SET enable_progress_bar = false")
             load_extensions(con, catalog, extensions_dir(settings))
             con.execute(f"ATTACH {_quote(f'ducklake:{catalog.kind}:{catalog.target}')} AS {LAKE} "
-                        f"(DATA_PATH {_quote(str(data_path) + os.sep)}, DATA_INLINING_ROW_LIMIT {INLINE_ROWS})")
+                        f"(DATA_PATH {_quote(str(data_path) + os.sep)}, DATA_INLINING_ROW_LIMIT {INLINE_ROWS}"
+                        f"{', OVERRIDE_DATA_PATH true' if override else ''})")
             con.execute(f"USE {LAKE}")
             return con, catalog, data_path
         except duckdb.Error as exc:
@@ -155,7 +158,8 @@ def attach(settings: Settings, *, attempts: int = 5) -> tuple[duckdb.DuckDBPyCon
             text = str(exc)
             if "DATA_PATH" in text and "does not match" in text:
                 raise StoreError(f"store.data_path: {data_path} is not the lake's data path: "
-                                 f"{text.splitlines()[0]}") from None
+                                 f"{text.splitlines()[0]}; if the lake's files were moved there (a restored "
+                                 "backup, another mount point), `dimple repoint` records the new path") from None
             if attempt + 1 < attempts and _is_conflict(exc):
                 time.sleep(0.05 * (attempt + 1))
                 continue
