@@ -63,8 +63,9 @@ def test_a_compaction_killed_midway_leaves_the_store_whole_and_the_next_one_runs
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        # the base being built (under a name of its own until it is linked into place)
-        while not list(index.glob(f".base-*.{proc.pid}.*.duckdb")):
+        # the base being built: under a name of its own (``.work`` while DuckDB
+        # writes it, then renamed) until it is linked into place
+        while not list(index.glob(f".base-*.{proc.pid}.*.duckdb*")):
             assert proc.poll() is None, proc.communicate()[1]
             assert time.monotonic() < deadline, "the compaction never started its base"
             time.sleep(0.005)
@@ -96,3 +97,5 @@ def test_a_compaction_killed_midway_leaves_the_store_whole_and_the_next_one_runs
         assert {m.id for m in lake.read()} == acknowledged
         listed = [r[0] for r in lake.con.execute("SELECT path FROM indexes").fetchall()]
     assert report["base"] in listed and (index / report["base"]).is_file()
+    # and deletes the base the killed one was building (a base's size): nothing but bases stays
+    assert sorted(p.name for p in index.iterdir() if p.name.startswith(".")) == []

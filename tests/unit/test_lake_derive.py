@@ -303,3 +303,30 @@ def test_search_over_the_lake_answers_as_over_the_segment_store_before_and_after
     finally:
         ours.close()
         reader.close()
+
+
+def test_sweep_builds_deletes_what_dead_builders_left_and_keeps_live_ones(tmp_path):
+    """``sweep_builds``: this host's partial bases whose process is gone go;
+    a live builder's (this process) stays; another host's stays until
+    ``STALE_BUILD_S`` has passed; bases themselves are never touched."""
+    import os
+    import subprocess
+    import sys
+
+    from pipeline.store.lake.derive import STALE_BUILD_S, build_path, sweep_builds
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(dead.stdout)
+    ours = build_path(tmp_path / "base-9.duckdb")
+    host = ours.name.split(".")[2]
+    left = tmp_path / f".base-7.{host}.{dead_pid}.1.duckdb.work"
+    other_host = tmp_path / ".base-7.elsewhere.1.1.duckdb.work"
+    old_other = tmp_path / ".base-5.elsewhere.2.1.duckdb"
+    base = tmp_path / "base-7.duckdb"
+    for path in (ours.with_name(ours.name + ".work"), left, other_host, old_other, base):
+        path.write_bytes(b"x")
+    aged = os.stat(old_other).st_mtime - STALE_BUILD_S - 60
+    os.utime(old_other, (aged, aged))
+    assert sorted(sweep_builds(tmp_path)) == sorted([left.name, old_other.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours.name + ".work", other_host.name, base.name])

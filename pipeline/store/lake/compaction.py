@@ -51,6 +51,7 @@ from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, extensions_dir, one
 from pipeline.store.lake.commit import retrying
+from pipeline.store.lake.derive import sweep_builds
 from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache
 from pipeline.store.lake.store import Lake
 
@@ -254,6 +255,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) 
         erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered, keep=snapshot,
                     deadline_s=deadline)
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
+    sweep_builds(index_dir(settings))  # what builders killed midway left (a base's size each)
     return CompactReport(version=lake.latest_snapshot(), base=path.name,
                          memories=lake.count(at=snapshot), forgotten=forgotten, removed=removed)
 

@@ -19,6 +19,11 @@ With ``store.engine = lake`` the reader reads these (``pipeline.store.lake.follo
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +61,55 @@ def build_base(lake: Lake, snapshot: int, path: Path, settings: Settings) -> Pat
     fresh_base(path, records, vectors, settings, embedding_model=lake.info.embedding_model,
                embedding_dim=lake.info.embedding_dim, meta={SNAPSHOT_KEY: str(snapshot)})
     return path
+
+
+# A base being built: ``.<base name>.<host>.<pid>.<thread>.duckdb`` (``.work``
+# while DuckDB writes it, ``fresh_base``; ``.wal`` beside it), linked into place
+# when whole. A builder SIGKILLed leaves it (a base's size); ``sweep_builds``
+# deletes this host's whose process is gone, and any past ``STALE_BUILD_S``
+# (another host's, where the index path is shared: a build takes minutes).
+_BUILD = re.compile(r"\.base-\d+\.(?:(?P<host>[A-Za-z0-9-]+)\.)?(?P<pid>\d+)\.\d+\.duckdb(?:\.work)?(?:\.wal)?")
+STALE_BUILD_S = 6 * 3600.0
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def build_path(target: Path) -> Path:
+    """Where this thread builds the base ``target`` before linking it into place."""
+    return target.with_name(f".{target.stem}.{_host()}.{os.getpid()}.{threading.get_ident()}.duckdb")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_builds(folder: Path) -> list[str]:
+    """Delete what builders that died left in the index path ``folder``
+    (``build_path``'s files): this host's whose process is gone, and every
+    one older than ``STALE_BUILD_S``. The names deleted."""
+    if not folder.is_dir():
+        return []
+    gone, host, now = [], _host(), time.time()
+    for path in sorted(folder.iterdir()):
+        m = _BUILD.fullmatch(path.name)
+        if m is None:
+            continue
+        try:
+            stale = now - path.stat().st_mtime > STALE_BUILD_S
+        except FileNotFoundError:
+            continue
+        if stale or (m.group("host") == host and not _alive(int(m.group("pid")))):
+            path.unlink(missing_ok=True)
+            gone.append(path.name)
+    return gone
 
 
 def base_snapshot(store: Store) -> int | None:

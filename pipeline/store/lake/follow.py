@@ -61,7 +61,15 @@ from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach, one
 from pipeline.store.lake.commit import index_message, only_audit_since, retrying
-from pipeline.store.lake.derive import SNAPSHOT_KEY, base_snapshot, build_base, deltas_of, deltas_since, open_view
+from pipeline.store.lake.derive import (
+    SNAPSHOT_KEY,
+    base_snapshot,
+    build_base,
+    build_path,
+    deltas_of,
+    deltas_since,
+    open_view,
+)
 from pipeline.store.lake.records import Committed, LakeWrite, SnapshotWrite
 from pipeline.store.lake.store import Lake
 from pipeline.store.overlay import Delta
@@ -497,7 +505,7 @@ class Follower:
             if lake is None:
                 raise StoreError("the lake has no record tables: nothing to build a base from")
             if not target.exists():
-                work = target.with_name(f".{target.stem}.{os.getpid()}.{threading.get_ident()}.duckdb")
+                work = build_path(target)
                 segments.remove_file(work)
                 build_base(lake, snapshot, work, self.settings)
                 try:
