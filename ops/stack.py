@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.processes import gone
+
 
 def children(pid: int) -> list[int]:
     """The process ids of ``pid``'s children (Linux ``/proc``; none once it has exited)."""
@@ -201,22 +203,12 @@ DEFAULT_PORT = 16379  # stable across runs, and clear of a system redis-server o
 ENV_FILE = "env"  # in the run dir: `source RUN_DIR/env` sets DIMPLE_BROKER_URL
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _running(run_dir: Path) -> list[str]:
     """The names of this run dir's processes that are still alive (by their pid files)."""
     out = []
     for pidfile in sorted(run_dir.glob("*.pid")):
         try:
-            if _alive(int(pidfile.read_text())):
+            if not gone(int(pidfile.read_text())):
                 out.append(pidfile.stem)
         except (OSError, ValueError):
             continue

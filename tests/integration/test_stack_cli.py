@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.stack import QUEUES, _alive, _running, free_port, redis_binary
+from ops.stack import QUEUES, _running, free_port, redis_binary
+from pipeline.processes import gone
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,9 +55,9 @@ def test_stack_start_serves_every_queue_and_stops(tmp_path):
     assert stopped.returncode == 0
     assert len(pids) == len(QUEUES) + 1  # redis-server and a worker per queue
     deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+    while any(not gone(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in pids if _alive(pid)]
+    assert not [pid for pid in pids if not gone(pid)]
     assert _running(run_dir) == [] and not (run_dir / "env").exists()
 
 

@@ -39,11 +39,11 @@ import threading
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import duckdb
 
 from pipeline.errors import StoreError
+from pipeline.processes import gone
 from pipeline.settings import Settings
 from pipeline.store import segments
 from pipeline.store.compact import CompactReport
@@ -81,18 +81,7 @@ def _dead_here(holder: str) -> bool:
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
-    pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # another user's process, alive
-    try:  # a zombie (killed, not yet reaped by its parent) is gone too
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+    return gone(int(pid_text))
 
 
 def claim(lake: Lake, holder: str) -> bool:

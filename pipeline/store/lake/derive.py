@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import StoreError
+from pipeline.processes import gone
 from pipeline.settings import Settings
 from pipeline.store.compact import fresh_base
 from pipeline.store.database import Store
@@ -81,23 +82,14 @@ def build_path(target: Path) -> Path:
     return target.with_name(f".{target.stem}.{_host()}.{os.getpid()}.{threading.get_ident()}.duckdb")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_builds(folder: Path) -> list[str]:
     """Delete what builders that died left in the index path ``folder``
     (``build_path``'s files): this host's whose process is gone, and every
     one older than ``STALE_BUILD_S``. The names deleted."""
     if not folder.is_dir():
         return []
-    gone, host, now = [], _host(), time.time()
+    deleted: list[str] = []
+    host, now = _host(), time.time()
     for path in sorted(folder.iterdir()):
         m = _BUILD.fullmatch(path.name)
         if m is None:
@@ -106,10 +98,10 @@ def sweep_builds(folder: Path) -> list[str]:
             stale = now - path.stat().st_mtime > STALE_BUILD_S
         except FileNotFoundError:
             continue
-        if stale or (m.group("host") == host and not _alive(int(m.group("pid")))):
+        if stale or (m.group("host") == host and gone(int(m.group("pid")))):
             path.unlink(missing_ok=True)
-            gone.append(path.name)
-    return gone
+            deleted.append(path.name)
+    return deleted
 
 
 def base_snapshot(store: Store) -> int | None:
