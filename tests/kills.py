@@ -380,6 +380,7 @@ class IngestWorkerKills:
         self.rng = rng
         self.store = store or StoreSettings()
         self.held: tuple[Any, str, str] | None = None  # the write in flight at the last kill: (handle, kind, id)
+        self.in_flight: str | None = None  # the task id of the write being awaited now
         self.incarnation = 0
         self.remembered: set[str] = set()
         self.forgotten: set[str] = set()
@@ -438,7 +439,7 @@ class IngestWorkerKills:
             mid = f"{tag}-{i}"
             self.sent.add(mid)
             handle = remember_async({"id": mid, "namespace": "k", "content": f"agent memory {mid}"})
-            self.task_of[mid] = handle.id
+            self.task_of[mid] = self.in_flight = handle.id
             if self._await(handle, killed) is None:
                 self.uncertain.add(mid)
                 self.held = (handle, "remember", mid)
@@ -447,6 +448,7 @@ class IngestWorkerKills:
             if i % 3 == 2:
                 gone = f"{tag}-{i - 1}"
                 handle = forget_async([gone])
+                self.in_flight = handle.id
                 if self._await(handle, killed) is None:
                     self.uncertain.add(gone)
                     self.held = (handle, "forget", gone)
@@ -487,6 +489,23 @@ class IngestWorkerKills:
         with self.app.connection_for_write() as conn:
             channel = conn.default_channel
             return int(channel.client.hlen(channel.qos.unacked_key))
+
+    def where(self, task_id: str | None) -> str:
+        """Where the broker has the message of task ``task_id``: ``"held"`` (a
+        worker took it and has not acknowledged it: Redis' ``unacked``),
+        ``"queued"`` (no worker took it yet), or ``"taken"`` (acknowledged, or
+        taken off the queue and not yet recorded as held: kombu's own window,
+        ``workers/leases.py``)."""
+        if task_id is None:
+            return "taken"
+        with self.app.connection_for_write() as conn:
+            channel = conn.default_channel
+            client = channel.client
+            if any(task_id in raw.decode(errors="replace") for raw in client.hvals(channel.qos.unacked_key)):
+                return "held"
+            if any(task_id in raw.decode(errors="replace") for raw in client.lrange("ingest", 0, -1)):
+                return "queued"
+        return "taken"
 
     def redeliver_unacked(self) -> int:
         """What Redis hands out again once the visibility timeout has passed
