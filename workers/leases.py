@@ -19,7 +19,9 @@ renewing, and its messages are put back on their queues by any other worker
 within ``visibility_timeout`` plus one sweep.
 
 What it does not cover: a message taken off the queue (BRPOP) but not yet
-recorded in ``unacked`` when the worker died (kombu's own window, microseconds);
+recorded in ``unacked`` when the worker died (kombu's own window: from Redis'
+reply until the main process reads it, usually well under a millisecond,
+longer under load; ``tests/slow/test_lake_kill.py`` once killed a worker in it);
 a worker that cannot reach Redis for longer than the timeout (its messages are
 then also run elsewhere: every task is idempotent); Redis itself losing its
 data (``workers.broker_epoch``).
