@@ -1,4 +1,5 @@
-"""Several hosts on one machine, for ``tests/slow/test_three_hosts.py``: each
+"""Several hosts on one machine, for ``tests/slow/test_three_hosts.py`` and
+``ops/bench/host_kills.py`` (``three_hosts``): each
 "host" is a network namespace of its own (``ip netns``), joined to the root
 namespace by a veth pair on a bridge the test creates (a private /24 of
 10.77.0.0/16 that no interface here uses yet), so its processes reach the
@@ -38,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +47,10 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +232,209 @@ def skip_unless_hosts() -> None:
         pytest.skip(f"several hosts in network namespaces: {why}")
 
 
+# -- three hosts up ---------------------------------------------------------------------
+NAMESPACE = "hosts"
+HOSTS = (1, 2, 3)
+SEED = 150  # memories written first, in one batch (it builds the first base)
+WORDS = ("deploy window rollback canary shard replica backup restore latency budget queue worker broker "
+         "snapshot catalog parquet index vector postings tree cluster memory agent session token cache "
+         "schema migration audit trail forget remember search hybrid keyword semantic fusion rank score "
+         "network bridge namespace postgres redis celery ingest compaction").split()
+QUERIES = [{"text": text, "mode": mode} for text in ("rollback of the canary deploy", "replica backup restore",
+                                                      "vector index tree cluster", "audit trail of a session")
+           for mode in ("keyword", "semantic", "hybrid")]
+
+
+@dataclass
+class Hosts:
+    net: Network
+    tmp: Path
+    catalog: str
+    shared: Path
+    stacks: dict = field(default_factory=dict)  # host -> ops.stack.Stack (its worker)
+    writers: dict = field(default_factory=dict)  # host -> Agent (writes through the broker)
+    probes: dict = field(default_factory=dict)  # host -> Agent (searches on that host)
+    broker_url: str = ""
+    broker_password: str = ""
+
+    def env(self, i: int, broker: bool) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIMPLE_")}
+        env.update({
+            "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "DIMPLE_DATA_DIR": str(self.tmp / f"host{i}" / "data"),
+            "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_STORE__CATALOG": self.catalog,
+            "DIMPLE_STORE__DATA_PATH": str(self.shared), "DIMPLE_AUDIT_ENABLED": "false",
+        })
+        if broker:
+            env.update(DIMPLE_BROKER_URL=self.broker_url, DIMPLE_BROKER_PASSWORD=self.broker_password)
+        return env
+
+    def worker(self, i: int) -> str:
+        return f"h{i}-worker"
+
+    def start_worker(self, i: int, wait: bool = True) -> None:
+        stack = self.stacks[i]
+        stack.start_worker(self.worker(i), "embed,search,ingest", concurrency=2, env=self.env(i, broker=True))
+        if wait:
+            stack.wait_for_ready(self.worker(i))
+
+    def kill_worker(self, i: int) -> None:
+        proc = self.stacks[i].procs.pop(self.worker(i))
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's main process and its pool
+        proc.wait(30)
+
+    def log(self, i: int) -> str:
+        stack = self.stacks[i]
+        with open(stack.run_dir / f"{self.worker(i)}.log", "rb") as f:
+            f.seek(stack.log_start.get(self.worker(i), 0))
+            return f.read().decode(errors="replace")
+
+    def lake_ids(self) -> tuple[Counter, int]:
+        """Every live memory id in the lake (how often each appears) and its latest snapshot, read from here."""
+        from pipeline.store.lake import Lake
+        from workers.settings import WorkerSettings
+
+        with Lake.open(WorkerSettings(**store_kwargs(self))) as lake:
+            return Counter(m.id for m in lake.read()), lake.latest_snapshot()
+
+
+def store_kwargs(h: Hosts) -> dict:
+    from pipeline.settings import StoreSettings
+
+    return {"data_dir": h.tmp / "client", "store": StoreSettings(engine="lake", catalog=h.catalog, data_path=h.shared),
+            "audit_enabled": False, "_env_file": None}
+
+
+def text(rng, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+@contextmanager
+def three_hosts(tmp: Path, log=print) -> Iterator[Hosts]:
+    """Three hosts up (network, broker, catalog, a worker on each, a writer on
+    hosts 1 and 2, a probe on each) with a seed of ``SEED`` memories written
+    and read on every host; all of it deleted on the way out, also on failure
+    (``missing()`` says whether this machine can)."""
+    import random
+
+    from ops.stack import Stack
+    from tests.lakes import find_postgres
+
+    pg = find_postgres(tmp)  # skips, naming what to install, when there is none
+    t0 = time.perf_counter()
+    net = Network(len(HOSTS))
+    cleanup: list = []
+    net.open()
+    try:
+        parts = conninfo_parts(pg.base)
+        forward = Forward(net.address, parts.get("host", "127.0.0.1"), int(parts.get("port", "5432")),
+                          tmp / "socat.log")
+        cleanup.append(forward.close)
+        database = pg.create_database()
+        cleanup.append(lambda: pg.drop_database(database))
+        name = conninfo_parts(database)["dbname"]
+        catalog = f"postgres:dbname={name} host={net.address} port={forward.port} user={parts.get('user', 'postgres')}"
+        h = Hosts(net, tmp, catalog, tmp / "shared-lake")
+        h.shared.mkdir()
+        # off loopback, Redis wants a password (its protected mode), as a broker other hosts reach should
+        redis = Stack(tmp / "broker", host=net.address, password=uuid.uuid4().hex)
+        cleanup.append(redis.stop_all)  # also when it starts but does not answer
+        redis.start_redis()
+        h.broker_url, h.broker_password = redis.broker_url, redis.password
+        for i in HOSTS:
+            h.stacks[i] = Stack(tmp / f"host{i}" / "run", port=redis.port, host=net.address, wrap=net.wrap(i),
+                                password=redis.password)
+            h.stacks[i].run_dir.mkdir(parents=True)
+            cleanup.append(h.stacks[i].stop_all)
+        for i in HOSTS:
+            h.start_worker(i, wait=False)
+        for i in HOSTS:  # each host's searcher (and two hosts' writers) load beside the workers
+            h.probes[i] = Agent("probe", net.wrap(i), h.env(i, broker=False), tmp / f"host{i}" / "probe.log")
+            cleanup.append(h.probes[i].close)
+        for i in (1, 2):
+            h.writers[i] = Agent("writer", net.wrap(i), h.env(i, broker=True), tmp / f"host{i}" / "writer.log")
+            cleanup.append(h.writers[i].close)
+        for i in HOSTS:
+            h.stacks[i].wait_for_ready(h.worker(i))
+        for agent in [*h.probes.values(), *h.writers.values()]:
+            assert agent.reply()["ready"]
+        rng = random.Random(34)
+        seed = [{"id": f"seed-{j}", "namespace": NAMESPACE, "content": text(rng, 10)} for j in range(SEED)]
+        done = h.writers[1].ask("remember", records=seed)
+        assert sorted(done["ids"]) == sorted(r["id"] for r in seed)
+        for probe in h.probes.values():  # each host reads the store once (a host without a base builds one)
+            probe.send("reach", id="seed-0", text=seed[0]["content"], version=done["version"], namespace=NAMESPACE)
+        for probe in h.probes.values():
+            assert probe.reply()["store_version"] >= done["version"]
+        log(f"\nthree hosts up (network, broker, catalog, 3 workers, seed of {SEED}) in {time.perf_counter() - t0:.1f} s")
+        yield h
+    finally:
+        for step in reversed(cleanup):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - the rest is cleaned up all the same
+                log(f"cleanup step failed: {exc!r}")
+        left = net.close()
+        assert not left, f"network namespaces or links left behind: {left}"
+
+
+def burst(writer: Agent, prefix: str, n: int, out: dict) -> None:
+    writer.send("burst", prefix=prefix, n=n, namespace=NAMESPACE, text="concurrent")
+    acked, failed = {}, {}
+    while True:
+        line = writer.reply(timeout=300)
+        if line.get("done"):
+            break
+        (failed if "failed" in line else acked)[line["id"]] = line
+    out[prefix] = (acked, failed)
+
+
+def bursts(h: Hosts, n: int, prefix: str, during=None) -> tuple[dict, dict]:
+    out: dict = {}
+    threads = [threading.Thread(target=burst, args=(h.writers[i], f"{prefix}{i}", n, out)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    if during is not None:
+        during()
+    for t in threads:
+        t.join(360)
+    acked = {k: v for a, _ in out.values() for k, v in a.items()}
+    failed = {k: v for _, f in out.values() for k, v in f.items()}
+    assert len(out) == 2, "a writer did not finish"
+    return acked, failed
+
+
+def held(log: str) -> set[str]:
+    received = set(re.findall(r"Task ingest\.remember\[([0-9a-f-]+)\] received", log))
+    done = set(re.findall(r"Task ingest\.remember\[([0-9a-f-]+)\] (?:succeeded|failed|raised)", log))
+    return received - done
+
+
+def kill_round(h: Hosts, victim: int, prefix: str, n: int) -> dict:
+    """Bursts of ``n`` writes from hosts 1 and 2 (ids ``PREFIX1-j``,
+    ``PREFIX2-j``) while host ``victim``'s worker is SIGKILLed with its pool as
+    soon as its log shows a write received and not finished: whether it was
+    killed, what it held then, the writes acknowledged and failed."""
+    killed: dict = {}
+    stop = threading.Event()
+
+    def kill_when_holding() -> None:
+        while not stop.is_set():
+            if held(h.log(victim)):
+                h.kill_worker(victim)
+                killed.update(held=held(h.log(victim)))  # what it held when it died
+                return
+            time.sleep(0.005)
+
+    killer = threading.Thread(target=kill_when_holding, daemon=True)
+    t0 = time.perf_counter()
+    acked, failed = bursts(h, n, prefix, during=killer.start)
+    stop.set()
+    killer.join(30)
+    return {"victim": victim, "killed": bool(killed), "held": sorted(killed.get("held", ())), "acked": acked,
+            "failed": failed, "seconds": time.perf_counter() - t0}
+
+
 # -- the processes on a host ---------------------------------------------------------
 def _hits(results: Any) -> list[list]:
     return [[r.id, r.rank, r.score] for r in results.results]
@@ -245,7 +454,7 @@ def _writer() -> None:
             sent = time.time()
             done = remember(cmd["records"])
             print(json.dumps({"ids": done.ids, "version": done.version, "replayed": done.replayed,
-                              "sent": sent, "acked": time.time()}), flush=True)
+                              "sent": sent, "acked": time.time(), "seconds": done.seconds}), flush=True)
         elif cmd["op"] == "burst":  # one-memory writes one after another, each acknowledged on its own line
             for j in range(cmd["n"]):
                 mid = f"{cmd['prefix']}-{j}"
