@@ -184,3 +184,32 @@ def test_a_shared_data_path_mounted_elsewhere_is_repointed_on_a_postgres_catalog
     assert done.changed and done.checked and done.files >= 1 and done.new == f"{tmp_path / 'mounted'}/"
     with open_lake(moved) as lake:
         assert sorted(m.id for m in lake.read()) == ids
+
+
+def test_files_a_merge_replaced_stay_an_hour_on_a_postgres_catalog(tmp_path, pg_catalog):
+    """PostgreSQL compares ``schedule_start`` exactly: the routine clean-up's
+    cutoff is ``now - LONGEST_TRANSACTION`` there (on SQLite it keeps the day:
+    ``tests/unit/test_lake_cleanup.py``), and the files a merge replaced a
+    moment ago stay, while a reader that planned before the merge reads them."""
+    from datetime import UTC, datetime, timedelta
+
+    from pipeline.store.lake.catalog import LAKE, META
+    from pipeline.store.lake.erase import LONGEST_TRANSACTION, cleanup_cutoff
+
+    settings = _postgres(tmp_path, pg_catalog)
+    with open_lake(settings) as lake:
+        for k in range(3):
+            lake.commit(LakeWrite([memory(f"m{k}-{i}", f"text {k} {i}") for i in range(30)]))
+        before, files = lake.latest_snapshot(), set(settings.lake_data_path.rglob("*.parquet"))
+        lake.con.execute(f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')").fetchall()
+        now = datetime.now(UTC)
+        assert cleanup_cutoff(lake.con, lake.catalog, now) == now - LONGEST_TRANSACTION
+        listed = lake.con.execute(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', dry_run => true, "
+                                  "older_than => ?::TIMESTAMPTZ)", [now - timedelta(minutes=1)]).fetchall()
+        assert listed == []  # scheduled a moment ago: not older than a minute ago
+        assert lake.expire().files_deleted == 0 and files <= set(settings.lake_data_path.rglob("*.parquet"))
+        assert lake.count(at=before) == 90
+        lake.con.execute(f"UPDATE {META}.ducklake_files_scheduled_for_deletion SET schedule_start = ?::TIMESTAMPTZ",
+                         [now - LONGEST_TRANSACTION - timedelta(minutes=5)])
+        assert lake.expire().files_deleted == 3 and not files & set(settings.lake_data_path.rglob("*.parquet"))
+        assert lake.count(at=before) == 90

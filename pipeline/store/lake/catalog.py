@@ -25,6 +25,8 @@ from pipeline.store.database import extension_path, migrations, utcnow
 
 # The name the lake is attached as: its tables are lake.memories, ...
 LAKE = "lake"
+# the catalog database of the attached lake, where DuckLake keeps its own tables
+META = f"__ducklake_metadata_{LAKE}"
 # Rows a commit may add to one table and still keep in the catalog, not in a
 # Parquet file of its own: a one-memory write then costs one catalog
 # transaction (no file), and compaction (``ducklake_flush_inlined_data``)

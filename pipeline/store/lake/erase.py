@@ -21,19 +21,24 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 
 from pipeline.errors import StoreError
-from pipeline.store.lake.catalog import LAKE, Catalog, _quote, load_extensions, one
+from pipeline.store.lake.catalog import LAKE, META, Catalog, _quote, load_extensions, one
 from pipeline.store.lake.commit import latest_snapshot, retrying
 
-# A Parquet file no commit lists is deleted once it is this old: younger ones
-# may belong to a write still in progress (a large batch writes its files
-# before it commits).
-ORPHAN_AGE = timedelta(hours=1)
+# The longest a transaction on the lake may run (a base built at 1M reads for
+# ~9 min). A Parquet file no commit lists is deleted once it is this old:
+# younger ones may belong to a write still in progress (a large batch writes
+# its files before it commits). A file a merge replaced is deleted once it was
+# replaced this long ago: DuckLake schedules it for deletion at the merge,
+# while a reader that planned its scan before the merge may still be reading
+# it (deleted at once, such a read failed: "Cannot open file", seen on three
+# hosts, ``ops/bench/host_kills.py``).
+LONGEST_TRANSACTION = timedelta(hours=1)
 # How long the catalog's clean-up waits for readers: PostgreSQL's VACUUM FULL
 # for one table's lock, SQLite's VACUUM and WAL checkpoint for readers to let go
 # (readers' transactions are short; a longer wait would hold writers up behind it).
@@ -125,7 +130,7 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
                          [older[i:i + EXPIRE_BATCH]])
     deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
     deleted += _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
-                                      "older_than => now() - ?::INTERVAL)", [timedelta_text(ORPHAN_AGE)])
+                                      "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
     vacuum_catalog(catalog, extensions_dir)
     retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
@@ -163,16 +168,41 @@ def check_every(erase_within: timedelta) -> timedelta:
     return min(CHECK_EVERY, erase_within / 20)
 
 
-def expire(con: duckdb.DuckDBPyConnection, retain: timedelta, *, deadline_s: float) -> Purged:
+def expire(con: duckdb.DuckDBPyConnection, catalog: Catalog, retain: timedelta, *, deadline_s: float) -> Purged:
     """Expire the snapshots older than ``retain`` (``store.retain``) and delete
-    the files only they read: the routine clean-up after a compaction."""
+    the files no snapshot has read for ``LONGEST_TRANSACTION`` (a merge just
+    now replaced some that running reads may still scan; ``cleanup_cutoff``):
+    the routine clean-up after a compaction. An erase (``cut``) deletes at
+    once: it must."""
     def step(sql: str, params: list | None = None) -> int:
         return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="expire")[0]
 
     expired = step(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', older_than => now() - ?::INTERVAL)",
                    [timedelta_text(retain)])
-    deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
+    cutoff = cleanup_cutoff(con, catalog, datetime.now(UTC))
+    deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', older_than => ?::TIMESTAMPTZ)", [cutoff])
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def cleanup_cutoff(con: duckdb.DuckDBPyConnection, catalog: Catalog, now: datetime) -> datetime:
+    """The ``older_than`` of the routine clean-up: files scheduled for deletion
+    before it go. ``now - LONGEST_TRANSACTION`` on PostgreSQL. On a SQLite
+    catalog DuckLake (1.5.5) compares ``schedule_start`` by day: a file
+    scheduled at any time of day D counts as scheduled at D 00:00
+    (``tests/unit/test_lake_cleanup.py`` pins it), so ``now - 1 h`` would take
+    files replaced a moment ago from 01:00 on. There the cutoff stays before
+    the day the youngest-but-kept file was scheduled: correct under either
+    reading, at the cost of keeping replaced files up to a day longer."""
+    cutoff = now - LONGEST_TRANSACTION
+    if catalog.kind != "sqlite":
+        return cutoff
+    row = one(con.execute(f"SELECT min(schedule_start::TIMESTAMPTZ) FROM {META}.ducklake_files_scheduled_for_deletion "
+                          "WHERE schedule_start::TIMESTAMPTZ >= ?::TIMESTAMPTZ", [cutoff]))
+    young = row[0] if row else None
+    if young is None:
+        return cutoff
+    midnight = young.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return min(cutoff, midnight - timedelta(microseconds=1))
 
 
 def timedelta_text(value: timedelta) -> str:

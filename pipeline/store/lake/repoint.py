@@ -22,19 +22,17 @@ from pathlib import Path
 
 from pipeline.errors import StoreError
 from pipeline.settings import Settings
-from pipeline.store.lake.catalog import LAKE, attach, one
-
-_META = f"__ducklake_metadata_{LAKE}"
+from pipeline.store.lake.catalog import META, attach, one
 
 # Every data and delete file the catalog lists (those of snapshots still kept
 # included), with the schema's and table's paths it is relative to.
 _FILES = f"""
 WITH schemas AS (SELECT schema_id, any_value(path) AS path, bool_and(path_is_relative::BOOLEAN) AS rel
-                 FROM {_META}.ducklake_schema GROUP BY schema_id),
+                 FROM {META}.ducklake_schema GROUP BY schema_id),
      tables AS (SELECT table_id, any_value(schema_id) AS schema_id, any_value(path) AS path,
-                       bool_and(path_is_relative::BOOLEAN) AS rel FROM {_META}.ducklake_table GROUP BY table_id),
-     files AS (SELECT table_id, path, path_is_relative::BOOLEAN AS rel FROM {_META}.ducklake_data_file
-               UNION ALL SELECT table_id, path, path_is_relative::BOOLEAN FROM {_META}.ducklake_delete_file)
+                       bool_and(path_is_relative::BOOLEAN) AS rel FROM {META}.ducklake_table GROUP BY table_id),
+     files AS (SELECT table_id, path, path_is_relative::BOOLEAN AS rel FROM {META}.ducklake_data_file
+               UNION ALL SELECT table_id, path, path_is_relative::BOOLEAN FROM {META}.ducklake_delete_file)
 SELECT DISTINCT s.path, s.rel, t.path, t.rel, f.path, f.rel
 FROM files f JOIN tables t USING (table_id) JOIN schemas s USING (schema_id)
 """
@@ -68,7 +66,7 @@ def repoint(settings: Settings) -> Repointed:
         raise StoreError("store.engine: repoint moves a lake's files; run it with DIMPLE_STORE__ENGINE=lake")
     con, _, data_path = attach(settings, override=True)
     try:
-        row = one(con.execute(f"SELECT value FROM {_META}.ducklake_metadata WHERE key = 'data_path'"))
+        row = one(con.execute(f"SELECT value FROM {META}.ducklake_metadata WHERE key = 'data_path'"))
         old, new = (str(row[0]) if row else ""), str(data_path) + os.sep
         if old == new:
             return Repointed(old, new, 0, False, False)
@@ -83,7 +81,7 @@ def repoint(settings: Settings) -> Repointed:
         if missing:
             raise StoreError(f"store.data_path: {len(missing)} of the lake's {len(paths)} files are not under {new} "
                              f"(e.g. {missing[0]}): copy the whole lake folder there first; nothing changed")
-        con.execute(f"UPDATE {_META}.ducklake_metadata SET value = ? WHERE key = 'data_path'", [new])
+        con.execute(f"UPDATE {META}.ducklake_metadata SET value = ? WHERE key = 'data_path'", [new])
         return Repointed(old, new, len(paths), checked, True)
     finally:
         con.close()

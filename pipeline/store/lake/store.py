@@ -128,7 +128,7 @@ class Lake:
 
     def expire(self) -> erasing.Purged:
         """Expire snapshots older than ``store.retain`` and delete the files only they read."""
-        return erasing.expire(self.con, self.settings.store.retain, deadline_s=self.settings.write_wait_s)
+        return erasing.expire(self.con, self.catalog, self.settings.store.retain, deadline_s=self.settings.write_wait_s)
 
     # -- reads -------------------------------------------------------------
     def latest_snapshot(self) -> int:
