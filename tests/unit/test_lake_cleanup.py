@@ -82,3 +82,26 @@ def test_the_cutoff_keeps_the_day_of_the_youngest_replaced_file_on_sqlite(lake):
     assert cutoff < midnight and cutoff <= now - LONGEST_TRANSACTION
     later = now + LONGEST_TRANSACTION + timedelta(days=3)  # every replaced file is old by then
     assert cleanup_cutoff(lake.con, lake.catalog, later) == later - LONGEST_TRANSACTION
+
+
+def test_expire_keeps_what_retain_keeps_to_the_second_on_sqlite(tmp_path):
+    """``store.retain`` of an hour: a snapshot of 30 minutes ago stays readable
+    and one of two hours ago goes, whatever the time of day (DuckLake's own
+    ``older_than`` on SQLite compares by day: at 04:00 it expired everything
+    since midnight)."""
+    from datetime import UTC, datetime, timedelta
+
+    settings = Settings(data_dir=tmp_path / "data", store={"retain": "PT1H"}, _env_file=None)
+    with open_lake(settings) as lake:
+        snaps = [lake.commit(LakeWrite([memory(f"m{k}", f"text {k}")])).snapshot for k in range(4)]
+        now = datetime.now(UTC)
+        stamp = {snaps[0]: now - timedelta(hours=2, minutes=1), snaps[1]: now - timedelta(hours=2),
+                 snaps[2]: now - timedelta(minutes=30)}
+        for snap, at in stamp.items():
+            lake.con.execute(f"UPDATE {META}.ducklake_snapshot SET snapshot_time = ? WHERE snapshot_id = ?",
+                             [at.isoformat(sep=" "), snap])
+        gone = lake.expire().expired
+        alive = {int(r[0]) for r in lake.con.execute(f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}')").fetchall()}
+        assert snaps[2] in alive and snaps[3] in alive
+        assert snaps[0] not in alive and snaps[1] not in alive and gone >= 2
+        assert lake.count(at=snaps[2]) == 3 and lake.count() == 4

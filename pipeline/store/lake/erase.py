@@ -124,16 +124,22 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
     # snapshot stamped by a host whose clock runs ahead would escape it
     older = [int(r[0]) for r in con.execute(f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') "
                                             "WHERE snapshot_id < ? ORDER BY 1", [keep]).fetchall()]
-    expired = 0
-    for i in range(0, len(older), EXPIRE_BATCH):
-        expired += _step(con, deadline_s, f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', versions => ?)",
-                         [older[i:i + EXPIRE_BATCH]])
+    expired = _expire(con, older, deadline_s)
     deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
     deleted += _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
                                       "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
     vacuum_catalog(catalog, extensions_dir)
     retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def _expire(con: duckdb.DuckDBPyConnection, ids: list[int], deadline_s: float) -> int:
+    """Expire the snapshots ``ids``, named in batches of ``EXPIRE_BATCH``."""
+    expired = 0
+    for i in range(0, len(ids), EXPIRE_BATCH):
+        expired += _step(con, deadline_s, f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', versions => ?)",
+                         [ids[i:i + EXPIRE_BATCH]])
+    return expired
 
 
 def head_seq(con: duckdb.DuckDBPyConnection) -> int:
@@ -177,8 +183,14 @@ def expire(con: duckdb.DuckDBPyConnection, catalog: Catalog, retain: timedelta, 
     def step(sql: str, params: list | None = None) -> int:
         return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="expire")[0]
 
-    expired = step(f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', older_than => now() - ?::INTERVAL)",
-                   [timedelta_text(retain)])
+    # by id, the times compared here: on a SQLite catalog DuckLake's own `older_than`
+    # compares by day, and expired every snapshot of the cutoff's day (with a
+    # `retain` of an hour, at 04:00, all of the day's). The latest is never named.
+    older = [int(r[0]) for r in con.execute(
+        f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') WHERE snapshot_time < ?::TIMESTAMPTZ "
+        f"AND snapshot_id < (SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}')) ORDER BY 1",
+        [datetime.now(UTC) - retain]).fetchall()]
+    expired = _expire(con, older, deadline_s)
     cutoff = cleanup_cutoff(con, catalog, datetime.now(UTC))
     deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', older_than => ?::TIMESTAMPTZ)", [cutoff])
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
