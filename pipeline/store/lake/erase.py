@@ -188,8 +188,7 @@ def expire(con: duckdb.DuckDBPyConnection, catalog: Catalog, retain: timedelta, 
     # `retain` of an hour, at 04:00, all of the day's). The latest is never named.
     older = [int(r[0]) for r in con.execute(
         f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') WHERE snapshot_time < ?::TIMESTAMPTZ "
-        f"AND snapshot_id < (SELECT max(snapshot_id) FROM ducklake_snapshots('{LAKE}')) ORDER BY 1",
-        [datetime.now(UTC) - retain]).fetchall()]
+        "AND snapshot_id < ? ORDER BY 1", [datetime.now(UTC) - retain, latest_snapshot(con)]).fetchall()]
     expired = _expire(con, older, deadline_s)
     cutoff = cleanup_cutoff(con, catalog, datetime.now(UTC))
     deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', older_than => ?::TIMESTAMPTZ)", [cutoff])
