@@ -84,8 +84,9 @@ def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path
     return cut(con, catalog, extensions_dir, covered=covered, keep=latest_snapshot(con), deadline_s=deadline_s)
 
 
-def _step(con: duckdb.DuckDBPyConnection, deadline_s: float, sql: str, params: list | None = None) -> int:
-    return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="purge")[0]
+def _step(con: duckdb.DuckDBPyConnection, deadline_s: float, sql: str, params: list | None = None,
+          what: str = "purge") -> int:
+    return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what=what)[0]
 
 
 def rewrite(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> int:
@@ -133,12 +134,12 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
 
 
-def _expire(con: duckdb.DuckDBPyConnection, ids: list[int], deadline_s: float) -> int:
+def _expire(con: duckdb.DuckDBPyConnection, ids: list[int], deadline_s: float, what: str = "purge") -> int:
     """Expire the snapshots ``ids``, named in batches of ``EXPIRE_BATCH``."""
     expired = 0
     for i in range(0, len(ids), EXPIRE_BATCH):
         expired += _step(con, deadline_s, f"SELECT * FROM ducklake_expire_snapshots('{LAKE}', versions => ?)",
-                         [ids[i:i + EXPIRE_BATCH]])
+                         [ids[i:i + EXPIRE_BATCH]], what)
     return expired
 
 
@@ -180,18 +181,16 @@ def expire(con: duckdb.DuckDBPyConnection, catalog: Catalog, retain: timedelta, 
     now replaced some that running reads may still scan; ``cleanup_cutoff``):
     the routine clean-up after a compaction. An erase (``cut``) deletes at
     once: it must."""
-    def step(sql: str, params: list | None = None) -> int:
-        return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what="expire")[0]
-
     # by id, the times compared here: on a SQLite catalog DuckLake's own `older_than`
     # compares by day, and expired every snapshot of the cutoff's day (with a
     # `retain` of an hour, at 04:00, all of the day's). The latest is never named.
+    now = datetime.now(UTC)
     older = [int(r[0]) for r in con.execute(
         f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') WHERE snapshot_time < ?::TIMESTAMPTZ "
-        "AND snapshot_id < ? ORDER BY 1", [datetime.now(UTC) - retain, latest_snapshot(con)]).fetchall()]
-    expired = _expire(con, older, deadline_s)
-    cutoff = cleanup_cutoff(con, catalog, datetime.now(UTC))
-    deleted = step(f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', older_than => ?::TIMESTAMPTZ)", [cutoff])
+        "AND snapshot_id < ? ORDER BY 1", [now - retain, latest_snapshot(con)]).fetchall()]
+    expired = _expire(con, older, deadline_s, "expire")
+    deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', older_than => ?::TIMESTAMPTZ)",
+                    [cleanup_cutoff(con, catalog, now)], "expire")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
 
 
