@@ -295,3 +295,11 @@ class Settings(BaseSettings):
     def replace(self, **changes: Any) -> Self:
         """A validated copy with ``changes`` applied (the environment is not re-read)."""
         return type(self).model_validate({**self.model_dump(), **changes})
+
+    def apart(self, data_dir: Path) -> Self:
+        """These settings for a store of its own in ``data_dir`` (the demo's, a
+        dataset's, a scratch copy): the lake's catalog, data path and index
+        path inside it, whatever the user's store has set, so nothing built
+        there is written to the user's lake."""
+        store = {**self.store.model_dump(), "catalog": None, "data_path": None, "index_path": None}
+        return self.replace(data_dir=data_dir, store=store)

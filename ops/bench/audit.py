@@ -7,8 +7,10 @@ Embedded pipeline on the demo store (built if absent), single queries through
 audit off; audit on, with the background writer drained (``audit.flush``)
 *inside* the block's timing, so every row the block caused is written before
 its clock stops and none spills into the next block; and audit on with a
-broken audit store (a folder where its file should be: every write fails,
-retries and is dead-lettered), drained the same way. The blocks' order
+broken audit store (a folder where its file should be; on the lake, whose
+catalog the queries read too, the writes of that side fail in this process as
+an unreachable catalog fails them: every write fails, retries and is
+dead-lettered), drained the same way. The blocks' order
 rotates from round to round so drift and warm-up hit every side alike.
 
 Reported per side: the block's wall time (queries + drain) per query, the
@@ -47,6 +49,26 @@ def _block(queries: list[dict], n: int, search, flush) -> dict:
     return {"wall_s": t1 - t0, "drain_s": t1 - t_queries, "drained": drained, "lat": lat}
 
 
+def _break_lake_audit(broken_dir: Path) -> None:
+    """On the lake the rows go to the store's own catalog, which the queries
+    read too: the broken side's audit writes (those of settings whose audit dir
+    is ``broken_dir``) fail as an unreachable catalog fails them, in this
+    process only, and are retried and dead-lettered as usual."""
+    from pipeline.audit import lake
+    from pipeline.errors import AuditStoreUnavailable
+
+    write, check = lake.write, lake.check_writable
+
+    def failing(real):
+        def call(log, *args):
+            if log.settings.audit_dir == broken_dir:
+                raise AuditStoreUnavailable(f"cannot open {log}: the bench's broken side")
+            return real(log, *args)
+        return call
+
+    lake.write, lake.check_writable = failing(write), failing(check)
+
+
 def main(argv=None) -> int:
     import workers
     from pipeline.audit.letters import dead_letters
@@ -67,6 +89,8 @@ def main(argv=None) -> int:
     shutil.rmtree(broken_dir, ignore_errors=True)  # dead letters of an earlier run
     broken_dir.mkdir(parents=True)
     (broken_dir / "audit.duckdb").mkdir(exist_ok=True)
+    if base.store.engine == "lake":
+        _break_lake_audit(broken_dir)
     sides = {
         "off": base.replace(audit_enabled=False),
         "on": base,

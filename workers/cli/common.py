@@ -82,7 +82,7 @@ def setup_logging(level: int) -> None:
 
 def demo_settings(settings):
     """Where ``dimple demo`` keeps its store: ``demo`` under the data dir, apart from the user's."""
-    return settings.replace(data_dir=settings.data_dir / "demo")
+    return settings.apart(settings.data_dir / "demo")
 
 
 def local_settings(settings, what: str, why: str = "its store is built here; the workers serve another"):
@@ -101,11 +101,20 @@ def no_store(settings) -> StoreError:
     """The one message for a data dir without a store, with a hint that is true
     (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
     demo_dir = demo_settings(settings).data_dir
-    if segments.exists(demo_dir):
+    if store_exists(demo_settings(settings)):
         demo = f"search the demo's with DIMPLE_DATA_DIR={demo_dir}"
     else:
         demo = f"'dimple demo' to build the demo's, then search it with DIMPLE_DATA_DIR={demo_dir}"
     return StoreError(f"no store in {settings.data_dir}: run 'dimple ingest FILE' to build one, or {demo}")
+
+
+def store_exists(settings) -> bool:
+    """Whether ``settings`` name a store that holds anything yet (on the lake:
+    a base in this host's index path, which a lake's first write builds; a
+    look at the folder, without the catalog)."""
+    if settings.store.engine == "lake":
+        return bool(bases(settings))
+    return segments.exists(settings.data_dir)
 
 
 def require_store(settings) -> Path:

@@ -31,7 +31,7 @@ from workers.api import get, search, search_many
 from workers.audit import flush
 from workers.settings import WorkerSettings
 
-from .common import demo_settings, ingest_file, local_settings
+from .common import demo_settings, ingest_file, local_settings, store_exists
 from .render import format_explain, format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
@@ -43,7 +43,7 @@ def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[st
     if rebuild:
         resources.current().close_store()
         segments.drop_all(settings.data_dir)
-    if not segments.exists(settings.data_dir):
+    if not store_exists(settings):
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
         report = ingest_file(files["memories"], settings)
         print(

@@ -25,13 +25,22 @@ from pipeline.errors import InputError
 from pipeline.evaluation.models import Comparison, RunReport
 from pipeline.evaluation.report import modes_lines, safe_name, write_comparison, write_modes, write_replay, write_run
 from pipeline.store import segments
-from pipeline.store.compact import compact
 from pipeline.store.lake.follow import reader_for
+from pipeline.store.lake.store import copy_latest
+from pipeline.store.maintenance import compact
 from pipeline.store.tuned import overlay, read_tuned, write_tuned
 from pipeline.store.vector import compile_kernels
 from workers.api import search_many
 
-from .common import check_namespace, cli_settings, ingest_file, local_settings, prepare_search, require_store
+from .common import (
+    check_namespace,
+    cli_settings,
+    ingest_file,
+    local_settings,
+    prepare_search,
+    require_store,
+    store_exists,
+)
 from .demo import build_demo_store, demo_settings, load_queries
 
 NO_PROGRESS_HELP = "no progress bar on stderr"
@@ -209,7 +218,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
             raise InputError("--locomo", f"not a LoCoMo file: {exc}") from None
         if not loco.records:
             raise InputError("--locomo", "not a LoCoMo file: it holds no conversation turn")
-        run_settings = local_settings(settings.replace(data_dir=args.store or settings.data_dir / "locomo"),
+        run_settings = local_settings(settings.apart(args.store or settings.data_dir / "locomo"),
                                       "eval --locomo")
         _ensure_store(run_settings, loco.records, "locomo")
         queries = [ev.QuerySpec(q["id"], q["text"], {"namespace": q["namespace"]}) for q in loco.queries]
@@ -218,7 +227,7 @@ def load_source(args, settings) -> tuple[ev.QuerySet, Any]:
         return qset, run_settings
     records, queries, qrels = load_beir(args.beir)
     run_settings = local_settings(
-        settings.replace(data_dir=args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir")),
+        settings.apart(args.store or settings.data_dir / "beir" / (args.beir.resolve().name or "beir")),
         "eval --beir")
     _ensure_store(run_settings, records, "beir")
     return ev.reconcile(args.beir.resolve().name, queries, qrels, strict=args.strict), run_settings
@@ -252,7 +261,7 @@ def _ensure_store(settings, records: list[dict], what: str) -> None:
 
     path = settings.data_dir / f"{what}-records.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    if segments.exists(settings.data_dir):
+    if store_exists(settings):
         if not path.is_file() or path.read_text(encoding="utf-8") == text:
             return  # the same records (or a store this command did not build: used as it is)
         before = {json.loads(line)["id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
@@ -519,16 +528,19 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
     rebuilt with ``max_leaf_items``; the user's store is only read."""
 
     require_store(settings)
-    copy = settings.replace(data_dir=work / f"leaf-{max_leaf_items}",
-                            tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
+    copy = settings.apart(work / f"leaf-{max_leaf_items}").replace(
+        tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
     copy.data_dir.mkdir(parents=True)
-    with segments.write_lock(settings.data_dir):  # a manifest and the files it names, together
-        manifest = segments.read_manifest(settings.data_dir)
-        assert manifest is not None  # require_store
-        for name in sorted(manifest.files()):
-            (copy.data_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(settings.data_dir / name, copy.data_dir / name)
-        (copy.data_dir / segments.MANIFEST).write_text(manifest.as_json(), encoding="utf-8")
+    if settings.store.engine == "lake":
+        copy_latest(settings, copy)  # the lake at its latest snapshot, into one of the copy's own
+    else:
+        with segments.write_lock(settings.data_dir):  # a manifest and the files it names, together
+            manifest = segments.read_manifest(settings.data_dir)
+            assert manifest is not None  # require_store
+            for name in sorted(manifest.files()):
+                (copy.data_dir / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(settings.data_dir / name, copy.data_dir / name)
+            (copy.data_dir / segments.MANIFEST).write_text(manifest.as_json(), encoding="utf-8")
     tuned = read_tuned(settings)  # the copy fuses as the store does
     if tuned is not None:
         write_tuned(copy, tuned.settings, tuned.evidence)

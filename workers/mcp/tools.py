@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.contracts import QueryOptions, Results, id_problem, options_from_recorded, text_problem, validation_error
 from pipeline.errors import IngestValidationError, InputError, LineError
-from pipeline.store import segments
 from pipeline.store.ingest import MemoryRecord
 from pipeline.store.writes import WriteResult, parse_records
 from workers import api, resources
@@ -237,8 +236,8 @@ def forget(pins: Pins, arguments: Any) -> WriteResult:
     inside = _inside(pins, wanted)
     outside = [m for m in dict.fromkeys(wanted) if m not in inside]  # unknown, as far as this server tells
     if not inside:
-        manifest = segments.read_manifest(resources.current().settings().data_dir)
-        return WriteResult(not_found=outside, version=manifest.version if manifest else 0)
+        snap = resources.current().reader().snapshot(fresh=True)  # the store's version now, on either engine
+        return WriteResult(not_found=outside, version=snap.version if snap is not None else 0)
     result = api.forget([m for m in wanted if m in inside], reason)
     result.not_found = [m for m in dict.fromkeys(wanted) if m in set(result.not_found) | set(outside)]
     return result

@@ -199,3 +199,17 @@ class Lake:
         and re-embedded before the commit's own check."""
         row = one(self.con.execute("SELECT count(*) FROM writes WHERE write_id = ?", [write_id]))
         return commits.snapshot_of_write(self.con, write_id) if row and row[0] else None
+
+
+def copy_latest(source: Settings, target: Settings) -> int:
+    """The live memories of ``source``'s lake at its latest snapshot (with
+    their embeddings, topics, concepts and links), written into the new lake
+    ``target`` names as one write: a scratch copy (``dimple sweep``'s trees),
+    nothing embedded again and ``source`` only read. Their count."""
+    with Lake.open(source) as lake:
+        memories = lake.read()
+        model, dim = lake.info.embedding_model, lake.info.embedding_dim
+    with Lake.open(target, embedding_model=model, embedding_dim=dim) as copy:
+        if memories:
+            copy.commit(LakeWrite(remember=memories, embedding_model=model))
+    return len(memories)
