@@ -60,9 +60,17 @@ def use_store(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    """Settings for a fresh store under tmp_path, with the hash embedder (no model)."""
-    return store_settings(tmp_path)
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """Settings for a fresh store under tmp_path, with the hash embedder (no
+    model), on the default engine or the one ``on_segments`` names."""
+    return store_settings(tmp_path, getattr(request, "param", "segments"))
+
+
+# A test of the segment store itself (its files, locks, ``audit.duckdb``): the
+# store of earlier versions, still served with ``store.engine = segments``
+# until ``dimple migrate`` copies it; the ``settings`` fixture (and with it
+# ``embedded``) on that engine.
+on_segments = pytest.mark.parametrize("settings", ["segments"], indirect=True)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

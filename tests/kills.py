@@ -51,11 +51,14 @@ _COMPACTOR = """
 import sys
 from pipeline.settings import Settings
 from pipeline.store.compact import compact
-s = Settings(data_dir=sys.argv[1], embedding_model="hash-64", _env_file=None)
+s = Settings(data_dir=sys.argv[1], embedding_model="hash-64", store={"engine": "segments"}, _env_file=None)
 print("ready", flush=True)
 compact(s, wait=True)
 print("done", flush=True)
 """
+
+
+SEGMENTS = StoreSettings(engine="segments")  # the store of earlier versions, until ``dimple migrate``
 
 
 def store_env(store: StoreSettings) -> dict[str, str]:
@@ -330,11 +333,12 @@ def kill_writer(settings: Settings, rounds: int, rng: random.Random, *, window: 
 
 def kill_writes(data_dir: Path, rounds: int, rng: random.Random) -> None:
     """``kill_writer`` on the segment store."""
-    kill_writer(settings_for(data_dir), rounds, rng, window=(0.05, 0.6))
+    kill_writer(settings_for(data_dir, SEGMENTS), rounds, rng, window=(0.05, 0.6))
 
 
 def kill_compactions(data_dir: Path, rounds: int, rng: random.Random) -> None:
-    settings = settings_for(data_dir)
+    """A compaction of the segment store killed at random points."""
+    settings = settings_for(data_dir, SEGMENTS)
     seed(settings, 2000)
     remembered = {f"base-{i}" for i in range(2000)}
     forgotten: set[str] = set()

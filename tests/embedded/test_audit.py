@@ -13,7 +13,7 @@ import pytest
 from pipeline import audit as pa
 from pipeline.embedders import HashEmbedder
 from pipeline.identity import fnv1a64, text_identity, vector_identity
-from tests.conftest import use_store, write_jsonl
+from tests.conftest import on_segments, use_store, write_jsonl
 from workers.cli import main
 from workers.cli.common import ingest_file
 
@@ -40,9 +40,9 @@ def test_exactly_one_row_per_query(embedded, tmp_path):
     asks = [{"query": f"deploy window {i}", "mode": ("keyword", "semantic", "hybrid")[i % 3]} for i in range(1000)]
     results = search_many(asks, batch_size=100)
     assert audit.flush(60)
-    rows, distinct = pa.count(embedded.audit_path)
+    rows, distinct = pa.count(pa.log_of(embedded))
     assert (rows, distinct) == (1000, 1000)
-    logged = {r.query_id for r in pa.tail(embedded.audit_path, 2000)}
+    logged = {r.query_id for r in pa.tail(pa.log_of(embedded), 2000)}
     assert logged == {r.query_id for r in results}
 
 
@@ -60,17 +60,17 @@ def test_rows_queued_for_two_stores_each_go_to_their_own(embedded, tmp_path, mon
         search(f"deploy window {i}", mode="keyword")
     monkeypatch.undo()
     other = embedded.replace(data_dir=tmp_path / "other")
-    asked: dict = {embedded.audit_path: set(), other.audit_path: set()}
+    asked: dict = {pa.log_of(embedded): set(), pa.log_of(other): set()}
     for i, record in enumerate(made):
         settings = (embedded, other)[(i // 4) % 2]  # runs of four for each store
         audit._EMBEDDED.put(settings, [record])
-        asked[settings.audit_path].add(record.query_id)
+        asked[pa.log_of(settings)].add(record.query_id)
     audit._EMBEDDED.put(embedded, made[:3])  # delivered twice: written once
     assert audit.flush(60)
     for path, ids in asked.items():
         assert pa.count(path) == (len(ids), len(ids))
         assert {r.query_id for r in pa.tail(path, 100)} == ids
-    assert len(asked[embedded.audit_path]) + len(asked[other.audit_path]) == 30
+    assert len(asked[pa.log_of(embedded)]) + len(asked[pa.log_of(other)]) == 30
 
 
 def test_row_reconstructs_the_results(embedded, tmp_path):
@@ -80,7 +80,7 @@ def test_row_reconstructs_the_results(embedded, tmp_path):
     _store(embedded, tmp_path)
     res = search("deploy window db-7", max_units=3, recency_boost=0.5, fusion="rrf")
     audit.flush()
-    row = pa.get(embedded.audit_path, res.query_id)
+    row = pa.get(pa.log_of(embedded), res.query_id)
     assert row.query_text == "deploy window db-7"
     assert row.query_hash == text_identity("deploy window db-7") and row.hash_of == "text"
     assert [s["id"] for s in row.sources] == [r.id for r in res.results]
@@ -99,7 +99,7 @@ def test_semantic_identity_is_the_full_vector(embedded, tmp_path):
     _store(embedded, tmp_path)
     res = search("deploy window", mode="semantic")
     audit.flush()
-    row = pa.get(embedded.audit_path, res.query_id)
+    row = pa.get(pa.log_of(embedded), res.query_id)
     vec = HashEmbedder(64).embed(["deploy window"])[0]
     assert row.hash_of == "vector" and row.query_hash == vector_identity(vec)
     changed = vec.copy()
@@ -115,7 +115,7 @@ def test_query_text_can_be_left_out(embedded, tmp_path):
     resources.current().configure(embedded.replace(store_query_text=False))
     res = search("secret plans")
     audit.flush()
-    assert pa.get(embedded.audit_path, res.query_id).query_text is None
+    assert pa.get(pa.log_of(embedded), res.query_id).query_text is None
 
 
 def test_every_query_logs_one_line_empty_store_included(embedded, caplog):
@@ -137,11 +137,12 @@ def test_write_is_idempotent_by_query_id(embedded, tmp_path):
     _store(embedded, tmp_path)
     res = search("deploy")
     audit.flush()
-    row = pa.get(embedded.audit_path, res.query_id)
-    assert pa.write_record(embedded.audit_path, row) is False
-    assert pa.count(embedded.audit_path) == (1, 1)
+    row = pa.get(pa.log_of(embedded), res.query_id)
+    assert pa.write_record(pa.log_of(embedded), row) is False
+    assert pa.count(pa.log_of(embedded)) == (1, 1)
 
 
+@on_segments  # audit.duckdb made unwritable by a folder in its place
 def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp_path, caplog, capsys, monkeypatch):
     from workers import audit, resources
     from workers.api import search_many
@@ -170,10 +171,10 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
         shutil.rmtree(embedded.audit_path)  # repair
         assert main(["audit", "retry"]) == 0
         assert "written 20" in capsys.readouterr().out
-        assert pa.count(embedded.audit_path) == (20, 20)
+        assert pa.count(pa.log_of(embedded)) == (20, 20)
         assert main(["audit", "retry"]) == 0 and pa.dead_letters(embedded.dead_letter_dir) == []
         assert "written 0" in capsys.readouterr().out
-        assert pa.count(embedded.audit_path) == (20, 20)
+        assert pa.count(pa.log_of(embedded)) == (20, 20)
         assert main(["audit", "tail", "-n", "3", "--json"]) == 0
         tail = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
         assert len(tail) == 3
@@ -186,6 +187,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
         get_settings.cache_clear()
 
 
+@on_segments  # an audit.duckdb that cannot be written
 def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     from pipeline.errors import AuditRetriesExhausted
     from workers import resources
@@ -197,7 +199,7 @@ def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     from workers import audit
 
     audit.flush()
-    row = pa.get(embedded.audit_path, res.query_id).model_dump(mode="json")
+    row = pa.get(pa.log_of(embedded), res.query_id).model_dump(mode="json")
     row["query_id"] = "other-id"
     row = [row]
     resources.current().configure(embedded.replace(audit_max_retries=1, audit_backoff_base_s=0.01, data_dir=tmp_path / "elsewhere"))
@@ -233,7 +235,7 @@ def _rows(embedded, tmp_path, n):
     _store(embedded, tmp_path)
     res = search("deploy")
     audit.flush()
-    base = pa.get(embedded.audit_path, res.query_id)
+    base = pa.get(pa.log_of(embedded), res.query_id)
     return [base.model_copy(update={"query_id": f"held-{i}"}) for i in range(n)]
 
 
@@ -356,7 +358,7 @@ def _logged_row(embedded, tmp_path) -> dict:
     _store(embedded, tmp_path)
     res = search("deploy window")
     assert audit.flush(30)
-    return pa.get(embedded.audit_path, res.query_id).model_dump(mode="json")
+    return pa.get(pa.log_of(embedded), res.query_id).model_dump(mode="json")
 
 
 def test_a_malformed_row_is_quarantined_with_its_field_and_the_rest_written(embedded, tmp_path):
@@ -368,8 +370,8 @@ def test_a_malformed_row_is_quarantined_with_its_field_and_the_rest_written(embe
     missing = {k: v for k, v in good.items() if k != "rrf_k"} | {"query_id": "c" * 32}
     out = get_app().tasks["audit.write"].apply(args=[[fresh, bad_text, missing, good]]).get()
     assert out == {"rows": 2, "inserted": 1, "refused": 2}  # `good` was already there
-    assert pa.get(embedded.audit_path, "f" * 32) is not None
-    assert pa.get(embedded.audit_path, "b" * 32) is None and pa.get(embedded.audit_path, "c" * 32) is None
+    assert pa.get(pa.log_of(embedded), "f" * 32) is not None
+    assert pa.get(pa.log_of(embedded), "b" * 32) is None and pa.get(pa.log_of(embedded), "c" * 32) is None
     kept = [json.loads(p.read_text()) for p in (embedded.dead_letter_dir / "invalid").glob("*.json")]
     assert sorted(k["error"].split(":")[0] for k in kept) == ["query_text", "rrf_k"]
     assert pa.dead_letters(embedded.dead_letter_dir) == []  # not retried: they can never be written
@@ -393,13 +395,13 @@ def test_retry_writes_a_backlog_in_batches_and_isolates_a_failing_letter(embedde
         return real_many(path, records)
 
     monkeypatch.setattr(dl, "write_records", many)
-    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path, batch=100)
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, pa.log_of(embedded), batch=100)
     # one transaction per batch; the failing one (letters 100-199, the poison 24th) is halved down to
     # the poison letter, each half tried once: 15 transactions instead of 100 single letters
     assert calls == [100, 100, 50, 25, 12, 13, 6, 7, 3, 4, 2, 2, 1, 1, 25, 50, 50]
     assert (written, present) == (249, 0) and len(errors) == 1 and poison in errors[0]
     assert [r.query_id for _, _, r in pa.dead_letters(embedded.dead_letter_dir)] == [poison]
-    assert pa.count(embedded.audit_path) == (250, 250)  # the logged row and 249 letters
+    assert pa.count(pa.log_of(embedded)) == (250, 250)  # the logged row and 249 letters
 
 
 def test_retry_against_a_store_that_will_not_open_stops_at_the_first_batch(embedded, tmp_path, monkeypatch):
@@ -419,7 +421,7 @@ def test_retry_against_a_store_that_will_not_open_stops_at_the_first_batch(embed
 
     monkeypatch.setattr(dl, "write_records", down)
     monkeypatch.setattr(dl, "check_writable", lambda path: down(path, []))
-    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path, batch=100)
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, pa.log_of(embedded), batch=100)
     assert calls == [100, 0]  # the batch, then the store alone; no halves, no later batches
     assert (written, present, len(errors)) == (0, 0, 250)
     assert all(e.endswith(": cannot write audit store: it is locked") for e in errors)
@@ -446,7 +448,7 @@ def test_retry_moves_a_letter_that_no_longer_reads_as_a_row_aside_and_writes_the
     assert "edited-by-hand.json: not an audit row (query_id: " in out
     assert "3 audit row(s) waiting" in out and "1 file(s) that are not audit rows" in out
     assert all(f"{i:032x}" in out for i in range(3)) and bad.exists()
-    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, pa.log_of(embedded))
     assert (written, present) == (3, 0)
     assert len(errors) == 1 and errors[0].startswith("edited-by-hand.json: not an audit row (query_id: ")
     assert not bad.exists() and pa.dead_letters(embedded.dead_letter_dir) == []
@@ -468,5 +470,5 @@ def test_a_letter_written_by_another_retry_while_the_folder_is_read_is_left_out(
         return read(path)
 
     monkeypatch.setattr(letters, "_read_letter", another_retry_got_there_first)
-    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, embedded.audit_path)
+    written, present, errors = pa.retry_dead_letters(embedded.dead_letter_dir, pa.log_of(embedded))
     assert (written, present, errors) == (2, 0, [])

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import use_store, write_jsonl
+from tests.conftest import ENGINES, use_store, write_jsonl
 from workers.cli import main
 
 
@@ -117,6 +119,7 @@ def test_search_and_stats_without_a_store_say_the_same_true_thing(cli_env, monke
     assert f"DIMPLE_DATA_DIR={demo_dir}" in messages[0] and "'dimple ingest FILE'" in messages[0]
 
 
+@pytest.mark.parametrize("settings", ENGINES, indirect=True)
 def test_the_hint_points_at_an_existing_demo_store(cli_env, tmp_path, capsys):
     from workers.cli.common import ingest_file
     from workers.cli.demo import demo_settings
@@ -126,6 +129,12 @@ def test_the_hint_points_at_an_existing_demo_store(cli_env, tmp_path, capsys):
     assert main(["search", "billing"]) == 2
     err = capsys.readouterr().err
     assert f"search the demo's with DIMPLE_DATA_DIR={demo.data_dir}" in err and "'dimple demo' to build" not in err
+    # a user's lake elsewhere (a PostgreSQL catalog, a shared data path) never holds the demo's store
+    shared = cli_env.replace(store={**cli_env.store.model_dump(), "catalog": "postgres:dbname=dimple host=db",
+                                    "data_path": str(tmp_path / "shared"), "index_path": str(tmp_path / "bases")})
+    apart = demo_settings(shared)
+    assert (apart.lake_catalog, apart.lake_data_path, apart.lake_index_path) == (
+        f"sqlite:{demo.data_dir / 'lake.sqlite'}", demo.data_dir / "lake", demo.data_dir / "indexes")
 
 
 def test_an_unknown_namespace_is_a_user_error_naming_the_ones_there(cli_store, capsys):
@@ -236,19 +245,19 @@ def test_audit_explain_replays_without_writing_an_audit_row(cli_store, capsys):
     assert main(["search", "billing", "--json"]) == 0
     query_id = json.loads(capsys.readouterr().out)["query_id"]
     audit.flush()
-    before = rows.count(cli_store.audit_path)
+    before = rows.count(rows.log_of(cli_store))
     assert main(["audit", "explain", query_id]) == 0
     assert "replay now: same list" in capsys.readouterr().out
     assert main(["audit", "explain", query_id, "--json"]) == 0
     replay = json.loads(capsys.readouterr().out)["replay"]
     assert replay["verdict"] == "same list" and replay["logged_as"] is None
     audit.flush()
-    assert rows.count(cli_store.audit_path) == before == (1, 1)
-    assert rows.get(cli_store.audit_path, replay["replay_query_id"]) is None
+    assert rows.count(rows.log_of(cli_store)) == before == (1, 1)
+    assert rows.get(rows.log_of(cli_store), replay["replay_query_id"]) is None
     assert resources.current().settings().audit_enabled  # searches after it are logged again
     assert main(["search", "deploy"]) == 0
     audit.flush()
-    assert rows.count(cli_store.audit_path) == (2, 2)
+    assert rows.count(rows.log_of(cli_store)) == (2, 2)
 
 
 # -- 7: every option says what it does ----------------------------------------------------------------
@@ -299,7 +308,7 @@ def test_reingesting_an_identical_file_says_so_and_publishes_nothing(cli_env, tm
     assert main(["ingest", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"ingested {path}: 0 new, 0 updated, 8 unchanged, 0 embedded in " in out
-    assert out.rstrip().endswith("nothing to write, store version 1 kept")
+    assert out.rstrip().endswith(f"; nothing to write, store version {before[0]} kept")
     assert published(cli_env) == before  # the same manifest and segment files, byte for byte
 
 
@@ -332,7 +341,7 @@ def test_model_loading_is_not_counted_in_a_cli_search(cli_store, monkeypatch, ca
     assert loads == [False]  # the query embedder, loaded once
     assert res["timings"]["embed"] < 1000 and res["total_ms"] < 1500, res["timings"]
     audit.flush()
-    row = rows.get(cli_store.audit_path, res["query_id"])
+    row = rows.get(rows.log_of(cli_store), res["query_id"])
     assert row.total_ms < 1500 and row.latency_ms["embed"] < 1000
 
 
@@ -375,6 +384,20 @@ def test_a_search_process_imports_nothing_heavy(cli_store, tmp_path):
 
 
 # -- 5: an embedding model or device that cannot be loaded --------------------------------------------
+def written(data: Path) -> bool:
+    """Whether a store in ``data`` holds anything: a segment store's manifest,
+    or a lake with its tables (an empty DuckLake catalog, which attaching
+    creates, holds nothing of the user's)."""
+    import sqlite3
+
+    catalog = data / "lake.sqlite"
+    if catalog.exists():  # read by a process that never attached it (no second SQLite user of its locks)
+        with closing(sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)) as con:
+            if con.execute("SELECT count(*) FROM ducklake_table").fetchone()[0]:
+                return True
+    return (data / "MANIFEST").exists()
+
+
 @pytest.mark.parametrize("env,expected", [
     ({"DIMPLE_EMBEDDING_DEVICE": "foo"}, "dimple: error: setting embedding_device: 'foo': Expected one of cpu"),
     ({"DIMPLE_EMBEDDING_MODEL": "{tmp}/no-model-here"}, "dimple: error: setting embedding_model: cannot load "),
@@ -397,7 +420,7 @@ def test_a_model_that_cannot_be_loaded_is_one_line_naming_the_setting(tmp_path, 
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(expected)
-    assert not (tmp_path / "data" / "MANIFEST").exists()
+    assert not written(tmp_path / "data")
 
 
 def test_ingest_reads_standard_input_for_a_dash(tmp_path):

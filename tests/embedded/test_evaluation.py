@@ -294,11 +294,15 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
     assert report["queries"] == 3 and report["skipped"]["queries_without_judgments"]["ids"] == ["b3"]
     assert report["metrics"]["mrr@10"] == 1.0  # each title is its query
     assert report["config"]["data_dir"] == str(store)
-    from pipeline.store import segments
-    from pipeline.store.database import Store
+    from pipeline.store.lake.follow import reader_for
+    from pipeline.store.stats import store_stats
 
-    with Store.open(segments.base_path(store), read_only=True) as st:
-        assert st.count() == len(TOPICS)
+    reader = reader_for(cli_env.apart(store))
+    try:
+        snap = reader.snapshot()
+        assert store_stats(snap.store, snap.overlay)["memories"] == len(TOPICS)
+    finally:
+        reader.close()
     # the corpus changes: the next run updates the store (a new document, one gone) instead of using it as it was
     capsys.readouterr()
     write_jsonl(folder / "corpus.jsonl", docs[1:] + [{"_id": "d-new", "text": "zygote quasar paper"}])
@@ -312,10 +316,7 @@ def test_beir_folder_is_ingested_into_its_own_store(cli_env, tmp_path, capsys):
     from workers import resources
 
     resources.current().close_store()
-    from pipeline.store.reader import Reader
-    from pipeline.store.stats import store_stats
-
-    reader = Reader(store)
+    reader = reader_for(cli_env.apart(store))
     try:
         snap = reader.snapshot()
         assert store_stats(snap.store, snap.overlay)["memories"] == len(TOPICS)  # one in, one out
@@ -453,7 +454,7 @@ def test_logged_eval_traffic_is_marked_and_never_replayed(cli_env, tmp_path, cap
     assert audit.flush(30)
     from pipeline import audit as pa
 
-    rows = pa.since(cli_env.audit_path)
+    rows = pa.since(pa.log_of(cli_env))
     assert sorted(r.options["origin"] for r in rows) == ["eval"] * len(TOPICS) + ["query"]
     capsys.readouterr()
     assert main(["eval", "replay", "--from-audit", "--out", str(out), "--name", "r", "--no-progress"]) == 0

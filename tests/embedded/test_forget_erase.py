@@ -1,6 +1,8 @@
 """Forget must erase (issue 30): a forgotten memory is gone from results and
 links at once, and after one ``dimple compact`` (plus ``dimple audit purge``
-for the audit trail) no file under the data dir holds its text or its id."""
+for the audit trail) no file under the data dir holds its text or its id.
+On the segment store (``on_segments``); the lake's erase is tested in
+``test_store_engines`` and ``tests/unit/test_lake*``."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from pipeline import audit as pa
 from pipeline.errors import InputError
 from pipeline.store import segments
 from pipeline.store.compact import compact
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.reader import Reader
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import get, parse_records, write
-from tests.conftest import write_jsonl
+from tests.conftest import on_segments, write_jsonl
 from tests.embedded.test_cli import cli_env  # noqa: F401 (a fixture)
 from tests.unit.test_segments import compact_killed_after_publishing
 from workers.cli import main
@@ -54,6 +57,7 @@ def _topic_keys(settings) -> list[str]:
         reader.close()
 
 
+@on_segments
 def test_one_compaction_and_a_purge_leave_no_trace_of_a_forgotten_memory_in_any_file(cli_env, tmp_path, capsys):
     from workers import api
     from workers import audit as worker_audit
@@ -97,7 +101,7 @@ def test_one_compaction_and_a_purge_leave_no_trace_of_a_forgotten_memory_in_any_
     assert {m["id"] for m in api.get(["successor", "backed"])} == {"successor", "backed"}
     assert api.search("opens", mode="hybrid").results
     assert worker_audit.flush()
-    assert [r.query_text for r in pa.tail(cli_env.audit_path, 10)] == ["backup restore", "opens"]
+    assert [r.query_text for r in pa.tail(pa.log_of(cli_env), 10)] == ["backup restore", "opens"]
     capsys.readouterr()
     assert main(["compact"]) == 0  # a second one, with nothing to do
     assert capsys.readouterr().out.startswith("nothing to compact")
@@ -111,6 +115,7 @@ def _settings_store(settings):
                                     "supersedes": [SECRET_ID]}], settings))
 
 
+@on_segments
 def test_a_second_compaction_finishes_an_erase_the_first_was_killed_in(settings, monkeypatch):
     _settings_store(settings)
     write(settings, forget=[SECRET_ID, "later"])
@@ -122,6 +127,7 @@ def test_a_second_compaction_finishes_an_erase_the_first_was_killed_in(settings,
     assert [m["id"] for m in get(settings, ["keep", "later", SECRET_ID])] == ["keep"]
 
 
+@on_segments
 def test_a_reader_that_had_not_read_the_erased_deltas_loads_the_new_base(settings):
     _settings_store(settings)
     reader = Reader(settings.data_dir)
@@ -142,12 +148,12 @@ def test_a_reader_that_had_not_read_the_erased_deltas_loads_the_new_base(setting
 
 def test_stats_count_only_edges_whose_ends_are_both_live(settings):
     _settings_store(settings)
-    reader = Reader(settings.data_dir)
+    reader = reader_for(settings)
     snap = reader.snapshot()
     assert store_stats(snap.store, snap.overlay)["edges"] == {"supersedes": 1}
     reader.close()
     write(settings, forget=[SECRET_ID])
-    reader = Reader(settings.data_dir)
+    reader = reader_for(settings)
     snap = reader.snapshot()
     assert store_stats(snap.store, snap.overlay)["edges"] == {}
     reader.close()
@@ -199,6 +205,7 @@ def test_audit_purge_takes_an_id_whole_and_never_matches_query_ids(tmp_path):
     assert [r.query_id for r in pa.tail(log, 10)] == ["77777777"]
 
 
+@on_segments
 def test_a_delta_written_while_an_erase_ran_goes_with_the_same_compaction(settings, monkeypatch):
     """A write during the compaction that erases is routed to the old base's
     topic keys, which may hold the forgotten word: that compaction merges it
@@ -228,6 +235,7 @@ def test_a_delta_written_while_an_erase_ran_goes_with_the_same_compaction(settin
     assert [m["id"] for m in get(settings, ["door", "during", SECRET_ID])] == ["door", "during"]
 
 
+@on_segments
 def test_only_an_erasing_compaction_deletes_its_merged_deltas_at_once(settings):
     """``erased`` describes the last compaction: after an erase, a compaction
     with nothing forgotten keeps its merged deltas for readers still on the old

@@ -37,14 +37,14 @@ def test_convex_scores_are_shares_of_normalised_leg_scores_and_replay(readme_sto
     rrf = search(QUERY, fusion="rrf", supersession="annotate")
     assert rrf.results[0].score < 0.5  # RRF terms are w / (k + rank): at most 2 / 11 with k 10
     audit.flush()
-    row = pa.get(readme_store.audit_path, res.query_id)
-    assert row.options["fusion"] == "convex" and pa.get(readme_store.audit_path, rrf.query_id).options["fusion"] == "rrf"
+    row = pa.get(pa.log_of(readme_store), res.query_id)
+    assert row.options["fusion"] == "convex" and pa.get(pa.log_of(readme_store), rrf.query_id).options["fusion"] == "rrf"
     assert replay_row(row)["verdict"] == "same list"
     # explain gives a convex row's fused score, not RRF terms it was never the sum of
     paths = pa.explain(row)
     assert paths[0]["fusion"] == "convex" and paths[0]["rrf"] == pytest.approx(1.0)
     assert all("rrf_contributions" not in p for p in paths)
-    rrf_paths = pa.explain(pa.get(readme_store.audit_path, rrf.query_id))
+    rrf_paths = pa.explain(pa.get(pa.log_of(readme_store), rrf.query_id))
     assert all(p["fusion"] == "rrf" and sum(p["rrf_contributions"].values()) == pytest.approx(p["rrf"])
                for p in rrf_paths)
 

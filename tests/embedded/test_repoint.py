@@ -102,4 +102,4 @@ def test_a_lake_whose_files_are_not_there_is_left_as_it_was(tmp_path):
 
 def test_repoint_is_for_the_lake(tmp_path):
     with pytest.raises(StoreError, match=r"^store\.engine: "):
-        repoint(store_settings(tmp_path))
+        repoint(store_settings(tmp_path, "segments"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import on_segments, write_jsonl
 from tests.stores import compacted
 from workers.cli.common import ingest_file
 
@@ -79,6 +79,7 @@ def test_a_stores_stemmer_matches_other_forms_of_a_word(settings, tmp_path, stem
         resources.current().close_store()
 
 
+@on_segments  # a segment store's base from before the analyzer
 def test_a_store_written_before_finds_every_script_after_reindex(settings, tmp_path, embedded):
     """A base from before the analyzer (schema 3: ``fts_text`` raw, accents
     left to the index) opens read-only with a hint, and ``dimple reindex``

@@ -45,7 +45,7 @@ def test_each_value_through_the_api_audit_and_replay(readme_store, value):
     if value != "annotate":
         assert res.results[0].promoted_above == "deploy-1" and res.results[0].ranks == {}
     audit.flush()
-    row = pa.get(readme_store.audit_path, res.query_id)
+    row = pa.get(pa.log_of(readme_store), res.query_id)
     assert row.options["supersession"] == value
     assert row.query_profile["hidden_superseded"] == res.hidden_superseded
     assert [p["promoted_above"] for p in pa.explain(row)] == [r.promoted_above for r in res.results]
@@ -97,7 +97,7 @@ def test_cli_search_takes_the_option_and_explain_names_the_promotion(readme_stor
         assert main(["search", QUERY, "--mode", "keyword"]) == 0
         capsys.readouterr()
         audit.flush()
-        row = pa.tail(readme_store.audit_path, 1)[0]
+        row = pa.tail(pa.log_of(readme_store), 1)[0]
         assert main(["audit", "explain", row.query_id]) == 0
         out = capsys.readouterr().out
         assert "promoted above deploy-1" in out and "replay now: same list" in out

@@ -123,6 +123,7 @@ def test_tune_leans_to_the_better_leg_applies_and_every_query_uses_it(tune_env, 
 
 def test_stored_settings_apply_at_the_next_call_unless_a_process_turns_them_off(settings):
     workers.configure(settings)
+    api.remember([{"id": "m", "namespace": "n", "content": "a store to keep tuned settings in"}])
     res = resources.current()
     assert (res.settings().fusion, res.settings().rrf_k) == ("convex", 10)
     write_tuned(settings, TunedFusion(fusion="rrf", rrf_k=60))

@@ -136,7 +136,7 @@ def test_the_beam_not_reaching_the_memorys_leaf(embedded, tmp_path):
     # each row is replayed with the settings its query ran with (the row keeps them), not this process's
     from pipeline import audit
 
-    row = audit.get(s.audit_path, res.query_id)
+    row = audit.get(audit.log_of(s), res.query_id)
     assert row is not None and row.query_profile["settings"]["tree"]["beam_width"] == 1
     again = _why(res, "b2")
     assert again.reason.value == "beam" and again.replayed_with["tree"]["beam_width"] == 1

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from pipeline.settings import StoreSettings
 from pipeline.store import segments
 from tests.kills import IngestWorkerKills
 
@@ -46,7 +47,7 @@ def _compaction_runs(kills: IngestWorkerKills, within: float = 300.0) -> float:
 
 def test_ingest_worker_killed_during_writes_and_compactions(tmp_path):
     rng = random.Random(18)
-    with IngestWorkerKills(tmp_path / "run", tmp_path / "data", rng) as kills:
+    with IngestWorkerKills(tmp_path / "run", tmp_path / "data", rng, store=StoreSettings(engine="segments")) as kills:
         from workers.api import forget, remember
         from workers.app import get_app
 

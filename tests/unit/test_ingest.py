@@ -12,12 +12,11 @@ from pipeline.embedders import HashEmbedder
 from pipeline.errors import IngestValidationError, InputError
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
 from pipeline.store.stats import store_stats
 from tests.conftest import write_jsonl
 from tests.stores import compacted, published
 from workers.cli import main
-from workers.cli.common import ingest_file
+from workers.cli.common import ingest_file, store_exists
 
 
 def _mem(i, ns="alpha", **kw):
@@ -79,7 +78,7 @@ def test_duplicate_id_in_one_file_names_both_lines(settings, tmp_path):
         ingest_file(path, settings, progress=False)
     (err,) = info.value.errors
     assert (err.line, err.field) == (3, "id") and "first on line 1" in err.reason
-    assert not store_path(settings.data_dir).exists()
+    assert not store_exists(settings)  # nothing written
 
 
 def test_all_errors_are_collected_not_just_the_first(settings, tmp_path):
@@ -223,7 +222,7 @@ def test_an_identical_file_writes_and_publishes_nothing(store_with_base, tmp_pat
     report = ingest_file(write_jsonl(tmp_path / "same.jsonl", [_mem(i) for i in range(40)]), store_with_base,
                          progress=False)
     assert (report.inserted, report.updated, report.unchanged, report.embedded) == (0, 0, 40, 0)
-    assert report.delta is None and not report.compacted
+    assert report.version == before[0] and not report.compacted
     assert _published(store_with_base) == before  # the same manifest and segment files, byte for byte
 
 
@@ -247,8 +246,7 @@ def test_any_change_of_a_record_is_an_update_and_a_new_generation(store_with_bas
     report = ingest_file(write_jsonl(tmp_path / "c.jsonl", recs), store_with_base, progress=False)
     assert (report.inserted, report.updated, report.unchanged) == (0, 1, 1)
     after = _published(store_with_base)
-    assert after[0] != before[0] and report.delta is not None
-    assert report.version == json.loads(after[0])["version"]  # the store version the write published
+    assert after[0] != before[0] and report.version == after[0]  # the store version the write published
     # and the same file again is now unchanged
     again = ingest_file(write_jsonl(tmp_path / "d.jsonl", recs), store_with_base, progress=False)
     assert (again.inserted, again.updated, again.unchanged) == (0, 0, 2)

@@ -37,9 +37,12 @@ START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _settings(tmp_path, name: str) -> WorkerSettings:
-    # a beam that reaches every leaf: the vector leg is exact, whatever tree each store grew
+    """On the segment store (the lake's side is opened as a ``Lake``, whatever
+    the engine): a beam that reaches every leaf, so the vector leg is exact
+    whatever tree each store grew."""
     return WorkerSettings(data_dir=tmp_path / name, embedding_model=f"hash-{DIM}", _env_file=None,
-                          tree={"beam_width": 1024, "max_leaf_items": 8}, compact_max_deltas=10_000)
+                          tree={"beam_width": 1024, "max_leaf_items": 8}, compact_max_deltas=10_000,
+                          store={"engine": "segments"})
 
 
 @pytest.fixture

@@ -9,17 +9,15 @@ RecursionError or TypeError, or a silently empty answer.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
 from pipeline.contracts import make_query
 from pipeline.errors import IngestValidationError, InputError
 from pipeline.store import ingest
-from pipeline.store.segments import store_path
 from tests.conftest import write_jsonl
+from tests.stores import published
 from workers.cli.common import ingest_file
 
 
@@ -30,10 +28,6 @@ def _limits(settings, **changes):
 def _store(settings, tmp_path, n=12):
     recs = [{"id": f"m{i}", "namespace": "ns", "content": f"note {i} about the deploy window"} for i in range(n)]
     ingest_file(write_jsonl(tmp_path / "base.jsonl", recs), settings, progress=False)
-
-
-def _checksum(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # -- query limits: settings decide, the error names the field ---------------------------
@@ -118,13 +112,13 @@ BAD_INGEST_LINES = [
 @pytest.mark.parametrize("line,field", BAD_INGEST_LINES)
 def test_regression_bad_ingest_line_is_reported_and_nothing_written(settings, tmp_path, line, field):
     _store(settings, tmp_path)
-    before = _checksum(store_path(settings.data_dir))
+    before = published(settings)
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"namespace": "a", "content": "fine"}) + "\n" + line + "\n", encoding="utf-8")
     with pytest.raises(IngestValidationError) as info:
         ingest_file(path, settings, progress=False)
     assert [(e.line, e.field) for e in info.value.errors] == [(2, field)]
-    assert _checksum(store_path(settings.data_dir)) == before
+    assert published(settings) == before  # nothing written
 
 
 def test_metadata_with_escaped_nul_is_stored_as_json(settings, tmp_path):

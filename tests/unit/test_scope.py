@@ -313,7 +313,7 @@ def _check_store_batched(records: list[dict], qs: list[dict], *, audit: bool = F
                 assert worker_audit.flush(30)
                 for q, out in zip(asks, outs):
                     with case("scope.audit_rows"):
-                        row = audit_rows.get(settings.audit_path, out.query_id)
+                        row = audit_rows.get(audit_rows.log_of(settings), out.query_id)
                         assert row is not None, out.query_id
                         o = row.options
                         assert o["scope"]["namespace"] == q["namespace"]

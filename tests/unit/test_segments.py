@@ -16,6 +16,14 @@ from pipeline.store.compact import compact
 from pipeline.store.database import Store
 from pipeline.store.reader import Reader
 from pipeline.store.writes import get, parse_records, write
+from tests.conftest import store_settings
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """The segment store (the store of earlier versions, served until ``dimple
+    migrate``): these tests read its manifest, deltas and locks."""
+    return store_settings(tmp_path, "segments")
 
 WORDS = ("deploy window friday backup restore alpha beta gamma delta kappa lambda migration schema index "
          "cache latency queue worker broker redis duckdb vector tree leaf topic budget scope audit").split()

@@ -1,5 +1,6 @@
-"""SIGKILL during a write and during a compaction, a few rounds each
-(``tests/kills.py``; twenty rounds each in ``tests/slow``)."""
+"""SIGKILL during a write and during a compaction of the segment store, a
+few rounds each (``tests/kills.py``; twenty rounds each in ``tests/slow``;
+the lake's in ``test_lake_kill``)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pipeline.errors import InputError
 from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
-from pipeline.store.reader import Reader
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.writes import parse_records, write
 from tests.unit.test_scope import _expected_in_scope, _ingest, stores
 
@@ -48,7 +48,7 @@ def store(settings):
         _write(settings, records)
         if forget:
             _write(settings, forget=forget)
-        reader = Reader(settings.data_dir)
+        reader = reader_for(settings)
         readers.append(reader)
         return reader
 
@@ -239,7 +239,7 @@ def test_promote_and_hide_keep_the_scope_and_place_every_successor(records, case
     by_id = {r["id"]: r for r in records}
     with tempfile.TemporaryDirectory() as tmp:
         settings, membership = _ingest(Path(tmp), records)
-        reader = Reader(settings.data_dir)
+        reader = reader_for(settings)
         try:
             for scope, value, rnd in cases:
                 q = {"namespace": scope["namespace"], "content_type": scope["content_type"], "topics": [], "concepts": []}

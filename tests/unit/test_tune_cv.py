@@ -82,7 +82,8 @@ def test_fewer_than_twenty_judged_queries_or_bad_folds_are_refused_naming_the_fi
 
 
 def test_tuned_settings_file_versions_overlay_and_reset(tmp_path):
-    base = Settings(data_dir=tmp_path, _env_file=None)
+    """The segment store's ``TUNED.json`` (the lake keeps its row: ``test_tune``)."""
+    base = Settings(data_dir=tmp_path, store={"engine": "segments"}, _env_file=None)
     assert read_tuned(base) is None and overlay(base, None) is base
     first = write_tuned(base, TunedFusion(fusion="rrf", rrf_k=60), {"gain": 0.1})
     assert first is not None and first.version == 1

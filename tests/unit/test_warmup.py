@@ -8,17 +8,18 @@ import logging
 import os
 from types import SimpleNamespace
 
-from tests.conftest import write_jsonl
+from tests.conftest import on_segments, write_jsonl
 from workers import resources, warmup
 from workers.cli.common import ingest_file
 
 
 def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
-    ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": f"m{i}", "namespace": "a", "content": f"memory {i}"}
-                                                   for i in range(5)]), embedded, progress=False)
+    written = ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": f"m{i}", "namespace": "a", "content": f"memory {i}"}
+                                                             for i in range(5)]), embedded, progress=False)
     loaded = dict(resources.current().warm(["embed", "search", "audit"]))
     assert set(loaded) == {"query embedder hash-64 (64-d)", "the descent's compiled loops",
-                           "store version 1 with its vector index (5 memories) and full-text postings (0.0 MiB)",
+                           f"store version {written.version} with its vector index (5 memories) and full-text "
+                           "postings (0.0 MiB)",
                            "DuckDB's parameter binding"}
     assert resources.current().snapshot().postings() is not None  # loaded, held for the first query
     assert all(seconds >= 0 for seconds in loaded.values())
@@ -61,6 +62,11 @@ def test_reports_are_read_until_every_process_answered_or_the_timeout():
         os.close(write_fd)
 
 
+# On the segment store: a child forked from a process that has attached a lake
+# dies (SIGSEGV) when it opens DuckDB again (DuckDB is not fork-safe; its
+# extensions' state is the parent's), so a worker's main process never opens
+# the store: its pool processes do, after the fork (``worker_process_init``).
+@on_segments
 def test_a_forked_child_does_not_inherit_the_store_connection(embedded, tmp_path):
     ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": "m1", "namespace": "a", "content": "one"}]),
                 embedded, progress=False)
