@@ -114,12 +114,12 @@ class StoreSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # `segments` until the lake does everything the segment store does
-    # (migrate, the host cache: docs/LAKE.md, "What the next step must do").
+    # `lake`: one store for one host or many (docs/LAKE.md); `segments` stays
+    # readable for a store not yet migrated (`dimple migrate`).
     engine: Literal["segments", "lake"] = Field(
-        "segments", description="which store writes and searches use: `segments` (a manifest over a base and delta "
-                                "files in the data dir) or `lake` (DuckLake: the catalog and data path below; "
-                                "docs/LAKE.md says what it does not do yet)")
+        "lake", description="which store writes and searches use: `lake` (DuckLake: the catalog and data path "
+                            "below, docs/LAKE.md) or `segments` (the store of earlier versions: a manifest over "
+                            "a base and delta files in the data dir, served until `dimple migrate` copies it)")
     # 100 ms: a write is visible to another warm process within about one poll
     # plus the read of its changes, well inside the 1 s goal (docs/LAKE.md), while
     # one poll (a catalog read, ~2-18 ms) costs a busy process at most ten reads a second.

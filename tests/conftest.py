@@ -29,7 +29,7 @@ from workers.settings import WorkerSettings
 ENGINES = ("segments", "lake")
 
 
-def store_settings(tmp_path: Path, engine: str = "segments") -> Settings:
+def store_settings(tmp_path: Path, engine: str = "lake") -> Settings:
     """Settings for a fresh store under tmp_path on ``engine``, with the hash embedder (no model)."""
     return WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", store=StoreSettings(engine=engine),
                           _env_file=None)
@@ -63,7 +63,7 @@ def use_store(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
 def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     """Settings for a fresh store under tmp_path, with the hash embedder (no
     model), on the default engine or the one ``on_segments`` names."""
-    return store_settings(tmp_path, getattr(request, "param", "segments"))
+    return store_settings(tmp_path, getattr(request, "param", "lake"))
 
 
 # A test of the segment store itself (its files, locks, ``audit.duckdb``): the

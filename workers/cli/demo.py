@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 import workers
 from pipeline import audit
+from pipeline.audit import lake as audit_lake
 from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
@@ -43,6 +45,7 @@ def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[st
     if rebuild:
         resources.current().close_store()
         segments.drop_all(settings.data_dir)
+        _drop_lake(settings)
     if not store_exists(settings):
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
         report = ingest_file(files["memories"], settings)
@@ -51,6 +54,20 @@ def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[st
             f"(embedding {report.seconds.get('embed', 0.0):.1f}s)"
         )
     return files
+
+
+def _drop_lake(settings: WorkerSettings) -> None:
+    """The demo's lake removed for a rebuild: its catalog, files and bases,
+    all inside its own folder (``demo_settings`` keeps them there)."""
+    audit_lake.release_all()  # this process's audit connections (the demo's lake among them)
+    folder = settings.data_dir.resolve()
+    for path in (settings.lake_data_path, settings.lake_index_path):
+        if path.resolve().is_relative_to(folder):
+            shutil.rmtree(path, ignore_errors=True)
+    catalog = Path(settings.lake_catalog.removeprefix("sqlite:"))
+    if settings.lake_catalog.startswith("sqlite:") and catalog.resolve().is_relative_to(folder):
+        for name in (catalog.name, f"{catalog.name}-wal", f"{catalog.name}-shm"):
+            (catalog.parent / name).unlink(missing_ok=True)
 
 
 def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str, int]]]:
