@@ -250,3 +250,19 @@ def test_every_script_equals_match_bm25(tmp_path, stemmer):
         assert fulltext.query_terms(store.con, "ガス", fts) != fulltext.query_terms(store.con, "カス", fts)
         assert fulltext.query_terms(store.con, "Новый", fts) == [{"russian": "нов"}.get(stemmer, "новый")]
 
+
+
+def test_the_delta_tokenizer_answers_each_thread_for_its_own_texts():
+    """On the lake a process's writes and its follower's threads build deltas
+    at once: each call gets its own texts' terms, as when called alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.settings import FulltextSettings
+    from pipeline.store.fulltext.terms import tokenize
+
+    fs = FulltextSettings()
+    texts = [[f"memory {i} about topic {j} and deploys" for j in range(i % 5 + 1)] for i in range(60)] + [[]]
+    alone = [tokenize(t, fs) for t in texts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda t: tokenize(t, fs), texts))
+    assert together == alone

@@ -179,12 +179,16 @@ def _stem_sql(con, token: str, stemmer: str) -> str:
 
 class Tokenizer:
     """A delta's memories as the FTS extension tokenizes them, in an in-memory
-    DuckDB of its own, opened on first use and kept (writes are serialised by
-    ``WRITE.lock``); a forked child opens its own."""
+    DuckDB of its own, opened on first use and kept; a forked child opens its
+    own. One call at a time (its lock): on the lake a process's writes and
+    its follower's threads (a search, the audit drain's settings poll) build
+    deltas at once, and their statements on the one connection would
+    interleave (a ``SELECT`` reading another call's result)."""
 
     def __init__(self) -> None:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._pid = 0
+        self._lock = threading.Lock()
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None or self._pid != os.getpid():
@@ -197,6 +201,12 @@ class Tokenizer:
         """(token count, {term: frequency}) of each text, by the FTS extension with
         the store's settings: the same tokenizer, stemmer and stopwords that index
         the base, so a delta's memories score as a compacted index would score them."""
+        if not texts:
+            return []
+        with self._lock:
+            return self._tokenize(texts, settings)
+
+    def _tokenize(self, texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
         con = self._connection()
         con.execute("CREATE OR REPLACE TABLE delta_docs (pos INTEGER, fts_text VARCHAR)")
         con.execute("INSERT INTO delta_docs SELECT unnest(?), unnest(?)", [list(range(len(texts))), texts])
