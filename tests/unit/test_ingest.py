@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
@@ -24,10 +22,6 @@ def _mem(i, ns="alpha", **kw):
            "content_type": "text", "created_at": "2025-01-01T00:00:00Z"}
     rec.update(kw)
     return rec
-
-
-def _checksum(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture
