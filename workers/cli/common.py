@@ -100,12 +100,12 @@ def local_settings(settings, what: str, why: str = "its store is built here; the
 def no_store(settings) -> StoreError:
     """The one message for a data dir without a store, with a hint that is true
     (``dimple demo`` keeps its store apart, in ``demo_settings``'s data dir)."""
-    demo_dir = demo_settings(settings).data_dir
-    if store_exists(demo_settings(settings)):
-        demo = f"search the demo's with DIMPLE_DATA_DIR={demo_dir}"
+    demo = demo_settings(settings)
+    if store_exists(demo):
+        hint = f"search the demo's with DIMPLE_DATA_DIR={demo.data_dir}"
     else:
-        demo = f"'dimple demo' to build the demo's, then search it with DIMPLE_DATA_DIR={demo_dir}"
-    return StoreError(f"no store in {settings.data_dir}: run 'dimple ingest FILE' to build one, or {demo}")
+        hint = f"'dimple demo' to build the demo's, then search it with DIMPLE_DATA_DIR={demo.data_dir}"
+    return StoreError(f"no store in {settings.data_dir}: run 'dimple ingest FILE' to build one, or {hint}")
 
 
 def store_exists(settings) -> bool:
