@@ -96,8 +96,12 @@ def _no_broker_left_behind():
     """Each test starts with the process embedded: a test that points the
     process-wide app at a broker (and tears that broker down) does not hand it
     to the next test, which under xdist may be any test of another module on
-    the same worker (unit tests included)."""
+    the same worker (unit tests included); nor its lake's erase check, which
+    a write starts and which would otherwise check each next test's store."""
     yield
+    upkeep = sys.modules.get("workers.upkeep")
+    if upkeep is not None:  # a write started this process's erase check: it would check the next test's store
+        upkeep.stop()
     resources = sys.modules.get("workers.resources")
     if resources is None:  # nothing in this process has configured the workers side yet
         return

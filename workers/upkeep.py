@@ -32,6 +32,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
+from pipeline.errors import StoreError
 from pipeline.store.lake import erase as erasing
 from pipeline.store.maintenance import compact
 
@@ -95,7 +96,11 @@ def check(app: Celery, *, here: bool = False) -> bool:
     settings = resources.current().settings()
     if not settings.data_dir.exists():
         return False  # nothing written here (and nothing to create by asking)
-    follower = resources.current().reader().lake
+    try:
+        follower = resources.current().reader().lake
+    except StoreError as exc:  # e.g. a segment store not migrated yet: nothing on the lake to erase
+        _refused(str(exc))  # every command says so, with what to run; the check says it once
+        return False
     if follower is not None:  # the host cache's folders of bases compaction dropped, on any host
         follower.clear_cache()  # type: ignore[attr-defined]
     due = bool(follower is not None and follower.erase_due(fresh=True))  # type: ignore[attr-defined]
@@ -106,6 +111,16 @@ def check(app: Celery, *, here: bool = False) -> bool:
         else:
             app.tasks["ingest.compact"].apply_async()
     return due
+
+
+_SAID: set[str] = set()
+
+
+def _refused(why: str) -> None:
+    """A store this process cannot open, said once per reason (not a failed check each minute)."""
+    if why not in _SAID:
+        _SAID.add(why)
+        log.warning("the lake's erase check skips this store: %s", why)
 
 
 def start(app: Celery) -> None:

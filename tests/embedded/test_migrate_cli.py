@@ -7,6 +7,7 @@ answer from the lake, and a second migrate does nothing."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
@@ -42,7 +43,7 @@ def engine(settings, monkeypatch):
     get_settings.cache_clear()
 
 
-def test_a_segment_store_is_refused_on_the_lake_until_migrated(engine, tmp_path, capsys):
+def test_a_segment_store_is_refused_on_the_lake_until_migrated(engine, tmp_path, capsys, caplog):
     engine("segments")
     assert main(["ingest", str(write_jsonl(tmp_path / "m.jsonl", RECORDS))]) == 0
     assert main(["forget", "m7"]) == 0
@@ -63,6 +64,15 @@ def test_a_segment_store_is_refused_on_the_lake_until_migrated(engine, tmp_path,
                                      "(with DIMPLE_STORE__ENGINE=lake) to copy it there, or set "
                                      "DIMPLE_STORE__ENGINE=segments to go on using it\n"), argv
     assert not settings.lake_data_path.exists() or not any(settings.lake_data_path.rglob("*.parquet"))
+    # the erase check the refused writes started: nothing to erase, said once, no traceback each minute
+    from workers import upkeep
+    from workers.app import get_app
+
+    with caplog.at_level(logging.WARNING, logger="dimple.worker"):
+        assert not upkeep.check(get_app()) and not upkeep.check(get_app())
+    assert [(r.levelname, r.exc_info) for r in caplog.records] == [("WARNING", None)]
+    assert "skips this store" in caplog.text and "run 'dimple migrate'" in caplog.text
+    capsys.readouterr()
 
     assert main(["migrate", "--batch-size", "10"]) == 0
     out, err = capsys.readouterr()
