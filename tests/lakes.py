@@ -93,17 +93,20 @@ def writers(settings: Settings, prefixes: list[str], n: int, shared: int, tmp: P
 
 
 def _poll(settings_json: str, stop: str) -> None:
-    """Read the latest snapshot and its memories over and over until ``stop`` exists."""
+    """Read the latest snapshot and its memories over and over until ``stop``
+    exists; ``fell``: the reads that returned fewer memories than the one
+    before (where nothing is forgotten, a short read)."""
     settings = Settings.model_validate_json(settings_json)
-    reads, snapshots = 0, set()
+    reads, snapshots, fell, last = 0, set(), 0, 0
     with open_lake(settings) as lake:
         Path(f"{stop}.ready").touch()
         while not Path(stop).exists():
             snapshots.add(lake.latest_snapshot())
-            lake.read()
-            reads += 1
+            got = len(lake.read())
+            fell += got < last
+            reads, last = reads + 1, got
         snapshots.add(lake.latest_snapshot())  # and once after: it still reads
-    print(json.dumps({"reads": reads, "snapshots": sorted(snapshots)}))
+    print(json.dumps({"reads": reads, "snapshots": sorted(snapshots), "fell": fell}))
 
 
 def polling(settings: Settings, tmp: Path):

@@ -207,6 +207,36 @@ def test_erase_leaves_no_byte_of_the_text_in_any_file(lake, lake_settings):
     assert lake.count() == 44
 
 
+def test_a_read_whose_snapshot_an_erase_expires_meanwhile_is_read_again_or_refused(lake, lake_settings, monkeypatch):
+    """Another process's erase expires every older snapshot, and the catalog
+    deletes their rows under reads still going: a read at such a snapshot
+    comes back short, without an error (an empty ``lake_meta`` or
+    ``memories``). No test can place the cut inside one statement, so the
+    other process erases here just after a read's last statement: the latest
+    point the read's check must still catch. Reading the latest, the read
+    reads again; reading a snapshot asked for, it is refused."""
+    from pipeline.store.lake import read as reads
+
+    lake.commit(LakeWrite([memory("s1", "the vault code"), memory("k1", "keep me")]))
+    run, pending = reads._run, [["s1"]]
+
+    def erase_after_the_last_statement(con, sql, params):
+        rows = run(con, sql, params)
+        if sql.startswith("SELECT src, dst") and pending:  # the edges: read_memories' last
+            with open_lake(lake_settings) as other:
+                other.erase(pending.pop())
+        return rows
+
+    monkeypatch.setattr(reads, "_run", erase_after_the_last_statement)
+    assert [m.id for m in lake.read()] == ["k1"]  # read again, at the erase's snapshot
+    lake.commit(LakeWrite([memory("s2", "more of the vault")]))
+    at = lake.latest_snapshot()
+    pending.append(["s2"])
+    with pytest.raises(reads.Cut, match=f"snapshot {at} of the lake expired while memories was read"):
+        lake.read(at=at)
+    assert not pending and [m.id for m in lake.read(ids=["k1", "s2"])] == ["k1"]
+
+
 def test_expire_keeps_the_retained_snapshots(lake):
     first = lake.commit(LakeWrite([memory("a", "a")])).snapshot
     lake.commit(LakeWrite([memory("b", "b")]))

@@ -70,8 +70,9 @@ from pipeline.store.lake.derive import (
     deltas_since,
     open_view,
 )
+from pipeline.store.lake.read import Cut
 from pipeline.store.lake.records import Committed, LakeWrite, SnapshotWrite
-from pipeline.store.lake.store import Lake
+from pipeline.store.lake.store import CUT_TRIES, Lake
 from pipeline.store.overlay import Delta
 from pipeline.store.reader import Reader, Snapshot
 
@@ -278,6 +279,10 @@ class Follower:
                     return current
                 try:
                     changes = lake.changes_since(current.version, latest)
+                except Cut as cut:
+                    if not cut.expired:  # a compaction moved files as they were read: the next poll reads them
+                        self._polled = 0.0
+                        return current
                 except StoreError:
                     pass  # expired (an erase, or past store.retain): load a base whole
                 else:
@@ -355,10 +360,12 @@ class Follower:
         if thread is not None:
             thread.join(timeout)
 
-    def _load(self, lake: Lake, latest: int) -> Snapshot | None:
+    def _load(self, lake: Lake, latest: int, *, cuts: int = 0) -> Snapshot | None:
         """The newest listed base with the snapshots up to ``latest`` merged
         (a base built at ``latest`` when none is listed or its snapshot
-        expired); None while nothing is remembered."""
+        expired); None while nothing is remembered. An erase that expires
+        ``latest`` during the build (``Cut``) listed a base of its own: loaded
+        instead."""
         held: dict[int, Path] = {}
         listing: dict[int, Path] = {}
         for _ in range(_GONE_TRIES):
@@ -378,9 +385,14 @@ class Follower:
             return view
         else:
             raise _gone(self.settings)
-        if not held and lake.count(at=latest) == 0:
-            return None  # nothing remembered yet
-        view = self._open(lake, self.build(latest), latest)
+        try:
+            if not held and lake.count(at=latest) == 0:
+                return None  # nothing remembered yet
+            view = self._open(lake, self.build(latest), latest)
+        except Cut:
+            if cuts + 1 >= CUT_TRIES:
+                raise
+            return self._load(lake, lake.latest_snapshot(), cuts=cuts + 1)
         self._in_use(lake, latest, listing)
         return view
 

@@ -10,7 +10,7 @@ from typing import Any
 import duckdb
 
 from pipeline.errors import InputError, StoreError
-from pipeline.store.lake.catalog import LAKE, one
+from pipeline.store.lake.catalog import LAKE, META, one
 from pipeline.store.lake.commit import latest_snapshot
 from pipeline.store.lake.records import Changes, LakeMemory, TableChanges, vectors_of
 
@@ -49,10 +49,56 @@ def _run(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> li
         raise
 
 
+class Cut(StoreError):
+    """A read the catalog may have answered short, without an error: its
+    snapshot expired while it was read (``expired``: an erase's cut, or
+    ``store.retain``), or a compaction moved the lake's files meanwhile (a
+    flush and merge on a SQLite catalog: 7 of 2,410 reads of a table beside
+    60 of them came back empty here). Read again: at the same snapshot after
+    a compaction, at the latest after an expiry."""
+
+    def __init__(self, message: str, *, expired: bool):
+        super().__init__(message)
+        self.expired = expired
+
+
+# The changes a snapshot that only inserts or deletes rows lists
+# (``ducklake_snapshot_changes.changes_made``); any other (an inline flush, a
+# merge or rewrite of files, a table created) may have moved a table's files.
+_ROW_CHANGES = frozenset({"inlined_insert", "inlined_delete", "inserted_into_table", "deleted_from_table"})
+
+
+def oldest(con: duckdb.DuckDBPyConnection) -> int:
+    """The oldest snapshot the lake holds (expiry only ever drops the oldest):
+    one look-up of the catalog's snapshot table by its key."""
+    row = one(con.execute(f"SELECT min(snapshot_id) FROM {META}.ducklake_snapshot"))
+    return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str) -> None:
+    """After a read at ``snapshot`` (``what``) begun when ``since`` was the
+    latest: ``Cut`` when the snapshot expired meanwhile, or a snapshot after
+    ``since`` moved files (``_ROW_CHANGES``). Neither: the catalog answered
+    the read whole. Two look-ups of the catalog by key (the snapshots after
+    ``since``: none or a few)."""
+    if oldest(con) > snapshot:
+        raise Cut(f"snapshot {snapshot} of the lake expired while {what} was read from it (an erase, or "
+                  "store.retain): read it again at the latest snapshot", expired=True)
+    for sid, made in con.execute(f"SELECT snapshot_id, changes_made FROM {META}.ducklake_snapshot_changes "
+                                 "WHERE snapshot_id > ? ORDER BY 1", [since]).fetchall():
+        kinds = {part.split(":", 1)[0] for part in (made or "").split(",") if part}
+        if not kinds <= _ROW_CHANGES:
+            raise Cut(f"snapshot {sid} ({made}) moved the lake's files while {what} was read at snapshot "
+                      f"{snapshot}: read it again", expired=False)
+
+
 def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
                   ids: list[str] | None = None) -> list[LakeMemory]:
     """The memories of the snapshot ``at`` (the latest when None), all or those
-    among ``ids``, sorted by id, with their topics, concepts and declared edges."""
+    among ``ids``, sorted by id, with their topics, concepts and declared edges.
+    Its statements read one snapshot (``Cut``: read again, see ``settled``)."""
+    since = latest_snapshot(con)
+    at = since if at is None else snapshot_at(con, at)
     clause, params = _at(at)
     where = ""
     if ids is not None:
@@ -73,6 +119,7 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
     for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
                                             f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
         edges.setdefault(origin, []).append((src, dst, kind))
+    settled(con, at, since, "memories")
     vectors = vectors_of([r[6] for r in rows], dim)
     return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
                                 concepts.get(r[0], []), edges.get(r[0], []))
@@ -80,8 +127,11 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
 
 
 def count(con: duckdb.DuckDBPyConnection, at: At = None) -> int:
+    since = latest_snapshot(con)
+    at = since if at is None else snapshot_at(con, at)
     clause, params = _at(at)
     rows = _run(con, f"SELECT count(*) FROM memories{clause}", params)
+    settled(con, at, since, "the count of memories")
     return int(rows[0][0])
 
 
@@ -142,7 +192,8 @@ def changes_since(con: duckdb.DuckDBPyConnection, since: int, until: int | None 
     after ``since`` up to ``until`` (the latest when None). An update is a
     delete and an insert of the same id. Raises ``StoreError`` when ``since``
     has expired: the caller reloads from a snapshot instead."""
-    until = latest_snapshot(con) if until is None else until
+    begun = latest_snapshot(con)  # a snapshot after it that moved files may have moved them under the read
+    until = begun if until is None else until
     out = Changes(since=since, until=until, tables={name: TableChanges() for name in TABLES})
     if until <= since:
         return out
@@ -163,4 +214,5 @@ def changes_since(con: duckdb.DuckDBPyConnection, since: int, until: int | None 
                 per.inserted.append((int(snapshot), row))
             elif kind in ("delete", "update_preimage"):
                 per.deleted.append((int(snapshot), row))
+    settled(con, since + 1, begun, f"the changes {since + 1}..{until}")
     return out

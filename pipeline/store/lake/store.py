@@ -7,6 +7,8 @@ a time); ``erase`` forgets for good; ``expire`` keeps ``store.retain`` of histor
 
 from __future__ import annotations
 
+import itertools
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,9 @@ from pipeline.store.lake.catalog import (
 )
 from pipeline.store.lake.records import Changes, Committed, LakeMemory, LakeWrite
 
+# Base loads in a row that erases may each expire under a follower (``Follower._load``).
+CUT_TRIES = 5
+
 
 @dataclass
 class LakeInfo:
@@ -42,9 +47,14 @@ class LakeInfo:
 
 def recorded(con: duckdb.DuckDBPyConnection, at: reads.At = None) -> LakeInfo:
     """What ``lake_meta`` records at ``at`` (the latest when None): the schema
-    version (one row per migration applied), the embedding model and dimension."""
-    clause, params = reads._at(at)
-    return _info(reads._run(con, f"SELECT key, value FROM lake_meta{clause}", params))
+    version (one row per migration applied), the embedding model and dimension.
+    ``reads.Cut``: read it again (``reads.settled``)."""
+    since = commits.latest_snapshot(con)
+    snapshot = since if at is None else reads.snapshot_at(con, at)
+    clause, params = reads._at(snapshot)
+    rows = reads._run(con, f"SELECT key, value FROM lake_meta{clause}", params)
+    reads.settled(con, snapshot, since, "lake_meta")
+    return _info(rows)
 
 
 def _info(rows: list[tuple[str, str]]) -> LakeInfo:
@@ -177,15 +187,29 @@ class Lake:
         (a base is built from it) is read by the model the lake records now
         (``info`` brought up to date: a ``dimple reembed`` since this process
         opened the lake), and refused (``StoreError``) when its vectors are
-        another model's (a snapshot before a re-embedding)."""
+        another model's (a snapshot before a re-embedding). Read again when
+        the catalog may have answered it short (``reads.Cut``), for up to
+        ``write_wait_s``: a snapshot asked for that expired meanwhile is refused."""
+        deadline = time.monotonic() + self.settings.write_wait_s
+        for attempt in itertools.count():
+            try:
+                return self._read(at, ids)
+            except reads.Cut as cut:
+                if (cut.expired and at is not None) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(0.01 * 2 ** attempt, 0.5))  # a compaction's steps commit in a row: let them
+        raise AssertionError("unreachable")
+
+    def _read(self, at: reads.At, ids: list[str] | None) -> list[LakeMemory]:
+        snapshot = reads.snapshot_at(self.con, at)  # the statements below all read this one
         if ids is None:
             self.info = recorded(self.con)
-            then = self.info if at is None else recorded(self.con, at)
+            then = recorded(self.con, snapshot)
             if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model, self.info.embedding_dim):
                 raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
                                  f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
                                  f"{self.info.embedding_model!r}")
-        return reads.read_memories(self.con, self.info.embedding_dim, at, ids)
+        return reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids)
 
     def count(self, at: reads.At = None) -> int:
         return reads.count(self.con, at)
@@ -207,7 +231,7 @@ def copy_latest(source: Settings, target: Settings) -> int:
     ``target`` names as one write: a scratch copy (``dimple sweep``'s trees),
     nothing embedded again and ``source`` only read. Their count."""
     with Lake.open(source) as lake:
-        memories = lake.read()
+        memories = lake.read()  # one snapshot, the latest
         model, dim = lake.info.embedding_model, lake.info.embedding_dim
     with Lake.open(target, embedding_model=model, embedding_dim=dim) as copy:
         if memories:
