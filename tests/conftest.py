@@ -6,6 +6,9 @@
 - ``tests/slow``: LoCoMo, large fuzzing and scale checks; CI runs them, ``bash ops/test.sh`` does not.
 
 The ``slow`` and ``integration`` markers follow the directory (``-m "not slow"`` selects the rest).
+A test elsewhere that costs tens of seconds of a run (its own worker stack
+with kills and restarts, ranx compiling on a fresh install) says
+``pytest.mark.slow`` itself: the default tier stays under ten minutes.
 
 Under pytest-xdist (``-n 2 --dist loadgroup``, as CI runs), the tests that share
 an expensive session fixture run on one worker, so it is built once: the worker

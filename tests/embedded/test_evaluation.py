@@ -54,6 +54,7 @@ def cli_env(embedded, tmp_path, monkeypatch):
 
 
 # -- a run end to end ----------------------------------------------------------------------------
+@pytest.mark.slow  # ranx compiles its functions on first call, per id width: 20-45 s on a fresh install
 def test_eval_writes_a_run_that_ranx_scores_the_same(cli_env, tmp_path, capsys):
     from ranx import Qrels, Run, evaluate
 

@@ -19,7 +19,7 @@ from tests.conftest import store_env
 from tests.integration.test_audit_workers import _asks, _ids_logged
 from workers.settings import WorkerSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # stacks of their own, kills, Redis restarts: ~60 s
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pipeline.errors import BrokerUnavailableError, DimpleError, QueryTimeoutErr
 from tests.conftest import store_env
 from workers.settings import WorkerSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # stacks of their own, hundreds of queries, kills: ~75 s
 
 
 def _asks(demo, n):

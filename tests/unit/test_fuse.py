@@ -198,6 +198,7 @@ def test_merged_then_fused_uses_both_legs():
 
 
 # -- agreement with ranx ---------------------------------------------------------
+@pytest.mark.slow  # ranx compiles its functions on first call, per id width: 20-45 s on a fresh install
 def test_rrf_agrees_with_ranx_on_random_runs():
     from ranx import Run, fuse
 

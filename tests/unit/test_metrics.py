@@ -129,6 +129,7 @@ def _ranx(run, qrels):
 METRICS_AT_OTHER_K = ("ndcg@1", "ndcg@3", "ndcg@100", "recall@1", "recall@20", "mrr@3", "precision@1", "precision@50")
 
 
+@pytest.mark.slow  # ranx compiles its functions on first call, per id width: 20-45 s on a fresh install
 def test_every_metric_matches_ranx_per_query():
     from ranx import evaluate
 
@@ -154,6 +155,7 @@ def _paired(seed: int, queries: int = 120, shift: float = 0.0):
     return control, treatment
 
 
+@pytest.mark.slow  # ranx compiles its functions on first call, per id width: 20-45 s on a fresh install
 @pytest.mark.parametrize("shift", [0.0, 0.015, 0.03])
 def test_the_randomisation_test_agrees_with_ranx(shift):
     """The same test as ranx's, so p estimates the same probability: at 20,000
@@ -166,6 +168,7 @@ def test_the_randomisation_test_agrees_with_ranx(shift):
     assert ours == pytest.approx(theirs, abs=0.02)
 
 
+@pytest.mark.slow  # ranx compiles its functions on first call, per id width: 20-45 s on a fresh install
 def test_the_t_test_is_ranx_s():
     from ranx.statistical_tests import paired_student_t_test
 

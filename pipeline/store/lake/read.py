@@ -93,11 +93,13 @@ def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str
 
 
 def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
-                  ids: list[str] | None = None) -> list[LakeMemory]:
+                  ids: list[str] | None = None, *, begun: int | None = None) -> list[LakeMemory]:
     """The memories of the snapshot ``at`` (the latest when None), all or those
     among ``ids``, sorted by id, with their topics, concepts and declared edges.
-    Its statements read one snapshot (``Cut``: read again, see ``settled``)."""
-    since = latest_snapshot(con)
+    Its statements read one snapshot (``Cut``: read again, see ``settled``).
+    ``begun``: the latest snapshot when the caller's read began (``at`` then
+    a snapshot id): the caller asks ``settled`` once its reads are done."""
+    since = latest_snapshot(con) if begun is None else begun
     at = since if at is None else snapshot_at(con, at)
     clause, params = _at(at)
     where = ""
@@ -119,7 +121,8 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
     for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
                                             f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
         edges.setdefault(origin, []).append((src, dst, kind))
-    settled(con, at, since, "memories")
+    if begun is None:
+        settled(con, at, since, "memories")
     vectors = vectors_of([r[6] for r in rows], dim)
     return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
                                 concepts.get(r[0], []), edges.get(r[0], []))

@@ -45,20 +45,25 @@ class LakeInfo:
     embedding_dim: int
 
 
-def recorded(con: duckdb.DuckDBPyConnection, at: reads.At = None) -> LakeInfo:
+def recorded(con: duckdb.DuckDBPyConnection, at: reads.At = None, *, begun: int | None = None) -> LakeInfo:
     """What ``lake_meta`` records at ``at`` (the latest when None): the schema
     version (one row per migration applied), the embedding model and dimension.
-    ``reads.Cut``: read it again (``reads.settled``)."""
-    since = commits.latest_snapshot(con)
+    ``reads.Cut``: read it again (``reads.settled``). ``begun``: as for
+    ``reads.read_memories`` (the caller asks ``settled``)."""
+    since = commits.latest_snapshot(con) if begun is None else begun
     snapshot = since if at is None else reads.snapshot_at(con, at)
     clause, params = reads._at(snapshot)
     rows = reads._run(con, f"SELECT key, value FROM lake_meta{clause}", params)
-    reads.settled(con, snapshot, since, "lake_meta")
-    return _info(rows)
+    if begun is None:
+        reads.settled(con, snapshot, since, "lake_meta")
+    return _info(rows, snapshot)
 
 
-def _info(rows: list[tuple[str, str]]) -> LakeInfo:
+def _info(rows: list[tuple[str, str]], snapshot: int | str = "latest") -> LakeInfo:
     meta = dict(rows)
+    if "embedding_model" not in meta or "embedding_dim" not in meta:  # every lake with tables records them
+        raise reads.Cut(f"lake_meta read at snapshot {snapshot} came back without its rows: read it again",
+                        expired=False)
     return LakeInfo(schema_version(rows), meta["embedding_model"], int(meta["embedding_dim"]))
 
 
@@ -66,6 +71,12 @@ def _current(con: duckdb.DuckDBPyConnection, embedding_model: str | None, embedd
     """What ``lake_meta`` records, its schema first brought up to date: one
     read when it is current (a process opening a lake it wrote before)."""
     rows = meta_rows(con)
+    for attempt in range(CUT_TRIES):
+        if rows != []:
+            break
+        # the table without a row: a read beside a compaction came back short (reads.Cut), not a new lake
+        time.sleep(0.01 * 2 ** attempt)
+        rows = meta_rows(con)
     version = schema_version(rows)
     if rows is None or version < latest_schema_version(SCHEMA_PACKAGE):
         apply_schema(con, embedding_model, embedding_dim, version)
@@ -201,15 +212,18 @@ class Lake:
         raise AssertionError("unreachable")
 
     def _read(self, at: reads.At, ids: list[str] | None) -> list[LakeMemory]:
-        snapshot = reads.snapshot_at(self.con, at)  # the statements below all read this one
+        begun = self.latest_snapshot()
+        snapshot = begun if at is None else reads.snapshot_at(self.con, at)  # every statement below reads it
         if ids is None:
-            self.info = recorded(self.con)
-            then = recorded(self.con, snapshot)
+            self.info = recorded(self.con, begun, begun=begun)
+            then = self.info if snapshot == begun else recorded(self.con, snapshot, begun=begun)
             if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model, self.info.embedding_dim):
                 raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
                                  f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
                                  f"{self.info.embedding_model!r}")
-        return reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids)
+        memories = reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids, begun=begun)
+        reads.settled(self.con, snapshot, begun, "memories")  # once, for every statement above
+        return memories
 
     def count(self, at: reads.At = None) -> int:
         return reads.count(self.con, at)
