@@ -69,8 +69,11 @@ _ROW_CHANGES = frozenset({"inlined_insert", "inlined_delete", "inserted_into_tab
 
 
 def oldest(con: duckdb.DuckDBPyConnection) -> int:
-    """The oldest snapshot the lake holds (expiry only ever drops the oldest):
-    one look-up of the catalog's snapshot table by its key."""
+    """The oldest snapshot the lake holds (expiry only ever drops the oldest).
+    DuckDB's SQLite scanner pushes neither the aggregate nor a filter down:
+    the catalog's snapshot column is read whole (1.4 ms at 10,000 snapshots,
+    26 ms at 600,000; the catalog's own ``min``, through ``sqlite_query``,
+    0.5 ms), as ``ducklake_snapshots()`` reads it elsewhere."""
     row = one(con.execute(f"SELECT min(snapshot_id) FROM {META}.ducklake_snapshot"))
     return int(row[0]) if row is not None and row[0] is not None else 0
 
@@ -79,8 +82,9 @@ def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str
     """After a read at ``snapshot`` (``what``) begun when ``since`` was the
     latest: ``Cut`` when the snapshot expired meanwhile, or a snapshot after
     ``since`` moved files (``_ROW_CHANGES``). Neither: the catalog answered
-    the read whole. Two look-ups of the catalog by key (the snapshots after
-    ``since``: none or a few)."""
+    the read whole. Two reads of the catalog's tables, each whole on a SQLite
+    catalog (``oldest``; the changes: 2.2 ms at 10,000 snapshots, 89 ms at
+    600,000), though the answer is one row and none or a few."""
     if oldest(con) > snapshot:
         raise Cut(f"snapshot {snapshot} of the lake expired while {what} was read from it (an erase, or "
                   "store.retain): read it again at the latest snapshot", expired=True)
