@@ -114,26 +114,26 @@ class StoreSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # `lake`: one store for one host or many (docs/LAKE.md); `segments` stays
-    # readable for a store not yet migrated (`dimple migrate`).
-    engine: Literal["segments", "lake"] = Field(
-        "lake", description="which store writes and searches use: `lake` (DuckLake: the catalog and data path "
-                            "below, docs/LAKE.md) or `segments` (the store of earlier versions: a manifest over "
-                            "a base and delta files in the data dir, served until `dimple migrate` copies it)")
+    # `lake` only: the segment store of earlier versions is no longer served;
+    # `dimple migrate` reads it once, to copy it into the lake (docs/LAKE.md).
+    engine: Literal["lake"] = Field(
+        "lake", description="the store writes and searches use: `lake` (DuckLake: the catalog and data path below, "
+                            "docs/LAKE.md), the only one; a data dir of the earlier segment store is copied into "
+                            "the lake by `dimple migrate`")
     # 100 ms: a write is visible to another warm process within about one poll
     # plus the read of its changes, well inside the 1 s goal (docs/LAKE.md), while
     # one poll (a catalog read, ~2-18 ms) costs a busy process at most ten reads a second.
-    poll_ms: int = Field(100, ge=0, description="with engine `lake`: a search process asks the catalog for its "
+    poll_ms: int = Field(100, ge=0, description="a search process asks the catalog for its "
                                                 "latest snapshot at most this often (0: before every task)")
     # 5 s: a write another process committed is visible within a poll plus the read
     # of its changes (well under a second); a separate bound, below the query's task
     # timeout, so a version never reached is a typed error naming `min_version`
     # rather than the caller's timeout, and a stage never holds its worker for long.
     min_version_wait_ms: int = Field(5000, ge=0, description="a search with `min_version` waits at most this long "
-                                                             "for the store to reach that version, polling at once "
-                                                             "(either engine), then fails naming `min_version`")
+                                                             "for the store to reach that version, polling at once, "
+                                                             "then fails naming `min_version`")
     catalog: str | None = Field(
-        None, description="the lake's catalog (docs/LAKE.md; read and written with engine `lake`): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
+        None, description="the lake's catalog (docs/LAKE.md): `sqlite:PATH` (one host; unset: `sqlite:<data dir>/lake.sqlite`) or "
                           "`postgres:CONNINFO` (several hosts; libpq, e.g. `postgres:dbname=dimple host=db user=dimple`)")
     data_path: Path | None = Field(
         None, description="folder of the lake's Parquet files (unset: `<data dir>/lake`); shared by every host of "
@@ -147,7 +147,7 @@ class StoreSettings(BaseModel):
                                                                "audit replays); seconds or ISO 8601 such as `P7D`")
 
     index_path: Path | None = Field(
-        None, description="with engine `lake`: folder of the bases compaction builds (unset: `<data dir>/indexes`); "
+        None, description="folder of the bases compaction builds (unset: `<data dir>/indexes`); "
                           "never inside `store.data_path`; on several hosts a folder they share, like the data path")
     # An hour: a forgotten memory is hidden at once, and its bytes leave every
     # data file and the catalog within the hour (docs/LAKE.md, "Forget means
@@ -156,9 +156,17 @@ class StoreSettings(BaseModel):
     # `as_of` and audit replays reach back a week (`retain`) on a store that
     # forgets rarely, and at least ~an hour on one that forgets all the time.
     erase_within: timedelta = Field(
-        timedelta(hours=1), description="with engine `lake`: a forgotten memory's bytes are gone from every data "
+        timedelta(hours=1), description="a forgotten memory's bytes are gone from every data "
                                         "file and the catalog within this long (compaction erases forgets this old; "
                                         "each erase cuts time travel back to it); seconds or ISO 8601 such as `PT1H`")
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, value: object) -> object:
+        if value == "segments":
+            raise ValueError("the segment store is no longer served: unset it (the lake is the store) and run "
+                             "'dimple migrate' once to copy a segment store into the lake")
+        return value
 
     @field_validator("catalog")
     @classmethod
@@ -211,13 +219,17 @@ class Settings(BaseSettings):
     )
     embedding_device: str = Field("cpu", description="torch device for the embedder")
     embed_batch_size: int = Field(64, ge=1, le=4096, description="texts per encode call")
-    write_wait_s: float = Field(600.0, gt=0, description="how long a write waits for the one before it to publish")
+    write_wait_s: float = Field(600.0, gt=0, description="how long a write goes on retrying when other commits "
+                                                         "come first (the catalog commits one at a time), and a "
+                                                         "read beside a compaction reads again, before failing")
     compact_max_deltas: int = Field(
-        256, ge=1, description="un-compacted deltas that make a compaction due (see also compact_delta_memories)"
+        256, ge=1, description="writes (lake snapshots) since the base that make a compaction due (see also "
+                               "compact_delta_memories)"
     )
     compact_delta_memories: int = Field(
         20_000, ge=1,
-        description="memories in un-compacted deltas that make a compaction due; a write this large goes straight into a new base",
+        description="memories written since the base that make a compaction due; a write this large builds a new "
+                    "base at once",
     )
     ingest_batch_size: int = Field(512, ge=1, le=100_000, description="lines per `ingest.batch` message with `dimple ingest --via-broker`")
     query_batch_size: int = Field(64, ge=1, le=10_000, description="queries per canvas in search_many")
@@ -253,8 +265,9 @@ class Settings(BaseSettings):
     store_query_text: bool = Field(True, description="keep query text in the audit row")
     audit_enabled: bool = Field(True, description="write one `retrieval_log` row per query")
     audit_dir: Path | None = Field(
-        None, description="where `audit.duckdb` (the lake engine keeps the rows in the lake instead), its outbox "
-                          "and the dead letters live (unset: the data dir); host-local"
+        None, description="where the audit outbox and the dead letters live (unset: the data dir); host-local "
+                          "(the rows are in the lake; `dimple migrate` reads an earlier version's `audit.duckdb` "
+                          "here)"
     )
 
     @field_validator("data_dir", "audit_dir", mode="after")

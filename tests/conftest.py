@@ -24,26 +24,20 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.settings import Settings, StoreSettings
+from pipeline.settings import Settings
 from workers.settings import WorkerSettings
 
-# The store engines (``store.engine``); a module runs its tests on each by
-# overriding ``settings`` with ``params=ENGINES`` and ``store_settings``.
-ENGINES = ("segments", "lake")
 
-
-def store_settings(tmp_path: Path, engine: str = "lake") -> Settings:
-    """Settings for a fresh store under tmp_path on ``engine``, with the hash embedder (no model)."""
-    return WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", store=StoreSettings(engine=engine),
-                          _env_file=None)
+def store_settings(tmp_path: Path) -> Settings:
+    """Settings for a fresh store (a lake) under tmp_path, with the hash embedder (no model)."""
+    return WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None)
 
 
 def store_env(settings: Settings) -> dict[str, str]:
     """The environment that points a process (the CLI, a subprocess, a worker)
-    at ``settings``' store: its data dir, model and engine (and the lake's
-    catalog and data path where set), so every part of a test reads one store."""
-    env = {"DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_EMBEDDING_MODEL": settings.embedding_model,
-           "DIMPLE_STORE__ENGINE": settings.store.engine}
+    at ``settings``' store: its data dir and model (and the lake's catalog and
+    data path where set), so every part of a test reads one store."""
+    env = {"DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_EMBEDDING_MODEL": settings.embedding_model}
     if settings.store.catalog is not None:
         env["DIMPLE_STORE__CATALOG"] = settings.store.catalog
     if settings.store.data_path is not None:
@@ -55,7 +49,7 @@ def use_store(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
     """Export ``store_env(settings)`` for this test (undone after it); a
     lake catalog or data path that ``settings`` leaves unset is unset too."""
     env = store_env(settings)
-    for name in ("DIMPLE_STORE__CATALOG", "DIMPLE_STORE__DATA_PATH"):
+    for name in ("DIMPLE_STORE__ENGINE", "DIMPLE_STORE__CATALOG", "DIMPLE_STORE__DATA_PATH"):
         if name not in env:
             monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
@@ -63,17 +57,9 @@ def use_store(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
 
 
 @pytest.fixture
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    """Settings for a fresh store under tmp_path, with the hash embedder (no
-    model), on the default engine or the one ``on_segments`` names."""
-    return store_settings(tmp_path, getattr(request, "param", "lake"))
-
-
-# A test of the segment store itself (its files, locks, ``audit.duckdb``): the
-# store of earlier versions, still served with ``store.engine = segments``
-# until ``dimple migrate`` copies it; the ``settings`` fixture (and with it
-# ``embedded``) on that engine.
-on_segments = pytest.mark.parametrize("settings", ["segments"], indirect=True)
+def settings(tmp_path: Path) -> Settings:
+    """Settings for a fresh store under tmp_path, with the hash embedder (no model)."""
+    return store_settings(tmp_path)
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -1,28 +1,23 @@
-"""SIGKILL during writes and during compaction: the checks behind
-``tests/unit/test_segments_kill.py`` (a few rounds),
-``tests/slow/test_segments_kill.py`` (twenty of each),
-``tests/slow/test_lake_kill.py`` (the lake, on each catalog) and
-``ops/bench/lake_kills.py`` (forty kills, measured).
+"""SIGKILL during writes: the checks behind ``tests/slow/test_lake_kill.py``
+(on each catalog) and ``ops/bench/lake_kills.py`` (forty kills, measured).
 
 ``kill_writer`` runs ``python -m tests.kills writer``, a process doing what
 the ``ingest`` worker does (``pipeline.store.writes.write`` with a reader it
 holds and the message's write id) with the default settings but the hash
 embedder: batches of new memories, replacements and forgets, one write id
 each, each announced before it is sent and acknowledged after it returned.
-The parent kills it with SIGKILL at a random moment and starts
-``python -m tests.kills verify`` (a fresh process) that opens the store,
-reads every id ever written, then delivers again the write in flight at the
-kill (twice) and an acknowledged write that a later one overwrote (once), as
-a broker delivers a message again. Checked each round: the store opens; the
-write in flight landed whole or not at all; every acknowledged write is
-there with its content; no acknowledged forget came back; a write
-delivered again is applied once (the second delivery of the one in flight,
-and the overwritten one, answer ``replayed`` and change nothing; on the
-lake no write id is recorded twice).
+The parent kills it with SIGKILL at a random moment and starts the next
+writer (a fresh process) that opens the store, reads every id ever written,
+then delivers again the write in flight at the kill (twice) and an
+acknowledged write that a later one overwrote (once), as a broker delivers a
+message again. Checked each round: the store opens; the write in flight
+landed whole or not at all; every acknowledged write is there with its
+content; no acknowledged forget came back; a write delivered again is applied
+once (the second delivery of the one in flight, and the overwritten one,
+answer ``replayed`` and change nothing; no write id is recorded twice in the
+lake's ``writes`` table).
 
-``kill_compactions`` kills a segment store's compaction; ``IngestWorkerKills``
-is the real ``ingest`` worker, on either engine (``tests/slow/test_ingest_worker_kill.py``,
-``tests/slow/test_lake_kill.py``).
+``IngestWorkerKills`` is the real ``ingest`` worker (``tests/slow/test_lake_kill.py``).
 """
 
 from __future__ import annotations
@@ -39,27 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.settings import Settings, StoreSettings
-from pipeline.store import segments
-from pipeline.store.compact import compact
 from pipeline.store.lake.follow import reader_for
 from pipeline.store.writes import get, parse_records, write
 from workers.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-
-_COMPACTOR = """
-import sys
-from pipeline.settings import Settings
-from pipeline.store.compact import compact
-s = Settings(data_dir=sys.argv[1], embedding_model="hash-64", store={"engine": "segments"}, _env_file=None)
-print("ready", flush=True)
-compact(s, wait=True)
-print("done", flush=True)
-"""
-
-
-SEGMENTS = StoreSettings(engine="segments")  # the store of earlier versions, until ``dimple migrate``
-
 
 def store_env(store: StoreSettings) -> dict[str, str]:
     """``store`` as the ``DIMPLE_STORE__*`` variables a worker process reads."""
@@ -68,20 +47,13 @@ def store_env(store: StoreSettings) -> dict[str, str]:
 
 
 def settings_for(data_dir: Path, store: StoreSettings | None = None) -> Settings:
-    """The default settings but the hash embedder (``store``: the engine and catalog)."""
+    """The default settings but the hash embedder (``store``: the lake's catalog and data path)."""
     return WorkerSettings(data_dir=data_dir, embedding_model="hash-64", store=store or StoreSettings(),
                           _env_file=None)
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-
-
-def _child(code: str, *args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, env=_env(),
-                            cwd=ROOT)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc
 
 
 def check_store(settings: Settings, remembered: set[str], forgotten: set[str], maybe: set[str]) -> None:
@@ -158,10 +130,7 @@ def _opened(settings: Settings, req: dict) -> tuple[dict[str, Any], Any]:
 
 
 def twice_applied(reader: Any) -> list[str]:
-    """On the lake, the write ids its ``writes`` table records more than once
-    (a write applied twice); none on the segment store (it keeps no such table)."""
-    if reader.lake is None:
-        return []
+    """The write ids the lake's ``writes`` table records more than once (a write applied twice)."""
     with reader.lake.lock:
         lake = reader.lake.lake()
         assert lake is not None
@@ -197,8 +166,7 @@ def _writer(settings_json: str, request_path: str, tag: str, seed_: str) -> None
 class KillReport:
     """What ``kill_writer`` did and found; ``problems`` empty when every check held."""
 
-    engine: str
-    catalog: str
+    catalog: str  # the lake's catalog: sqlite, postgres
     kills: int = 0
     acknowledged: int = 0  # writes acknowledged to the writer before its kill
     in_flight: int = 0  # kills that caught a write sent and not acknowledged
@@ -230,8 +198,7 @@ def kill_writer(settings: Settings, rounds: int, rng: random.Random, *, window: 
     scratch = settings.data_dir.parent / f"kills-{settings.data_dir.name}"
     scratch.mkdir(parents=True, exist_ok=True)
     errors = scratch / "children.log"
-    report = KillReport(settings.store.engine, settings.lake_catalog.split(":")[0]
-                        if settings.store.engine == "lake" else "-")
+    report = KillReport(settings.lake_catalog.split(":")[0])
     t0 = time.perf_counter()
     state: dict[str, str | None] = seed(settings)  # id -> content as the acknowledged writes left it (None: forgotten)
     history: list[Write] = []  # every write that landed, in order
@@ -273,7 +240,7 @@ def kill_writer(settings: Settings, rounds: int, rng: random.Random, *, window: 
             problems.append(f"write ids recorded twice: {got['twice'][:5]}")
         report.problems += [f"kill {r + 1}: {p}" for p in problems]
         if strict and problems:
-            raise AssertionError(f"after kill {r + 1} ({settings.store.engine}): " + "; ".join(problems))
+            raise AssertionError(f"after kill {r + 1} ({report.catalog} catalog): " + "; ".join(problems))
 
     inflight: Write | None = None
     redeliver: list[Write] = []
@@ -329,45 +296,6 @@ def kill_writer(settings: Settings, rounds: int, rng: random.Random, *, window: 
     report.memories = len(state)
     report.seconds = time.perf_counter() - t0
     return report
-
-
-def kill_writes(data_dir: Path, rounds: int, rng: random.Random) -> None:
-    """``kill_writer`` on the segment store."""
-    kill_writer(settings_for(data_dir, SEGMENTS), rounds, rng, window=(0.05, 0.6))
-
-
-def kill_compactions(data_dir: Path, rounds: int, rng: random.Random) -> None:
-    """A compaction of the segment store killed at random points."""
-    settings = settings_for(data_dir, SEGMENTS)
-    seed(settings, 2000)
-    remembered = {f"base-{i}" for i in range(2000)}
-    forgotten: set[str] = set()
-    t0 = time.perf_counter()
-    compact(settings, wait=True)  # nothing pending: measures nothing; time one real run below
-    for r in range(rounds):
-        for j in range(3):
-            mid = f"c{r}-{j}"
-            write(settings, parse_records([{"id": mid, "namespace": "k", "content": f"delta {mid}"}], settings))
-            remembered.add(mid)
-        gone = rng.choice(sorted(remembered - forgotten))
-        write(settings, forget=[gone])
-        forgotten.add(gone)
-        if r == 0:
-            t0 = time.perf_counter()
-            compact(settings, wait=True)
-            span = time.perf_counter() - t0
-            continue
-        proc = _child(_COMPACTOR, str(data_dir))
-        time.sleep(rng.uniform(0.0, span * 1.5))
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
-        check_store(settings, remembered, forgotten, set())
-    compact(settings, wait=True)
-    check_store(settings, remembered, forgotten, set())
-    manifest = segments.read_manifest(settings.data_dir)
-    assert manifest is not None
-    on_disk = {f"{segments.SEGMENTS}/{p.name}" for p in (settings.data_dir / segments.SEGMENTS).iterdir()}
-    assert on_disk <= manifest.files(), f"stray files after compaction: {sorted(on_disk - manifest.files())}"
 
 
 # -- the real ingest worker: a Celery worker process killed with its pool -----------------
@@ -510,18 +438,6 @@ class IngestWorkerKills:
             if any(task_id in raw.decode(errors="replace") for raw in client.lrange("ingest", 0, -1)):
                 return "queued"
         return "taken"
-
-    def redeliver_unacked(self) -> int:
-        """What Redis hands out again once the visibility timeout has passed
-        (kombu's ``restore_visible``, with the hour skipped): the messages the
-        killed workers held go back to their queue."""
-        with self.app.connection_for_write() as conn:
-            channel = conn.default_channel
-            qos = channel.qos
-            held = channel.client.hlen(qos.unacked_key)
-            qos.visibility_timeout = 0  # this connection's own QoS (a cached property)
-            qos.restore_visible(num=10_000, interval=1)
-        return held
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["writer"]:

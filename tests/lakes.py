@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
@@ -46,6 +47,22 @@ def memory(mid: str, content: str, **fields) -> LakeMemory:
 
 def open_lake(settings: Settings) -> Lake:
     return Lake.open(settings, embedding_model=EMBEDDER.name, embedding_dim=DIM)
+
+
+def age_forgets(settings: Settings, by: timedelta = timedelta(hours=1)) -> None:
+    """Make the forgets (and purges) not yet erased ``by`` older, as if made
+    then: due for the next compaction's erase once ``by`` reaches
+    ``store.erase_within`` (an hour by default). One commit, retried as every
+    lake commit is (another process's commit, an audit row's, may come first)."""
+    from pipeline.store.lake import erase as erasing
+    from pipeline.store.lake.commit import retrying
+
+    with Lake.open(settings) as lake:
+        def once() -> None:
+            lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - ?::INTERVAL",
+                             [erasing.timedelta_text(by)])
+
+        retrying(lake.con, once, deadline_s=settings.write_wait_s, what="ageing the forgets")
 
 
 def files_holding(needle: bytes, *folders: Path) -> list[Path]:

@@ -578,15 +578,15 @@ def replay_row(row: AuditRecord) -> dict[str, Any]:
 
 
 def replay_snapshot(row: AuditRecord) -> int | None:
-    """The snapshot a logged query read, to replay it there: on the lake engine,
-    which keeps ``store.retain`` of snapshots, so a replay shows what a setting
-    change did and not what later writes did; None on the segment store, which
-    holds only its current version (the replay says when the store moved).
-    A query asked ``as_of`` a snapshot (recorded in its options) replays there
+    """The snapshot a logged query read, to replay it there (the lake keeps
+    ``store.retain`` of snapshots), so a replay shows what a setting change did
+    and not what later writes did; None for a row that names no snapshot (one
+    logged by the segment store of earlier versions: the replay says when the
+    store moved). A query asked ``as_of`` a snapshot (recorded in its options) replays there
     (its ``store_version`` is that snapshot too, and the one a time resolved to)."""
     as_of = row.options.get("as_of")
     version = as_of if isinstance(as_of, int) and not isinstance(as_of, bool) else row.query_profile.get("store_version")
-    if resources.current().settings().store.engine != "lake" or not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or version < 1:
         return None
     return version
 

@@ -29,7 +29,6 @@ from pipeline.store.database import Store
 from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.reader import Reader, Snapshot, View
 from pipeline.store.tuned import overlay, read_tuned
-from pipeline.store.tuned import path as tuned_path
 from pipeline.store.vector import VectorIndex, compile_kernels
 
 from .settings import WorkerSettings, get_settings
@@ -80,12 +79,12 @@ class Resources:
     def settings(self) -> WorkerSettings:
         """The settings in use: those configured, else the process's
         (``get_settings``), with the store's tuned fusion settings over them
-        (``pipeline.store.tuned``). The tuned file is looked at (one ``stat``;
-        on the lake: the snapshot this process follows, which it polls anyway)
-        at most every ``TUNED_CHECK_S``, and at the first call after
-        ``configure``, so a ``dimple tune --apply`` or ``--reset`` made while
-        this process runs (on the lake: on any host) applies within that time
-        (plus ``store.poll_ms`` on the lake); it is read only when it changed."""
+        (``pipeline.store.tuned``). Whether they changed is looked at (the
+        snapshot this process follows, which it polls anyway) at most every
+        ``TUNED_CHECK_S``, and at the first call after ``configure``, so a
+        ``dimple tune --apply`` or ``--reset`` made while this process runs
+        (on any host) applies within that time plus ``store.poll_ms``; they
+        are read only when the snapshot moved."""
         with self._lock:
             if self._settings is None:
                 self._settings = get_settings()
@@ -96,17 +95,10 @@ class Resources:
             if cached is not None and cached[0] is base and now < self._tuned_due:
                 return cached[2]
             self._tuned_due = now + TUNED_CHECK_S
-            if base.store.engine == "lake":
-                return self._lake_tuned(base, cached)
-            key = _stat_key(tuned_path(base.data_dir))
-            if cached is not None and cached[0] is base and cached[1] == key:
-                return cached[2]
-            effective = overlay(base, read_tuned(base) if key is not None else None)
-            self._effective = (base, key, effective)
-            return effective
+            return self._lake_tuned(base, cached)
 
     def _lake_tuned(self, base: WorkerSettings, cached) -> WorkerSettings:
-        """``settings()`` on the lake: the tuned settings are a lake table, read
+        """``settings()``'s look at the tuned settings: a lake table, read
         (one catalog read) when the snapshot this process follows moved since
         they were read (an ``--apply`` is a commit): every host serves the same.
         A client of the workers that has not opened the store opens no lake for
@@ -124,7 +116,7 @@ class Resources:
         if cached is not None and cached[0] is base and cached[1] == key:
             return cached[2]
         follower = self._reader.lake
-        # a tuned row this dimple cannot read raises (never silently the defaults), as TUNED.json does
+        # a tuned row this dimple cannot read raises (never silently the defaults)
         effective = overlay(base, read_tuned(base, follower if isinstance(follower, Follower) else None))
         self._effective = (base, key, effective)
         return effective
@@ -137,13 +129,10 @@ class Resources:
             return self._embedders[bulk]
 
     def audit_writer(self) -> AuditWriter:
-        """This process's audit writer (its connection held open between writes, bounded)."""
+        """This process's audit writer (one lake commit per batch of rows)."""
         with self._lock:
-            s = self.settings()
-            idle_s, max_hold_s = s.audit_hold_idle_ms / 1000.0, s.audit_hold_max_ms / 1000.0
             if self._audit_writer is None:
-                self._audit_writer = AuditWriter(idle_s=idle_s, max_hold_s=max_hold_s)
-            self._audit_writer.idle_s, self._audit_writer.max_hold_s = idle_s, max_hold_s
+                self._audit_writer = AuditWriter()
             return self._audit_writer
 
     def release_audit(self) -> None:
@@ -155,7 +144,7 @@ class Resources:
         """This process's view of the published store (``pipeline.store.reader``)."""
         with self._lock:
             if self._reader is None:
-                settings = self.settings()  # on the lake this opens the reader (the tuned settings are there)
+                settings = self.settings()  # this opens the reader (the tuned settings are in the lake)
                 if self._reader is None:
                     self._reader = reader_for(settings, memory_limit=settings.query_memory_limit)
                     self._tuned_due = 0.0  # on the lake: the tuned settings are read through it at the next call
@@ -273,15 +262,6 @@ class Resources:
         self._inherited.extend(x for x in (self._reader, self._audit_writer) if x is not None)
         self._reader, self._audit_writer = None, None
         self._lock = threading.RLock()  # a thread of the parent may have held it at the fork
-
-
-def _stat_key(path: os.PathLike[str]) -> tuple[int, int, int] | None:
-    """What tells a replaced or rewritten file from the one read before (None: no file)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 _PROCESS = Resources()

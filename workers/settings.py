@@ -93,15 +93,6 @@ class WorkerSettings(Settings):
         1.0, gt=0, description="first `audit.write` retry delay: base x 2^retry, jittered, capped at audit_backoff_max_s"
     )
     audit_backoff_max_s: float = Field(60.0, gt=0, description="cap of the exponential `audit.write` retry backoff")
-    audit_hold_idle_ms: int = Field(
-        500, ge=0,
-        description="the audit writer keeps `audit.duckdb` open between writes and closes it after this long "
-                    "without writes, at once when a `dimple audit` reader is waiting (0: after each write)",
-    )
-    audit_hold_max_ms: int = Field(
-        5000, ge=0,
-        description="... and after this long open (0 with audit_hold_idle_ms 0: open and close per write)",
-    )
     # Live workers renew the lease on what they hold (workers/leases.py), so this bounds how
     # long a lost worker's messages stay away, not how long a task may run.
     audit_outbox_after_s: float = Field(

@@ -1,4 +1,4 @@
-"""The lake's upkeep in the processes that write it (``store.engine = lake``):
+"""The lake's upkeep in the processes that write it:
 a thread that asks, every ``erase.check_every`` (a minute at the default
 ``store.erase_within`` of an hour), whether a forget waits to be erased
 (``Follower.erase_due``: one small catalog read), and when one does sends
@@ -54,8 +54,6 @@ class _Upkeep:
         self.compacts_here = False
 
     def start(self, app: Celery) -> None:
-        if resources.current().settings().store.engine != "lake":
-            return
         with self.lock:
             if self.thread is not None and self.thread.is_alive():
                 return
@@ -124,7 +122,7 @@ def _refused(why: str) -> None:
 
 
 def start(app: Celery) -> None:
-    """Start this process's erase check (once; only with ``store.engine = lake``)."""
+    """Start this process's erase check (once)."""
     _UPKEEP.start(app)
 
 

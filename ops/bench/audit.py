@@ -88,9 +88,7 @@ def main(argv=None) -> int:
     broken_dir = args.work / "broken"
     shutil.rmtree(broken_dir, ignore_errors=True)  # dead letters of an earlier run
     broken_dir.mkdir(parents=True)
-    (broken_dir / "audit.duckdb").mkdir(exist_ok=True)
-    if base.store.engine == "lake":
-        _break_lake_audit(broken_dir)
+    _break_lake_audit(broken_dir)
     sides = {
         "off": base.replace(audit_enabled=False),
         "on": base,

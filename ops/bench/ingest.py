@@ -47,11 +47,10 @@ def corpus(n: int, locomo: Path) -> list[dict]:
 def measure(settings: Settings, records: list[dict]) -> dict:
     """Raw embedding of the records' texts, then ``dimple ingest`` of the same
     records into a fresh store; both timed in this process."""
-    from pipeline.store.segments import drop_all
-    from workers.cli.common import ingest_file
+    from workers.cli.common import drop_store, ingest_file
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    drop_all(settings.data_dir)
+    drop_store(settings)
     path = settings.data_dir / "memories.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     embedder = make_embedder(settings)

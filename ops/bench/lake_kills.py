@@ -1,5 +1,5 @@
 """The lake's durability goal: "PostgreSQL catalog: 0 acknowledged writes lost
-over 40 kills", with the segment store run the same way as the baseline.
+over 40 kills".
 
     python -m ops.bench.lake_kills --kills 40 --out /tmp/b/lake_kills.json
     python -m ops.bench.lake_kills --postgres 'host=127.0.0.1 user=postgres' --kills 40
@@ -13,9 +13,8 @@ ever written, and delivers again the write in flight at the kill (twice) and
 an acknowledged write a later one overwrote, as the broker would. The lake's
 catalog is a PostgreSQL database made for the run and dropped after (the
 server: ``--postgres``, a conninfo without dbname, else the one
-``tests.lakes.find_postgres`` finds); the segment store is a data dir of its
-own. Printed for each: kills, acknowledged writes, lost (acknowledged writes
-not read back as written: must be 0), forgets undone (must be 0), kills that
+``tests.lakes.find_postgres`` finds). Printed: kills, acknowledged writes,
+lost (acknowledged writes not read back as written: must be 0), forgets undone (must be 0), kills that
 caught a write in flight and how many of those had landed, writes delivered
 again, seconds, and the load average before and after. Exit status 1 when
 anything acknowledged was lost or undone.
@@ -38,20 +37,16 @@ def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def run(engine: str, kills: int, seed: int, scratch: Path, postgres: str | None) -> dict:
+def run(kills: int, seed: int, scratch: Path, postgres: str | None) -> dict:
     from pipeline.settings import StoreSettings
     from tests.kills import kill_writer, settings_for
     from tests.lakes import Postgres, find_postgres
 
     load = _load()
-    if engine == "segments":
-        report = kill_writer(settings_for(scratch / "segments"), kills, random.Random(seed), window=WINDOW,
-                             strict=False, log=print)
-        return report.as_dict() | {"load_before": load, "load_after": _load()}
     server = Postgres(f"dbname=postgres {postgres}", postgres) if postgres else find_postgres(scratch / "pg-server")
     conninfo = server.create_database()
     try:
-        store = StoreSettings(engine="lake", catalog=f"postgres:{conninfo}", data_path=scratch / "pg-data")
+        store = StoreSettings(catalog=f"postgres:{conninfo}", data_path=scratch / "pg-data")
         report = kill_writer(settings_for(scratch / "lake", store), kills, random.Random(seed), window=WINDOW,
                              strict=False, log=print)
     finally:
@@ -68,18 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=40)
     parser.add_argument("--postgres", help="a conninfo without dbname, e.g. 'host=127.0.0.1 user=postgres' "
                                            "(default: the server tests.lakes.find_postgres finds)")
-    parser.add_argument("--skip-segments", action="store_true", help="leave out the segment store's baseline")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for engine in ("lake", *(() if args.skip_segments else ("segments",))):
-            row = run(engine, args.kills, args.seed, Path(tmp), args.postgres)
-            rows["lake_postgres" if engine == "lake" else "segments"] = row
-            print(f"{engine}: {row['kills']} kills, {row['acknowledged']} acknowledged writes, lost {row['lost']}, "
-                  f"forgets undone {row['back']}, in flight at a kill {row['in_flight']} (landed {row['landed']}), "
-                  f"delivered again {row['redelivered']}, {row['seconds']:.0f} s, load {row['load_before']} -> "
-                  f"{row['load_after']}", flush=True)
+        row = rows["lake_postgres"] = run(args.kills, args.seed, Path(tmp), args.postgres)
+        print(f"lake: {row['kills']} kills, {row['acknowledged']} acknowledged writes, lost {row['lost']}, "
+              f"forgets undone {row['back']}, in flight at a kill {row['in_flight']} (landed {row['landed']}), "
+              f"delivered again {row['redelivered']}, {row['seconds']:.0f} s, load {row['load_before']} -> "
+              f"{row['load_after']}", flush=True)
     print(json.dumps(rows, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

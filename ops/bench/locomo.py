@@ -22,7 +22,6 @@ from pipeline.datasets.locomo import load_locomo
 from pipeline.evaluation.metrics import score
 from pipeline.settings import Settings
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
 from pipeline.store.vector import VectorIndex, descend, exact
 from workers.settings import WorkerSettings
 
@@ -30,8 +29,9 @@ from workers.settings import WorkerSettings
 def build(settings: Settings, data: Path, reuse: bool) -> dict:
     """Ingest LoCoMo into a fresh store, timing it against raw embedding."""
     from ops.bench.ingest import measure
+    from workers.cli.common import store_exists
 
-    if reuse and store_path(settings.data_dir).exists():
+    if reuse and store_exists(settings):
         return {}
     return {"ingest": measure(settings, load_locomo(data).records)}
 
@@ -64,7 +64,9 @@ def descent_recall(settings: Settings, data: Path, limit: int | None) -> dict:
     loco = load_locomo(data)
     queries = loco.queries[:limit] if limit else loco.queries
     embedder = resources.current().embedder()
-    with Store.open(store_path(settings.data_dir), read_only=True) as store:
+    from workers.cli.common import require_store
+
+    with Store.open(require_store(settings), read_only=True) as store:
         index = VectorIndex.load(store.con, store.generation, store.info.embedding_dim)
     vectors = embedder.embed([q["text"] for q in queries])
     recalls, scored, t_desc, t_exact = [], [], [], []

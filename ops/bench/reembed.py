@@ -25,12 +25,11 @@ from workers.settings import WorkerSettings
 
 def measure(work: Path, model: str, records: list[dict]) -> dict:
     from pipeline.store.reembed import reembed
-    from pipeline.store.segments import drop_all
-    from workers.cli.common import ingest_file
+    from workers.cli.common import drop_store, ingest_file
 
     work.mkdir(parents=True, exist_ok=True)
     before = WorkerSettings(data_dir=work, embedding_model="hash-384", _env_file=None, audit_enabled=False)
-    drop_all(work)
+    drop_store(before)
     path = work / "memories.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     ingest_file(path, before, progress=False)

@@ -1,30 +1,26 @@
 """The write path against the whole-store path, in the same run, at several
-store sizes (synthetic stores, ``ops.bench.synth``):
+store sizes (synthetic stores, ``ops.bench.synth``, migrated into a lake once
+per size: ``dimple migrate``, SQLite catalog in the data dir):
 
     python -m ops.bench.writes --sizes 10000 100000 --work /tmp/wbench --out /tmp/wbench/writes.json
-    python -m ops.bench.writes --sizes 10000 100000 --lake --no-pending --baseline-parts none \\
-        --work /tmp/wbench --out /tmp/wbench/lake_goals.json
+    python -m ops.bench.writes --sizes 1000000 --no-pending --baseline-parts one --work /tmp/wbench
 
 (a) one memory remembered, and the time until a query in another process
-    (a warm reader polling keyword search) returns it;
+    (a warm reader polling keyword search, following the lake at
+    ``store.poll_ms`` as a search process does) returns it;
 (b) a 1,000-memory batch;
 (c) query p50 (the keyword and vector legs alone, and a hybrid query end to
-    end through the embedded canvas) with 10 and 100 un-compacted one-memory
-    deltas against the same memories compacted, the three stores alternated
-    round by round in one process;
+    end through the embedded canvas) with 10 and 100 one-memory writes merged
+    over the base against the same memories compacted, the three stores
+    alternated round by round in one process;
 (e) compaction time, and hybrid queries sent back to back meanwhile
     (count, failures, p50/p99).
-``--lake`` (issue 34's goals) adds the store on DuckLake beside the segment
-store, in the same run: the synthetic store migrated into a lake
-(``dimple migrate``, SQLite catalog in the data dir), then (a) and (b) on it
-(the poller follows the lake at ``store.poll_ms``, as a search process does)
-and each leg's query p50 on both, the two alternated round by round.
 
-The whole-store path is the same code with every write sent straight into a
-new base (``compact_delta_memories=1``): copy the base, apply, re-index,
-publish; what every write cost before segments. Embeddings come from the
-hash embedder (384-d) on both sides, so embedding is not timed (the real
-model adds ~17 ms per memory, BENCHMARKS.md "Query embedder").
+The whole-store path is the same code with every write building a new base
+of the whole store (``compact_delta_memories=1``): what every write cost
+before writes became deltas. Embeddings come from the hash embedder (384-d)
+on both sides, so embedding is not timed (the real model adds ~17 ms per
+memory, BENCHMARKS.md "Query embedder").
 """
 
 from __future__ import annotations
@@ -66,37 +62,31 @@ while True:
 """
 
 
-def _settings(data_dir: Path, direct: bool, engine: str = "segments"):
-    from pipeline.settings import StoreSettings
+def _settings(data_dir: Path, direct: bool):
     from workers.settings import WorkerSettings  # the settings workers.configure takes
 
     extra = {"compact_delta_memories": 1} if direct else {}
-    return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", store=StoreSettings(engine=engine),
-                          _env_file=None, **extra)
+    return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
 
 
 def _template(work: Path, n: int) -> Path:
+    """A synthetic store of ``n`` memories (one base file, as ``ops.bench.synth``
+    writes it) migrated into a lake (``dimple migrate``: catalog and data files
+    in the data dir, a base built at its snapshot), once per size."""
     from ops.bench.synth import build_store
-
-    folder = work / f"store-{n}"
-    if not (folder / "store.duckdb").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        build_store(folder / "store.duckdb", n, _settings(folder, False), embedding_model="hash-384",
-                    log=lambda *a: None)
-    return folder
-
-
-def _lake_template(work: Path, template: Path) -> Path:
-    """``template`` migrated into a lake (``dimple migrate``: catalog and data
-    files in the data dir, a base built at its snapshot), once per size."""
     from pipeline.store.lake.migrate import Marker, migrate
 
-    folder = work / f"lake-{template.name}"
+    synthetic = work / f"store-{n}"
+    folder = work / f"lake-store-{n}"
     if Marker.read(folder) is None:
-        _fresh(template, folder)
+        if not (synthetic / "store.duckdb").exists():
+            synthetic.mkdir(parents=True, exist_ok=True)
+            build_store(synthetic / "store.duckdb", n, _settings(synthetic, False), embedding_model="hash-384",
+                        log=lambda *a: None)
+        _fresh(synthetic, folder)
         t = time.perf_counter()
-        migrate(_settings(folder, False, "lake"))
-        print(f"migrated {template.name} into a lake in {time.perf_counter() - t:.1f} s", flush=True)
+        migrate(_settings(folder, False))
+        print(f"migrated {synthetic.name} into a lake in {time.perf_counter() - t:.1f} s", flush=True)
     return folder
 
 
@@ -137,14 +127,12 @@ def _write(settings, records, reader=None):
     return time.perf_counter() - t
 
 
-def one_memory(template: Path, scratch: Path, direct: bool, engine: str = "segments") -> dict:
+def one_memory(template: Path, scratch: Path, direct: bool) -> dict:
     from pipeline.store.lake.follow import reader_for
 
-    data = (_fresh_lake if engine == "lake" else _fresh)(template, scratch)
-    settings = _settings(data, direct, engine)
+    settings = _settings(_fresh_lake(template, scratch), direct)
     reader = reader_for(settings)
-    # a first write: the segment store's template leaves its single file for segments, the
-    # lake's writer warms its view; the memory timed is the second write on every side
+    # a first write warms the writer's view; the memory timed is the second write on every side
     _write(settings, _records("warm", 1), reader)
     token = f"zqvis{int(time.time() * 1000) % 10**8}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -161,10 +149,10 @@ def one_memory(template: Path, scratch: Path, direct: bool, engine: str = "segme
             "visible_s": round(seen - start, 4)}
 
 
-def batch(template: Path, scratch: Path, direct: bool, size: int = 1000, engine: str = "segments") -> float:
+def batch(template: Path, scratch: Path, direct: bool, size: int = 1000) -> float:
     from pipeline.store.lake.follow import reader_for
 
-    settings = _settings((_fresh_lake if engine == "lake" else _fresh)(template, scratch), direct, engine)
+    settings = _settings(_fresh_lake(template, scratch), direct)
     reader = reader_for(settings)
     _write(settings, _records("warm", 1), reader)
     took = _write(settings, _records("batch", size), reader)
@@ -259,14 +247,15 @@ def queries_during(settings, queries: list[str], task) -> dict:
 
 
 def pending_deltas(template: Path, scratch: Path) -> dict:
-    """(c) and (e): the same memories as 10 and 100 one-memory deltas over the
+    """(c) and (e): the same memories as 10 and 100 one-memory writes over the
     base, and compacted; query p50s interleaved; then the 100 compacted while
     queries run."""
     from ops.bench.synth import queries as synth_queries
     from pipeline.embedders import HashEmbedder
-    from pipeline.store.compact import compact
+    from pipeline.store.maintenance import compact
+    from workers import resources
 
-    settings = _settings(_fresh(template, scratch), False).replace(compact_max_deltas=10_000)
+    settings = _settings(_fresh_lake(template, scratch), False).replace(compact_max_deltas=10_000)
     qs = synth_queries(100)
     vecs = HashEmbedder(384).embed(qs)
     _write(settings, _records("warm", 1))
@@ -275,38 +264,16 @@ def pending_deltas(template: Path, scratch: Path) -> dict:
     for written in range(100):
         _write(settings, _records(f"d{written}", 1))
         if written + 1 in (10, 100):
-            folder = scratch.with_name(scratch.name + f"-{written + 1}")
-            _fresh(scratch, folder)
-            copies[f"{written + 1}_deltas"] = settings.replace(data_dir=folder)
-    compacted = copies["100_deltas"].replace(data_dir=_fresh(copies["100_deltas"].data_dir,
-                                                             scratch.with_name(scratch.name + "-compacted")))
+            resources.current().close_store()  # nothing of this process holds the lake while it is copied
+            copies[f"{written + 1}_deltas"] = settings.replace(
+                data_dir=_fresh_lake(scratch, scratch.with_name(scratch.name + f"-{written + 1}")))
+    compacted = copies["100_deltas"].replace(
+        data_dir=_fresh_lake(copies["100_deltas"].data_dir, scratch.with_name(scratch.name + "-compacted")))
     compact(compacted, wait=True)
     out = interleaved_p50({"compacted": compacted, **copies}, qs, vecs)
     out["during_compaction"] = queries_during(settings, qs, lambda: compact(settings, wait=True))
     out["compaction_s"] = out["during_compaction"].pop("task_s")
     for s in (compacted, *copies.values()):
-        shutil.rmtree(s.data_dir, ignore_errors=True)
-    return out
-
-
-def lake_side(work: Path, template: Path, scratch: Path) -> dict:
-    """(a) and (b) on the lake, against the segment store's in the same run,
-    and each leg's query p50 on both (the store as migrated, compacted)."""
-    from ops.bench.synth import queries as synth_queries
-    from pipeline.embedders import HashEmbedder
-    from pipeline.store.maintenance import compact
-
-    lake = _lake_template(work, template)
-    out: dict = {"one_memory": one_memory(lake, scratch, False, "lake"),
-                 "batch_1000_s": batch(lake, scratch, False, engine="lake")}
-    qs = synth_queries(100)
-    sides = {"segments": _settings(_fresh(template, scratch.with_name(scratch.name + "-seg")), False),
-             "lake": _settings(_fresh_lake(lake, scratch.with_name(scratch.name + "-lake")), False, "lake")}
-    for settings in sides.values():  # the same memories on both, compacted
-        _write(settings, _records("warm", 1))
-        compact(settings, wait=True)
-    out["queries"] = interleaved_p50(sides, qs, HashEmbedder(384).embed(qs), baseline="segments")
-    for s in sides.values():
         shutil.rmtree(s.data_dir, ignore_errors=True)
     return out
 
@@ -318,8 +285,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--only-pending", action="store_true", help="run (c) and (e) only")
     p.add_argument("--no-pending", action="store_true", help="skip (c) and (e) (at 1M: minutes of compaction)")
-    p.add_argument("--lake", action="store_true",
-                   help="the store on DuckLake beside the segment store: (a), (b) and each leg's query p50")
     p.add_argument("--baseline-parts", default="one,batch",
                    help="which of one,batch the whole-store path runs (each costs a whole-store write)")
     args = p.parse_args(argv)
@@ -328,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         template = _template(args.work, n)
         scratch = args.work / f"scratch-{n}"
         row: dict = {}
-        parts = {"segments": {"one", "batch"}, "whole_store": set(args.baseline_parts.split(","))}
-        for side, direct in () if args.only_pending else (("segments", False), ("whole_store", True)):
+        parts = {"lake": {"one", "batch"}, "whole_store": set(args.baseline_parts.split(","))}
+        for side, direct in () if args.only_pending else (("lake", False), ("whole_store", True)):
             row[side] = {}
             if "one" in parts[side]:
                 row[side]["one_memory"] = one_memory(template, scratch, direct)
@@ -338,12 +303,9 @@ def main(argv: list[str] | None = None) -> int:
             print(n, side, row[side], flush=True)
         if row.get("whole_store", {}).get("one_memory"):
             row["one_memory_visible_ratio"] = round(
-                row["segments"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
+                row["lake"]["one_memory"]["visible_s"] / row["whole_store"]["one_memory"]["visible_s"], 4)
         if row.get("whole_store", {}).get("batch_1000_s"):
-            row["batch_ratio"] = round(row["segments"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
-        if args.lake:
-            row["lake"] = lake_side(args.work, template, scratch)
-            print(n, "lake", row["lake"], flush=True)
+            row["batch_ratio"] = round(row["lake"]["batch_1000_s"] / row["whole_store"]["batch_1000_s"], 4)
         if not args.no_pending:
             row["pending_deltas"] = pending_deltas(template, scratch)
             print(n, "pending", row["pending_deltas"], flush=True)

@@ -1,7 +1,8 @@
 """The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
 (``writer``), read back (``reader``), kept when writes run out of retries (``letters``),
 explained or replayed (``explain``) and purged of a forgotten memory (``purge``);
-in ``audit.duckdb`` or, with ``store.engine = lake``, in the lake (``lake``: ``log_of``).
+in the lake (``lake``: ``log_of``); an ``audit.duckdb`` of the segment store of earlier versions
+is carried into it by ``dimple migrate`` (``carry``).
 Why a memory was not returned (``whynot``) is imported on its own: it runs the
 query's stages, which nothing else here needs.
 """

@@ -64,7 +64,12 @@ def replay_options(record: AuditRecord) -> dict[str, Any]:
 
 def store_changed(record: AuditRecord, now: int | None) -> str | None:
     """Why a replay may differ from what was served: the writes published
-    between the row's store version and ``now`` (None when the same, or unknown)."""
+    between the row's store version and ``now`` (None when the same, or
+    unknown), or a row the segment store of an earlier version logged."""
+    segment = record.query_profile.get("segment_version")
+    if segment is not None:  # carried by ``dimple migrate`` (``pipeline.audit.carry``)
+        return (f"logged by the segment store of an earlier version (its version {segment}), replayed on the lake"
+                + (f" at snapshot {now}" if now is not None else ""))
     then = record.query_profile.get("store_version")
     if then is None or now is None or then == now:
         return None

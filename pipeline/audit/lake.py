@@ -1,4 +1,4 @@
-"""The audit trail in the lake (``store.engine = lake``; docs/LAKE.md, "The
+"""The audit trail in the lake (docs/LAKE.md, "The
 audit trail on many hosts"): ``retrieval_log`` is a lake table
 (``schema/lake/002_retrieval_log.sql``), so every host's audit writer writes
 it and ``dimple audit`` reads every host's rows from any host.
@@ -44,9 +44,8 @@ AUDIT_SCHEMA = "002_retrieval_log.sql"
 
 @dataclass(frozen=True)
 class LakeLog:
-    """Where the audit rows live on the lake engine: the lake ``settings`` name
-    (``store.catalog``, ``store.data_path``). Equal for equal lakes; stands
-    where ``audit.duckdb``'s path stands on the segment store."""
+    """Where the audit rows live: the lake ``settings`` name (``store.catalog``,
+    ``store.data_path``). Equal for equal lakes."""
 
     catalog: str
     data_path: Path
@@ -61,13 +60,13 @@ class LakeLog:
 
 
 AuditLog = Path | LakeLog
-"""Where a process writes and reads its audit rows: ``audit.duckdb`` or the lake."""
+"""Where audit rows are written and read: the lake, or an ``audit.duckdb`` file (the segment
+store of earlier versions kept one; ``dimple migrate`` reads it, ``pipeline.audit.carry``)."""
 
 
-def log_of(settings: Settings) -> AuditLog:
-    """The audit log of ``settings``: the lake's ``retrieval_log`` with
-    ``store.engine = lake``, else ``audit.duckdb`` (``settings.audit_path``)."""
-    return LakeLog.of(settings) if settings.store.engine == "lake" else settings.audit_path
+def log_of(settings: Settings) -> LakeLog:
+    """The audit log of ``settings``: the lake's ``retrieval_log``."""
+    return LakeLog.of(settings)
 
 
 class _Connections:

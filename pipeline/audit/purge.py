@@ -39,7 +39,7 @@ from pipeline.audit.letters import OUTBOX_NAME, _put_json
 from pipeline.audit.writer import knock_path, knocking
 from pipeline.errors import InputError
 from pipeline.store.database import one
-from pipeline.store.segments import fsync_dir, fsync_file
+from pipeline.store.files import fsync_dir, fsync_file
 
 
 @dataclass

@@ -2,9 +2,10 @@
 prefix of it), rows since a time, counts.
 
 Readers knock (``pipeline.audit.writer.knocking``) so a writer holding the
-file lets go for them. On the lake engine (``pipeline.audit.lake``) the same
-SQL reads the lake's ``retrieval_log`` at its latest snapshot: every host's
-rows, from any host.
+file lets go for them (an ``audit.duckdb`` of the segment store of earlier
+versions, read to carry it into the lake: ``pipeline.audit.carry``). In the
+lake (``pipeline.audit.lake``) the same SQL reads ``retrieval_log`` at its
+latest snapshot: every host's rows, from any host.
 """
 
 from __future__ import annotations
@@ -111,6 +112,14 @@ def since(path: AuditLog, start: datetime | None = None, limit: int | None = Non
         sql += " LIMIT ?"
         params.append(limit)
     return _rows(path, sql, params)
+
+
+def page(path: AuditLog, after: str | None, limit: int) -> list[AuditRecord]:
+    """Up to ``limit`` rows whose query ids sort after ``after`` (from the first
+    when None), by query id: a whole log read a page at a time."""
+    where, params = ("WHERE query_id > ? ", [after]) if after is not None else ("", [])
+    return _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log {where}ORDER BY query_id LIMIT ?",
+                 [*params, limit])
 
 
 def count(path: AuditLog) -> tuple[int, int]:

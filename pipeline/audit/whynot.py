@@ -299,8 +299,8 @@ def _as_logged(current: Settings, row: AuditRecord) -> Settings:
 
 def _caveat(row: AuditRecord, version: int | None, same: bool) -> str | None:
     """Why this replay may not be the query as it ran: a store changed since
-    (the segment store holds only its current version; the lake, its snapshots
-    within ``store.retain``), or a different served list."""
+    (the lake keeps its snapshots within ``store.retain``; a row the segment
+    store of earlier versions logged names none), or a different served list."""
     notes = []
     moved = store_changed(row, version)
     if moved:

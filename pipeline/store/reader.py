@@ -1,23 +1,22 @@
-"""What one process reads: the published base, its vector index and the
-deltas over it, kept current by reading ``MANIFEST`` (a small file) before
-each task.
+"""What one process reads: a base (the derived indexes compaction built for
+one snapshot of the lake) and the snapshots since, merged over it as deltas,
+kept current by the lake's ``Follower`` (``pipeline.store.lake.follow``),
+which asks the catalog at most every ``store.poll_ms``.
 
-- A write publishes a delta: only that delta is read (a few kilobytes per
-  memory) and the overlay rebuilt; the base stays open.
-- A compaction publishes a new base: it is opened and indexed (its vector
-  index and full-text postings, as far as the old base had them) in a
-  background thread while queries keep being answered from the old base
-  plus every delta (the old ones it holds in memory, the new ones it loads),
-  which is the same store; then the new base takes over. No query waits for
-  an index load, except the first one of a process.
+- A write commits a snapshot: only its changes are read and the overlay
+  rebuilt; the base stays open.
+- A compaction lists a new base: it is loaded in the background while
+  queries keep being answered from the old base plus every snapshot since;
+  then the new base takes over.
+
+``read_segments`` reads a data dir of the earlier segment store once (a
+``MANIFEST`` over a base and delta files), for ``dimple migrate``.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,8 +35,8 @@ from pipeline.store.vector import TreeRouter, VectorIndex
 
 
 class Source(Protocol):
-    """Where a ``Reader`` learns of new state other than ``MANIFEST``: the
-    lake (``pipeline.store.lake.follow.Follower``)."""
+    """Where a ``Reader`` learns of new state: the lake
+    (``pipeline.store.lake.follow.Follower``)."""
 
     def follow(self, current: Snapshot | None, *, fresh: bool = False) -> Snapshot | None: ...
 
@@ -252,68 +251,51 @@ class View:
 
 
 class Reader:
-    """The current ``Snapshot`` of ``data_dir`` for one process (thread-safe).
+    """The current ``Snapshot`` of the lake for one process (thread-safe).
 
-    Given ``lake`` (``store.engine = lake``: ``pipeline.store.lake.follow.reader_for``
-    makes the reader the settings name), it follows the lake instead of
-    ``MANIFEST``: a base built for a snapshot, the snapshots since merged over
-    it, the catalog asked at most every ``store.poll_ms``."""
+    ``lake`` (``pipeline.store.lake.follow.reader_for`` makes the reader the
+    settings name) gives a base built for a snapshot with the snapshots since
+    merged over it, the catalog asked at most every ``store.poll_ms``."""
 
-    def __init__(self, data_dir: Path, *, memory_limit: str | None = None, lake: Source | None = None):
+    def __init__(self, data_dir: Path, *, lake: Source, memory_limit: str | None = None):
         self.data_dir = data_dir
         self.memory_limit = memory_limit
         self._lock = threading.RLock()
         self._current: Snapshot | None = None
-        self._loading: threading.Thread | None = None
-        self._pending: Snapshot | None = None
-        self._failed: BaseException | None = None
         self.lake = lake
         self._past: dict[int, Snapshot] = {}  # as_of snapshots, oldest asked first
         self._past_at: dict[int, int] = {}  # the lake's latest snapshot when each was built
 
-    # -- public -----------------------------------------------------------------
     def snapshot(self, *, fresh: bool = False) -> Snapshot | None:
-        """The newest published state (None when nothing was written yet).
+        """The newest state (None when nothing was written yet).
 
         A new base is loaded in the background after the first one; until it
-        is ready the old base answers with the new deltas merged. On the lake,
-        the catalog is asked at most every ``store.poll_ms`` unless ``fresh``.
+        is ready the old base answers with the snapshots since merged. The
+        catalog is asked at most every ``store.poll_ms`` unless ``fresh``.
         """
-        if self.lake is not None:
-            with self._lock:
-                cur = self._current
-                snap = self.lake.follow(cur, fresh=fresh)
-                if cur is not None and snap is not cur and (snap is None or snap.store is not cur.store):
-                    cur.close()
-                self._current = snap
-                return snap
         with self._lock:
-            if self._pending is not None:
-                self._swap()
-            for _ in range(5):
-                manifest = segments.read_manifest(self.data_dir)
-                if manifest is None:
-                    return None
-                try:
-                    return self._follow(manifest)
-                except FileNotFoundError:
-                    continue  # compaction removed a file between reading MANIFEST and opening it
-            raise StoreError(f"the store in {self.data_dir} kept changing while reading it")
+            cur = self._current
+            snap = self.lake.follow(cur, fresh=fresh)
+            if cur is not None and snap is not cur and (snap is None or snap.store is not cur.store):
+                cur.close()
+            self._current = snap
+            return snap
 
     def at_least(self, version: int, wait_s: float) -> Snapshot | None:
         """The newest state, at ``version`` or later (read-your-writes: a search's
         ``min_version``). The state this process holds answers when it is new
-        enough; else the store is asked at once (on the lake, not waiting out
+        enough; else the catalog is asked at once (not waiting out
         ``store.poll_ms``) and again every few milliseconds for at most ``wait_s``,
         then ``VersionNotReachedError`` names ``min_version``."""
         snap = self.snapshot()
-        if version == 0 or (snap is not None and self._reached(snap) >= version):
+        if version == 0 or (snap is not None and self.lake.reached(snap.version) >= version):
             return snap
         start = time.monotonic()
         pause = 0.005
         while True:
             snap = self.snapshot(fresh=True)
-            if snap is not None and self._reached(snap) >= version:
+            # its own version, or a later one when only audit commits came after it (``Follower.reached``)
+            if snap is not None and self.lake.reached(snap.version) >= version:
                 return snap
             waited = time.monotonic() - start
             if waited >= wait_s:
@@ -321,25 +303,15 @@ class Reader:
             time.sleep(min(pause, wait_s - waited))
             pause = min(pause * 2, 0.05)
 
-    def _reached(self, snap: Snapshot) -> int:
-        """The newest version ``snap`` answers for: its own, or on the lake a
-        later one when only audit commits came after it (``Follower.reached``)."""
-        return snap.version if self.lake is None else self.lake.reached(snap.version)
-
     def past_snapshot(self, at: int | datetime) -> int:
         """The snapshot ``as_of`` names: a snapshot id as it is, a time the last
-        snapshot committed by then (lake only); ``StoreError`` naming
-        ``store.engine`` on the segment store."""
-        if self.lake is None:
-            raise StoreError("store.engine: as_of reads a past snapshot, which only the lake engine keeps "
-                             "(DIMPLE_STORE__ENGINE=lake)")
+        snapshot committed by then."""
         return at if isinstance(at, int) else self.lake.snapshot_for(at)
 
     def as_of(self, at: int | datetime) -> Snapshot:
         """The store as it was at ``at`` (a snapshot or a time, ``past_snapshot``;
-        lake only; the last two asked are kept open)."""
+        the last two asked are kept open)."""
         snapshot = self.past_snapshot(at)
-        assert self.lake is not None
         with self._lock:
             snap = self._past.pop(snapshot, None)
             built = self._past_at.pop(snapshot, 0)
@@ -359,21 +331,11 @@ class Reader:
             return snap
 
     def wait_ready(self, timeout: float | None = None) -> None:
-        """Block until a background base load (if any) is done and in use."""
-        if self.lake is not None:  # ask now (a newer base starts loading), wait for it, put it in use
-            self.snapshot(fresh=True)
-            self.lake.wait_ready(timeout)
-            self.snapshot(fresh=True)
-            return
-        thread = self._loading
-        if thread is not None:
-            thread.join(timeout)
-        with self._lock:
-            if self._pending is not None:
-                self._swap()
-            if self._failed is not None:
-                failed, self._failed = self._failed, None
-                raise failed
+        """Block until a background base load (if any) is done and in use: ask
+        now (a newer base starts loading), wait for it, put it in use."""
+        self.snapshot(fresh=True)
+        self.lake.wait_ready(timeout)
+        self.snapshot(fresh=True)
 
     def close(self) -> None:
         with self._lock:
@@ -384,116 +346,33 @@ class Reader:
                 past.close()
             self._past.clear()
             self._past_at.clear()
-            if self.lake is not None:
-                self.lake.close()
+            self.lake.close()
 
-    # -- internals --------------------------------------------------------------
-    def _follow(self, manifest: segments.Manifest) -> Snapshot:
-        cur = self._current
-        if cur is not None and cur.version == manifest.version:
-            return cur
-        if cur is None or cur.base != manifest.base:
-            if cur is None or cur.store is None or cur.base != manifest.compacted_base:
-                fresh = self._load(manifest, {})
-                if cur is not None:
-                    cur.close()
-                self._current = fresh
-                return fresh
-            # meanwhile: the old base, every delta the compaction merged, and those written since
-            extra = [d for d in manifest.consumed + manifest.deltas if d.seq not in cur.deltas]
-            try:
-                extended = self._extend(cur, manifest.version, extra)
-            except FileNotFoundError:
-                if not manifest.erased:
-                    raise
-                # the merged deltas held forgotten memories and are gone
-                # (``Manifest.erased``): this reader had not read them all
-                fresh = self._load(manifest, {})
-                cur.close()
-                self._current = fresh
-                return fresh
-            if self._loading is None:
-                assert cur._uses is not None
-                self._start_background(manifest, index_wanted=cur._index is not None,
-                                       postings_wanted=cur._uses.postings_loaded)
-            self._current = extended
-            return self._current
-        loaded = {d.seq for d in manifest.deltas}
-        if not set(cur.deltas) <= loaded:  # a delta vanished without a new base: reload whole
-            fresh = self._load(manifest, {})
-            cur.close()
-            self._current = fresh
-            return fresh
-        extra = [d for d in manifest.deltas if d.seq not in cur.deltas]
-        self._current = self._extend(cur, manifest.version, extra)
-        return self._current
 
-    def _extend(self, cur: Snapshot, version: int, extra: list[segments.DeltaRef]) -> Snapshot:
-        return cur.extend(version, {ref.seq: Delta.load(self.data_dir, ref) for ref in extra})
-
-    def _load(self, manifest: segments.Manifest, cache: dict, index_wanted: bool = False,
-              postings_wanted: bool = False) -> Snapshot:
-        path = None
-        if manifest.base is not None:
-            path = self.data_dir / manifest.base
-            if not path.exists():
-                raise FileNotFoundError(path)  # removed by a compaction since MANIFEST was read
-        snap = Snapshot.open(path, manifest.version, base=manifest.base, memory_limit=self.memory_limit)
+def read_segments(data_dir: Path) -> tuple[segments.Manifest, Snapshot] | None:
+    """The segment store in ``data_dir`` as its ``MANIFEST`` publishes it: its
+    base and every delta over it (None without a manifest). For ``dimple
+    migrate``, which holds the store's locks meanwhile; a compaction of an
+    earlier version that removed a file between the manifest and the open is
+    read again."""
+    for _ in range(5):
+        manifest = segments.read_manifest(data_dir)
+        if manifest is None:
+            return None
+        path = data_dir / manifest.base if manifest.base is not None else None
         try:
-            deltas = {d.seq: cache.get(d.seq) or Delta.load(self.data_dir, d) for d in manifest.deltas}
-            snap = snap.extend(manifest.version, deltas)
-            if index_wanted:
-                snap.index()
-            if postings_wanted:
-                snap.postings()
-            return snap
-        except BaseException:
-            if snap.store is not None:
-                snap.store.close()
-            raise
-
-    def _start_background(self, manifest: segments.Manifest, index_wanted: bool, postings_wanted: bool) -> None:
-        def run() -> None:
+            if path is not None and not path.exists():
+                raise FileNotFoundError(path)
+            snap = Snapshot.open(path, manifest.version, base=manifest.base)
             try:
-                snap = self._load(manifest, {}, index_wanted, postings_wanted)
-            except BaseException as exc:  # the next snapshot() loads in the foreground
-                with self._lock:
-                    self._failed = exc
-                    self._loading = None
-                return
-            with self._lock:
-                self._pending = snap
-                self._loading = None
-
-        self._loading = threading.Thread(target=run, name="dimple-base-load", daemon=True)
-        _LOADING.add(self._loading)
-        self._loading.start()
-
-    def _swap(self) -> None:
-        """Put the background-loaded base in use, with the deltas published since it."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        manifest = segments.read_manifest(self.data_dir)
-        if manifest is None or manifest.base != pending.base:
-            pending.close()  # another compaction published meanwhile: the next snapshot() follows it
-            return
-        extra = [d for d in manifest.deltas if d.seq not in pending.deltas]
-        pending = self._extend(pending, manifest.version, extra)
-        old, self._current = self._current, pending
-        if old is not None and old.store is not pending.store:
-            old.close()
-
-
-# DuckDB aborts the process when it exits while a thread is inside a query:
-# a base still loading in the background is waited for at exit.
-_LOADING: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-
-
-@atexit.register
-def _join_loading() -> None:
-    for thread in list(_LOADING):
-        thread.join()
+                return manifest, snap.extend(manifest.version, {d.seq: Delta.load(data_dir, d)
+                                                                for d in manifest.deltas})
+            except BaseException:
+                snap.close()
+                raise
+        except FileNotFoundError:
+            continue
+    raise StoreError(f"the segment store in {data_dir} kept changing while reading it")
 
 
 def _dim(store: Store | None) -> int:

@@ -2,14 +2,10 @@
 
 A store holds one model's vectors (``pipeline.embedders.check_model``); this
 is how it moves to another. The new base records the new model and dimension,
-its topic tree is clustered afresh, and it is published in place of the old
-base and its deltas, as a compaction publishes (a reader goes on answering
-from the old base until the new one is loaded). Writes wait while it runs
-(it holds the write lock: a write embedded by either model in between would
-be lost or mixed), up to ``write_wait_s``.
+its topic tree is clustered afresh (a reader goes on answering from the old
+base until the new one is loaded).
 
-On the lake (``store.engine = lake``, ``_reembed_lake``) writes do not wait:
-the new vectors are committed in batches to the table ``reembedded``
+Writes do not wait: the new vectors are committed in batches to the table ``reembedded``
 (``schema/lake/006_reembed.sql``; a batch's write id is a digest of the model
 and its ids and content hashes, so a run that stopped resumes from what is
 there), then one commit, serialised with every write (it updates
@@ -34,17 +30,14 @@ from pipeline.embedders import Embedder, make_embedder
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
 from pipeline.store import segments
-from pipeline.store.compact import fresh_base
 from pipeline.store.database import utcnow
-from pipeline.store.ingest import MemoryRecord, _embed_batched, embedding_text, record_id
+from pipeline.store.ingest import _embed_batched
 from pipeline.store.lake.catalog import LAKE, NoLake, one
 from pipeline.store.lake.commit import REEMBED_MESSAGE, retrying
 from pipeline.store.lake.follow import Follower
 from pipeline.store.lake.migrate import BATCH_SIZE  # memories per commit: the same as a migrate's
 from pipeline.store.lake.records import vector_bytes
 from pipeline.store.lake.store import Lake
-from pipeline.store.reader import Reader
-from pipeline.store.writes import get
 
 
 @dataclass
@@ -54,58 +47,18 @@ class ReembedReport:
     model: str
     dim: int
     previous: tuple[str, int]  # the model and dimension the store held before
-    removed: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    batches: int = 0  # the lake: batches of new vectors committed by this run
-    resumed: int = 0  # the lake: memories whose new vectors an earlier, stopped run had committed
+    batches: int = 0  # batches of new vectors committed by this run
+    resumed: int = 0  # memories whose new vectors an earlier, stopped run had committed
 
 
 def reembed(settings: Settings, *, embedder: Embedder | None = None, progress: bool = False,
             batch_size: int | None = None, on_batch: Callable[[int, int], None] | None = None) -> ReembedReport:
-    """Embed every live memory of ``settings.data_dir`` with ``embedder`` (default:
-    the configured model's bulk embedder) into a new base and publish it.
-    ``batch_size`` and ``on_batch`` are the lake's (``_reembed_lake``)."""
-    if settings.store.engine == "lake":
-        return _reembed_lake(settings, embedder=embedder, progress=progress,
-                             batch_size=BATCH_SIZE if batch_size is None else batch_size,
-                             on_batch=on_batch)
-    t0 = time.perf_counter()
-    data_dir = settings.data_dir
-    embedder = embedder or make_embedder(settings, bulk=True)
-    reader = Reader(data_dir)
-    try:
-        with segments.compact_lock(data_dir, wait=True), segments.write_lock(data_dir, wait_s=settings.write_wait_s):
-            start = segments.read_manifest(data_dir)
-            snap = reader.snapshot()
-            if start is None or start.base is None or snap is None or snap.store is None:
-                raise StoreError(f"no store in {data_dir} to re-embed")
-            previous = (snap.store.info.embedding_model, snap.store.info.embedding_dim)
-            base_ids = [r[0] for r in snap.store.con.execute("SELECT id FROM memories ORDER BY id").fetchall()]
-            overlay = snap.overlay
-            ids = sorted({m for m in base_ids if m not in overlay.touched} | set(overlay.members))
-            records = [MemoryRecord.model_validate(r) for r in get(settings, ids, reader)]
-            t1 = time.perf_counter()
-            vectors = _embed_batched(embedder, [embedding_text(r) for r in records], settings.embed_batch_size,
-                                     progress)
-            embed_s = time.perf_counter() - t1
-            target = segments.new_base_path(data_dir, start.next_seq)
-            fresh_base(target, records, {record_id(r): vectors[i] for i, r in enumerate(records)}, settings,
-                       embedding_model=embedder.name, embedding_dim=embedder.dim, rebuild=True)
-            new = segments.Manifest(
-                version=start.version + 1, base=str(target.relative_to(data_dir)), deltas=[],
-                next_seq=start.next_seq + 1, compacted_base=start.base, consumed=list(start.deltas),
-                recent_writes=start.recent_writes,
-                # as a compaction: deltas that forgot memories (or were routed by a base that held
-                # forgotten words) hold the forgotten text, so their files go at once
-                erased=any(d.forgotten for d in start.deltas) or bool(start.erase_pending),
-            )
-            segments.publish(data_dir, new)
-            removed = segments.remove_unreferenced(data_dir, new)
-    finally:
-        reader.close()
-    return ReembedReport(version=new.version, memories=len(records), model=embedder.name, dim=embedder.dim,
-                         previous=previous, removed=removed,
-                         seconds={"embed": embed_s, "total": time.perf_counter() - t0})
+    """Embed every live memory of the lake with ``embedder`` (default: the
+    configured model's bulk embedder), then build and list a base at that
+    snapshot (``_reembed_lake``)."""
+    return _reembed_lake(settings, embedder=embedder, progress=progress,
+                         batch_size=BATCH_SIZE if batch_size is None else batch_size, on_batch=on_batch)
 
 
 # Rounds of "embed what is missing, then try to put all in place": each round
@@ -115,7 +68,7 @@ ROUNDS = 10
 
 def _reembed_lake(settings: Settings, *, embedder: Embedder | None, progress: bool, batch_size: int = BATCH_SIZE,
                   on_batch: Callable[[int, int], None] | None = None) -> ReembedReport:
-    """``reembed`` on the lake (the module's docstring). ``on_batch(batch, memories)``
+    """``reembed`` (the module's docstring). ``on_batch(batch, memories)``
     is told of each batch committed (a test stops the run there)."""
     t0 = time.perf_counter()
     if batch_size < 1:

@@ -1,13 +1,15 @@
 """The store's tuned fusion settings (``dimple tune --apply``), read by every
 process that serves the store.
 
-    segment store: data_dir/TUNED.json, replaced atomically
-    lake:          the one row of the lake table ``tuned`` (schema/lake/005_tuned.sql),
-                   updated in one commit: every host sharing the lake serves the same
-    either:        {"version", "tuned_at", "settings": {"fusion", "convex_alpha" | "rrf_k"}, "evidence"}
+    the one row of the lake table ``tuned`` (schema/lake/005_tuned.sql), updated in
+    one commit: every host sharing the lake serves the same
+    {"version", "tuned_at", "settings": {"fusion", "convex_alpha" | "rrf_k"}, "evidence"}
+
+The segment store of earlier versions kept the same document in
+``data_dir/TUNED.json``; ``dimple migrate`` copies it (``read_file``).
 
 One read (``read_tuned``) and one write (``write_tuned``; ``None`` removes
-them, ``dimple tune --reset``), each by ``store.engine``. Precedence: the
+them, ``dimple tune --reset``). Precedence: the
 environment's settings < the store's tuned settings (``overlay``, unless
 ``use_tuned`` is off) < a query's own options. A store without any keeps the
 environment's settings.
@@ -16,7 +18,6 @@ environment's settings.
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,7 +30,6 @@ from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, one
 from pipeline.store.lake.commit import retrying
 from pipeline.store.lake.follow import Follower
 from pipeline.store.lake.store import Lake
-from pipeline.store.segments import fsync_dir, fsync_file
 
 TUNED = "TUNED.json"
 FIELDS = ("fusion", "convex_alpha", "rrf_k")  # what tuning may set, and all it may set
@@ -61,13 +61,9 @@ class Tuned(BaseModel):
     evidence: dict[str, Any] = Field(default_factory=dict)
 
 
-def path(data_dir: Path) -> Path:
-    return Path(data_dir) / TUNED
-
-
 def where(settings: Settings) -> str:
     """Where the store keeps its tuned settings, for messages."""
-    return f"the lake at {settings.lake_catalog}" if settings.store.engine == "lake" else str(path(settings.data_dir))
+    return f"the lake at {settings.lake_catalog}"
 
 
 def _parse(text: str, source: str) -> Tuned:
@@ -81,15 +77,9 @@ def _parse(text: str, source: str) -> Tuned:
 def read_tuned(settings: Settings, follower: Follower | None = None) -> Tuned | None:
     """The store's tuned settings, or None when it has none. Settings this
     dimple cannot read are a ``StoreError`` naming where they are (never
-    silently the defaults). On the lake: one catalog read, through
+    silently the defaults). One catalog read, through
     ``follower``'s open lake when given (a serving process's), else a lake
     opened for it (none yet: None)."""
-    if settings.store.engine != "lake":
-        try:
-            text = path(settings.data_dir).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        return _parse(text, str(path(settings.data_dir)))
     if follower is not None:
         with follower.lock:
             lake = follower.lake()
@@ -105,6 +95,26 @@ def read_tuned(settings: Settings, follower: Follower | None = None) -> Tuned | 
         return _read_lake(opened, settings)
 
 
+def read_file(data_dir: Path) -> Tuned | None:
+    """The tuned settings a segment store kept in ``data_dir/TUNED.json`` (None: none)."""
+    try:
+        text = (Path(data_dir) / TUNED).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return _parse(text, str(Path(data_dir) / TUNED))
+
+
+def carry_file(settings: Settings) -> Tuned | None:
+    """The tuned settings a segment store kept in ``TUNED.json`` written into
+    the lake when the lake holds none (``dimple migrate``; settings tuned on
+    the lake since win). Returns them as now stored, or None when nothing was
+    carried."""
+    old = read_file(settings.data_dir)
+    if old is None or read_tuned(settings) is not None:
+        return None
+    return write_tuned(settings, old.settings, old.evidence)
+
+
 def _read_lake(lake: Lake, settings: Settings) -> Tuned | None:
     row = one(lake.con.execute("SELECT document FROM tuned"))
     return None if row is None or row[0] is None else _parse(row[0], where(settings))
@@ -112,31 +122,15 @@ def _read_lake(lake: Lake, settings: Settings) -> Tuned | None:
 
 def write_tuned(settings: Settings, chosen: TunedFusion | None, evidence: dict[str, Any] | None = None) -> Tuned | None:
     """Make ``chosen`` the store's tuned settings (version one above the
-    last), or with None remove them. The segment store's file is written,
-    fsynced and renamed over the old one; the lake's row is updated in one
+    last), or with None remove them: the lake's row is updated in one
     commit (two at once: the catalog commits one, the other starts again on
     it). A reader sees the old settings or the new, never a part."""
-    if settings.store.engine == "lake":
-        try:
-            lake = Lake.open(settings)
-        except NoLake:
-            raise StoreError(f"no store in {where(settings)} to keep tuned settings in") from None
-        with lake:
-            return _write_lake(lake, settings, chosen, evidence)
-    target = path(settings.data_dir)
-    if chosen is None:
-        if target.exists():
-            target.unlink()
-            fsync_dir(target.parent)
-        return None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tuned = _next(read_tuned(settings) if target.exists() else None, chosen, evidence)
-    tmp = target.with_name(f"{TUNED}.{os.getpid()}.tmp")
-    tmp.write_text(_json(tuned), encoding="utf-8")
-    fsync_file(tmp)
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
-    return tuned
+    try:
+        lake = Lake.open(settings)
+    except NoLake:
+        raise StoreError(f"no store in {where(settings)} to keep tuned settings in") from None
+    with lake:
+        return _write_lake(lake, settings, chosen, evidence)
 
 
 def _next(previous: Tuned | None, chosen: TunedFusion, evidence: dict[str, Any] | None) -> Tuned:

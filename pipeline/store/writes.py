@@ -1,23 +1,15 @@
-"""Writes: remember (upsert) and forget, each one delta segment whose cost is
-the size of the write, not of the store (``pipeline.store.segments``).
+"""Writes: remember (upsert) and forget, each one catalog transaction of the
+lake whose cost is the size of the write, not of the store (docs/LAKE.md).
 
-A write, under ``WRITE.lock`` (writers wait their turn, none is refused):
-read the published state (base + deltas, ``pipeline.store.reader``),
-validate against it (edges must point at live memories or at the write's
-own), leave out what the store already holds as given, embed only changed
-content, tokenize for BM25 with the FTS extension itself (so a delta's terms
-are what a compacted index would hold: ``pipeline.store.fulltext.tokenize``),
-route each memory to its nearest leaf of the base's tree
-(``pipeline.store.vector.TreeRouter``), write the delta, fsync it, publish a manifest that
-lists it. Returns once that is on disk.
+A write reads the lake's latest snapshot (``pipeline.store.reader``),
+validates against it (edges must point at live memories or at the write's
+own), leaves out what the store already holds as given, embeds only changed
+content, and commits one ``LakeWrite``; its version is the snapshot it
+committed. Writers hold no lock: the catalog serialises their commits.
 
 A first write (no base yet) and a large one (``compact_delta_memories`` or
-more) go straight into a new base through compaction, as ``dimple ingest``
-of a whole file always did.
-
-With ``store.engine = lake`` a write is one catalog transaction instead
-(``_write_lake``; docs/LAKE.md): prepared the same way against the lake's
-latest snapshot, committed as one ``LakeWrite``, its version the snapshot.
+more) build a base for their snapshot at once, as ``dimple ingest`` of a
+whole file always did.
 """
 
 from __future__ import annotations
@@ -34,10 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts import id_problem
 from pipeline.embedders import Embedder, check_model
-from pipeline.errors import InputError, StoreError
+from pipeline.errors import InputError
 from pipeline.settings import Settings
-from pipeline.store import segments
-from pipeline.store.compact import compact
 from pipeline.store.database import Store, rows_by_ids, utcnow
 from pipeline.store.delta import delta_memories
 from pipeline.store.ingest import (
@@ -106,10 +96,10 @@ def _canonical(value: Any) -> str | None:
 
 
 def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings: Settings,
-            *, now: datetime | None = None, for_delta: bool = True, progress: bool = False) -> Prepared:
-    """Leave out unchanged records, embed changed content, and (``for_delta``)
-    tokenize and route: the delta's rows. A write that goes straight into a
-    base needs neither: compaction indexes and places it."""
+            *, now: datetime | None = None, progress: bool = False) -> Prepared:
+    """Leave out unchanged records and embed changed content: the write's rows
+    (a reader tokenizes and routes them when it merges the snapshot over its
+    base, ``pipeline.store.lake.derive``)."""
     out = Prepared()
     overlay = live.overlay
     ids = [record_id(r) for r in records]
@@ -162,8 +152,7 @@ def prepare(records: list[MemoryRecord], live: LiveView, embedder_for, settings:
         out.embed_s = time.perf_counter() - t0
     matrix = np.stack([v for v in vectors if v is not None]).astype(np.float32)
     dim = matrix.shape[1]
-    router = live.snap.router() if live.snap is not None and for_delta else None
-    out.memories = delta_memories(keep, created, matrix, settings, router, for_delta=for_delta)
+    out.memories = delta_memories(keep, created, matrix, settings, None, for_delta=False)
     out.vectors = matrix.reshape(len(keep), dim)
     return out
 
@@ -237,15 +226,14 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     """Remember ``parsed``'s records and forget ``forget``'s ids as one write.
 
     Raises ``IngestValidationError`` for bad records (nothing written) unless
-    ``skip_invalid``. Returns once the delta and its manifest are on disk.
-    New content is embedded by ``embedder``, else by ``embedders(bulk)`` or
-    ``make_embedder`` (``_embedder_for``). ``write_id`` (a broker message's
-    task id) makes a second delivery of the same message a no-op
-    (``replayed``) while the manifest remembers it (``segments.RECENT_WRITES``
-    writes).
+    ``skip_invalid``. Returns once the write is committed. New content is
+    embedded by ``embedder``, else by ``embedders(bulk)`` or ``make_embedder``
+    (``_embedder_for``). ``write_id`` (a broker message's task id) makes a
+    second delivery of the same message a no-op (``replayed``): the lake keeps
+    every write id it committed (``Follower.written``). ``reason`` is the
+    caller's; the lake keeps no reason per forget.
     """
     t0 = time.perf_counter()
-    data_dir = settings.data_dir
     parsed = parsed or ParsedFile([], [])
     forget = list(dict.fromkeys(forget or []))
     for i, mid in enumerate(forget):
@@ -253,67 +241,18 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
             raise InputError(f"ids[{i}]", problem)
     own = reader is None
     reader = reader or reader_for(settings)
-    if (settings.store.engine == "lake") != (reader.lake is not None):
-        raise StoreError(f"store.engine is {settings.store.engine!r} but the reader given follows "
-                         f"{'the lake' if reader.lake is not None else 'the segment store'}: make it with these settings")
-    if reader.lake is not None:
-        try:
-            return _write_lake(settings, reader, parsed, forget, skip_invalid=skip_invalid,
-                               embedder_for=_embedder_for(settings, embedder, embedders), progress=progress,
-                               write_id=write_id, t0=t0)
-        finally:
-            if own:
-                reader.close()
     try:
-        with segments.write_lock(data_dir, wait_s=settings.write_wait_s):
-            applied = (segments.read_manifest(data_dir) or segments.Manifest()).applied(write_id)
-            if applied is not None:
-                return WriteReport(ids=[record_id(r) for r in parsed.records], version=applied,
-                                   replayed=True)
-            snap = reader.snapshot()
-            live = LiveView(snap)
-            skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
-            forgotten_live = live.existing_ids(forget)
-            clash = sorted(forgotten_live & {record_id(r) for r in parsed.records})
-            if clash:
-                raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
-            manifest = segments.read_manifest(data_dir) or segments.Manifest()
-            direct = manifest.base is None or len(parsed.records) >= settings.compact_delta_memories
-            prepared = prepare(parsed.records, live, _embedder_for(settings, embedder, embedders), settings,
-                               for_delta=not direct, progress=progress)
-            prepared.forget = [{"id": m, "reason": reason} for m in forget if m in forgotten_live]
-            prepared.not_found = [m for m in forget if m not in forgotten_live]
-            report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
-                                 skipped=skipped, embedded=prepared.embedded, forgotten=len(prepared.forget),
-                                 not_found=prepared.not_found)
-            report.namespaces = sorted({m.namespace for m in prepared.memories})
-            report.ids = [record_id(r) for r in parsed.records]
-            report.version = manifest.version
-            if not prepared.empty and not direct:
-                seq = manifest.next_seq
-                ref = segments.write_delta(data_dir, seq, _payload(prepared), prepared.vectors
-                                           if prepared.vectors is not None else np.zeros((0, 0), np.float32))
-                manifest.deltas.append(ref)
-                manifest.next_seq = seq + 1
-                manifest.version += 1
-                manifest.note_write(write_id)
-                segments.publish(data_dir, manifest)
-                report.version, report.delta = manifest.version, seq
-        if not prepared.empty and direct:
-            done = compact(settings, extra=prepared, wait=True, write_id=write_id)
-            report.compacted = True
-            report.version = done.version
-        report.compact_due = compaction_due(settings)
+        return _write_lake(settings, reader, parsed, forget, skip_invalid=skip_invalid,
+                           embedder_for=_embedder_for(settings, embedder, embedders), progress=progress,
+                           write_id=write_id, t0=t0)
     finally:
         if own:
             reader.close()
-    report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
-    return report
 
 
 def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: list[str], *, skip_invalid: bool,
                 embedder_for, progress: bool, write_id: str | None, t0: float) -> WriteReport:
-    """``write`` on the lake (``store.engine = lake``): validated and prepared
+    """``write``: validated and prepared
     against the latest snapshot (unchanged records left out, embeddings of
     unchanged content reused, a replaced memory's ``created_at`` kept), then
     one catalog transaction (``LakeWrite``); ``version`` is its snapshot.
@@ -350,7 +289,7 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
     if clash:
         raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
     now = utcnow()
-    prepared = prepare(parsed.records, live, embedder_for, settings, now=now, for_delta=False, progress=progress)
+    prepared = prepare(parsed.records, live, embedder_for, settings, now=now, progress=progress)
     gone = [m for m in forget if m in forgotten_live]
     report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
                          skipped=skipped, embedded=prepared.embedded, forgotten=len(gone),
@@ -393,26 +332,12 @@ def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
         conflicts=list(m.conflicts), supported_by=list(m.supported_by), context=m.context, metadata=m.metadata)
 
 
-def _payload(prepared: Prepared) -> dict[str, Any]:
-    return {"written_at": utcnow().isoformat(), "memories": [m.to_json() for m in prepared.memories],
-            "forget": prepared.forget}
-
-
 def lake_compaction_due(settings: Settings, snap: Snapshot, written: int) -> bool:
-    """On the lake: whether the snapshots over the base ``snap`` reads (and a
-    write of ``written`` memories and forgets on top) passed a threshold, as
-    the segment store's deltas do (``compaction_due``)."""
+    """Whether the snapshots over the base ``snap`` reads (and a write of
+    ``written`` memories and forgets on top) passed a threshold (count or
+    memories, in settings)."""
     held = sum(len(d.memories) + len(d.forget) for d in snap.deltas.values())
     return len(snap.deltas) + 1 >= settings.compact_max_deltas or held + written >= settings.compact_delta_memories
-
-
-def compaction_due(settings: Settings) -> bool:
-    """Whether the published deltas passed a threshold (count or memories, in settings)."""
-    manifest = segments.read_manifest(settings.data_dir)
-    if manifest is None or not manifest.deltas:
-        return False
-    return (len(manifest.deltas) >= settings.compact_max_deltas
-            or manifest.delta_memories >= settings.compact_delta_memories)
 
 
 def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> list[dict[str, Any]]:
@@ -422,26 +347,30 @@ def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> lis
     own = reader is None
     reader = reader or reader_for(settings)
     try:
-        snap = reader.snapshot()
-        if snap is None:
-            return []
-        overlay = snap.overlay
-        found: dict[str, dict[str, Any]] = {}
-        for mid in ids:
-            m = overlay.members.get(mid)
-            if m is not None:
-                found[mid] = _as_record(m.id, m.namespace, m.content, m.content_type, m.created_at, m.context,
-                                        m.metadata, m.topics, m.concepts, m.supersedes, m.conflicts, m.supported_by)
-        rest = [m for m in ids if m not in found and m not in overlay.touched]
-        if rest and snap.store is not None:
-            found.update(_base_records(snap.store, rest))
-        _drop_dead_links(found.values(), LiveView(snap))
-        if overlay.unlinked:
-            _drop_cut_links(found.values(), overlay)
-        return [found[m] for m in dict.fromkeys(ids) if m in found]
+        return records_of(reader.snapshot(), ids)
     finally:
         if own:
             reader.close()
+
+
+def records_of(snap: Snapshot | None, ids: list[str]) -> list[dict[str, Any]]:
+    """``get`` at ``snap`` (None: nothing written yet)."""
+    if snap is None:
+        return []
+    overlay = snap.overlay
+    found: dict[str, dict[str, Any]] = {}
+    for mid in ids:
+        m = overlay.members.get(mid)
+        if m is not None:
+            found[mid] = _as_record(m.id, m.namespace, m.content, m.content_type, m.created_at, m.context,
+                                    m.metadata, m.topics, m.concepts, m.supersedes, m.conflicts, m.supported_by)
+    rest = [m for m in ids if m not in found and m not in overlay.touched]
+    if rest and snap.store is not None:
+        found.update(_base_records(snap.store, rest))
+    _drop_dead_links(found.values(), LiveView(snap))
+    if overlay.unlinked:
+        _drop_cut_links(found.values(), overlay)
+    return [found[m] for m in dict.fromkeys(ids) if m in found]
 
 
 _LINKS = ("supersedes", "conflicts", "supported_by")

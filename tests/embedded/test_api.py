@@ -1,4 +1,4 @@
-"""The Python API in embedded mode, on each store engine: edge cases a caller hits, and maxMs."""
+"""The Python API in embedded mode: edge cases a caller hits, and maxMs."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ import time
 import pytest
 
 from pipeline.errors import InputError
-from tests.conftest import ENGINES, store_settings, write_jsonl
+from tests.conftest import write_jsonl
 from workers.cli.common import ingest_file
-
-
-@pytest.fixture(params=ENGINES)
-def settings(request, tmp_path):
-    """Every test here on each store engine: a caller sees no difference."""
-    return store_settings(tmp_path, request.param)
 
 
 def _store(settings, tmp_path, n=60):

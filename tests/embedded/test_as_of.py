@@ -1,18 +1,12 @@
 """``search(..., as_of=S)`` on the lake (issue 34 item 5, second half): the
 answer is the store as it was at snapshot S, memories forgotten since left
-out; the segment store refuses naming ``store.engine``."""
+out."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.errors import InputError, StoreError
-from tests.conftest import store_settings
-
-
-@pytest.fixture
-def settings(tmp_path):
-    return store_settings(tmp_path, "lake")
+from pipeline.errors import InputError
 
 
 def _ids(query: str, **options) -> list[str]:
@@ -67,20 +61,6 @@ def test_a_snapshot_the_lake_does_not_hold_is_refused_naming_as_of(embedded):
     done = remember({"id": "a", "namespace": "n", "content": "alpha"})
     with pytest.raises(InputError, match=f"^as_of: no snapshot {done.version + 5} in the lake"):
         search("alpha", as_of=done.version + 5)
-
-
-def test_the_segment_store_refuses_as_of_naming_the_engine(tmp_path):
-    import workers
-    from workers import resources
-    from workers.api import remember, search
-
-    workers.configure(store_settings(tmp_path, "segments"))
-    try:
-        done = remember({"id": "a", "namespace": "n", "content": "alpha"})
-        with pytest.raises(StoreError, match="^store.engine: as_of"):
-            search("alpha", as_of=done.version)
-    finally:
-        resources.current().close_store()
 
 
 def test_dimple_search_takes_as_of(embedded, capsys):

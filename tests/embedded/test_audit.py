@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from pipeline import audit as pa
 from pipeline.embedders import HashEmbedder
 from pipeline.identity import fnv1a64, text_identity, vector_identity
-from tests.conftest import on_segments, use_store, write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 from workers.cli.common import ingest_file
 
@@ -142,21 +141,28 @@ def test_write_is_idempotent_by_query_id(embedded, tmp_path):
     assert pa.count(pa.log_of(embedded)) == (1, 1)
 
 
-@on_segments  # audit.duckdb made unwritable by a folder in its place
 def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp_path, caplog, capsys, monkeypatch):
+    from pipeline.audit import lake as audit_lake
+    from pipeline.errors import StoreError
+    from pipeline.store.lake.catalog import attach
     from workers import audit, resources
     from workers.api import search_many
 
     _store(embedded, tmp_path)
     resources.current().configure(embedded.replace(audit_max_retries=2, audit_backoff_base_s=0.01))
-    embedded.audit_path.mkdir(parents=True)  # a folder where the file should be: nothing can be written
+    audit_lake.release(pa.log_of(embedded))
+
+    def unreachable(settings, **kwargs):  # the audit's catalog cannot be opened; the store's reader is not touched
+        raise StoreError(f"store.catalog: cannot open the lake catalog {settings.lake_catalog}: unable to open")
+
+    monkeypatch.setattr(audit_lake, "attach", unreachable)
     caplog.set_level(logging.ERROR, logger="dimple.audit")
     results = search_many([f"deploy {i}" for i in range(20)])
     assert all(r.results for r in results)  # queries answer regardless
     assert audit.flush(60)
     letters = pa.dead_letters(embedded.dead_letter_dir)
     assert {row.query_id for _, _, row in letters} == {r.query_id for r in results}
-    assert all("cannot open audit store" in err for _, err, _ in letters)
+    assert all(f"cannot open {pa.log_of(embedded)}" in err for _, err, _ in letters)
     assert sum("gave up on query" in r.getMessage() for r in caplog.records) == 20
 
     use_store(monkeypatch, embedded)
@@ -168,7 +174,7 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
         assert "20 audit row(s) waiting" in capsys.readouterr().out
         assert main(["audit", "retry"]) == 1  # still broken: reported, nothing lost
         assert len(pa.dead_letters(embedded.dead_letter_dir)) == 20
-        shutil.rmtree(embedded.audit_path)  # repair
+        monkeypatch.setattr(audit_lake, "attach", attach)  # repair
         assert main(["audit", "retry"]) == 0
         assert "written 20" in capsys.readouterr().out
         assert pa.count(pa.log_of(embedded)) == (20, 20)
@@ -187,7 +193,6 @@ def test_unwritable_audit_store_fails_typed_then_retry_writes_once(embedded, tmp
         get_settings.cache_clear()
 
 
-@on_segments  # an audit.duckdb that cannot be written
 def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     from pipeline.errors import AuditRetriesExhausted
     from workers import resources
@@ -204,7 +209,7 @@ def test_failed_write_is_a_typed_task_failure(embedded, tmp_path):
     row = [row]
     resources.current().configure(embedded.replace(audit_max_retries=1, audit_backoff_base_s=0.01, data_dir=tmp_path / "elsewhere"))
     (tmp_path / "elsewhere").mkdir()
-    (tmp_path / "elsewhere" / "audit.duckdb").mkdir()
+    (tmp_path / "elsewhere" / "lake.sqlite").mkdir()  # a folder where the lake's catalog should be: it cannot open
     result = get_app().tasks["audit.write"].apply(args=[row], retries=1, throw=False)  # the last allowed attempt
     assert result.state == "FAILURE"
     assert isinstance(result.result, AuditRetriesExhausted)

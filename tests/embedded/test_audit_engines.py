@@ -1,8 +1,7 @@
-"""The audit trail on each store engine (``store.engine``): on the segment
-store the rows live in ``audit.duckdb``; on the lake in the lake's
-``retrieval_log`` (docs/LAKE.md, "The audit trail on many hosts"), written
-one commit per batch, exactly once by query id, read by ``dimple audit``
-from any process, purged from the lake with the bytes gone at the next erase.
+"""The audit trail: the rows live in the lake's ``retrieval_log``
+(docs/LAKE.md, "The audit trail on many hosts"), written one commit per
+batch, exactly once by query id, read by ``dimple audit`` from any process,
+purged from the lake with the bytes gone at the next erase.
 """
 
 from __future__ import annotations
@@ -15,18 +14,12 @@ import textwrap
 from datetime import datetime
 from pathlib import Path
 
-import pytest
-
 from pipeline import audit as pa
 from pipeline.audit.record import AuditRecord
-from tests.conftest import ENGINES, store_settings
+from tests.conftest import store_settings
+from tests.lakes import age_forgets
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(params=ENGINES)
-def settings(request, tmp_path):
-    return store_settings(tmp_path, request.param)
 
 
 def _remember() -> int:
@@ -57,8 +50,8 @@ def _audit_commits(settings) -> int:
 
 def _env(settings) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
-            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": settings.store.engine,
-            "DIMPLE_STORE__CATALOG": settings.lake_catalog, "DIMPLE_STORE__DATA_PATH": str(settings.lake_data_path)}
+            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__CATALOG": settings.lake_catalog,
+            "DIMPLE_STORE__DATA_PATH": str(settings.lake_data_path)}
 
 
 def test_every_query_is_logged_once_and_read_back(embedded):
@@ -70,13 +63,13 @@ def test_every_query_is_logged_once_and_read_back(embedded):
                           batch_size=10)
     assert audit.flush(60)
     log = pa.log_of(embedded)
-    assert isinstance(log, pa.LakeLog) == (embedded.store.engine == "lake")
+    assert isinstance(log, pa.LakeLog)
     assert pa.count(log) == (40, 40)
     assert {r.query_id for r in pa.tail(log, 100)} == {r.query_id for r in results}
     first = results[0]
     row = audit_row(first.query_id[:8])  # by a prefix, as `dimple audit show` takes it
     assert row.query_id == first.query_id and [s["id"] for s in row.sources] == [r.id for r in first.results]
-    assert not embedded.audit_path.exists() or embedded.store.engine == "segments"  # the lake keeps no audit file
+    assert not embedded.audit_path.exists()  # the lake keeps no audit file
 
 
 def test_a_row_written_twice_is_stored_once(embedded):
@@ -89,7 +82,7 @@ def test_a_row_written_twice_is_stored_once(embedded):
 
 def test_the_row_records_as_of_and_min_version_when_given(embedded):
     from workers import audit
-    from workers.api import audit_row, explain, search
+    from workers.api import audit_row, explain, remember, search
 
     version = _remember()
     plain = search("deploy window", mode="keyword")
@@ -97,9 +90,6 @@ def test_the_row_records_as_of_and_min_version_when_given(embedded):
     assert audit.flush(60)
     assert "as_of" not in audit_row(plain.query_id).options and "min_version" not in audit_row(plain.query_id).options
     assert audit_row(waited.query_id).options["min_version"] == version
-    if embedded.store.engine != "lake":
-        return
-    from workers.api import remember
 
     then = search("deploy window", mode="keyword", as_of=version)
     later = remember({"id": "late", "namespace": "n", "content": "deploy window deploy window deploy window"})
@@ -113,7 +103,7 @@ def test_the_row_records_as_of_and_min_version_when_given(embedded):
 
 
 def test_on_the_lake_a_batch_is_one_commit_and_nothing_new_commits_nothing(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     log = pa.log_of(settings)
     assert pa.write_records(log, [_row(i) for i in range(50)]) == 50
     assert _audit_commits(settings) == 1
@@ -133,7 +123,7 @@ def test_on_the_lake_a_reader_passes_over_audit_commits_and_takes_the_next_write
     from pipeline.store.lake.follow import reader_for
     from pipeline.store.writes import parse_records, write
 
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     first = write(settings, parse_records([{"id": "a", "namespace": "n", "content": "alpha"}], settings))
     reader = reader_for(settings)
     log = pa.log_of(settings)
@@ -159,7 +149,6 @@ def test_on_the_lake_a_reader_passes_over_audit_commits_and_takes_the_next_write
         reader.close()
 
 
-@pytest.mark.parametrize("settings", ["lake"], indirect=True)  # the file's writer batches the same way
 def test_on_the_lake_the_embedded_writer_commits_per_batch_not_per_row(embedded):
     from workers import audit
     from workers.api import search
@@ -220,7 +209,7 @@ def writers_at_once(settings, tmp_path: Path, names: tuple[str, ...]) -> None:
 
 
 def test_on_the_lake_two_processes_writing_at_once_store_every_row_once(tmp_path):
-    writers_at_once(store_settings(tmp_path, "lake"), tmp_path, ("a", "b"))
+    writers_at_once(store_settings(tmp_path), tmp_path, ("a", "b"))
 
 
 def test_dimple_audit_tail_in_another_process_sees_this_process_rows(embedded):
@@ -259,8 +248,6 @@ def test_purge_removes_the_rows_and_on_the_lake_the_next_erase_takes_their_bytes
         get_settings.cache_clear()
     assert f"purged 1 audit row(s) from {log}" in capsys.readouterr().out
     assert pa.get(log, gone) is None and pa.get(log, kept) is not None and pa.count(log) == (1, 1)
-    if embedded.store.engine != "lake":
-        return
     from pipeline.store.database import utcnow
     from pipeline.store.lake import Lake, erase
 
@@ -277,7 +264,7 @@ def test_purge_removes_the_rows_and_on_the_lake_the_next_erase_takes_their_bytes
     with Lake.open(embedded) as lake:
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
         assert not erase.due(erase.oldest_forget(lake.con), embedded.store.erase_within, utcnow())
-        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 1 HOUR")
+    age_forgets(embedded)
     done = subprocess.run([sys.executable, "-m", "workers.cli", "compact"], cwd=embedded.data_dir.parent,
                           env=_env(embedded), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -330,5 +317,4 @@ def test_on_workers_an_audit_write_takes_its_host_waiting_rows_in_one_transactio
     out = task.apply(args=[[elsewhere]], kwargs={"outbox": names[0], "host": "another-host"}).get()
     assert out["inserted"] == 1 and calls == [30, 1]
     assert pa.count(pa.log_of(embedded)) == (31, 31)
-    if embedded.store.engine == "lake":
-        assert _audit_commits(embedded) == 2
+    assert _audit_commits(embedded) == 2

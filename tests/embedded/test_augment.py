@@ -12,11 +12,10 @@ from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
 from tests.unit.test_augment import _state  # noqa: F401  (helpers and fixtures shared with the unit tests)
 
 
-def test_candidates_past_max_units_are_counted_not_carried(embedded):
+def test_candidates_past_max_units_are_counted_not_carried(embedded, tmp_path):
     """Hand-worked: 5 candidates in scope, max_units 2 -> 2 carried, 3 counted,
     and the budget reports all 3 as left out."""
     import json
@@ -26,7 +25,8 @@ def test_candidates_past_max_units_are_counted_not_carried(embedded):
 
     records = [{"id": f"m{i}", "namespace": "a", "content": f"deploy item{i}"} for i in range(5)]
     records.append({"id": "x", "namespace": "b", "content": "deploy elsewhere"})
-    store = Store.open(store_path(embedded.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64)
+    # a DuckDB store file of its own (as a base holds the memories), outside the data dir
+    store = Store.open(tmp_path / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64)
     parsed = ingest.parse_lines([json.dumps(r) for r in records], embedded.limits)
     ingest.ingest_records(store, parsed.records, HashEmbedder(64), embedded)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ENGINES, use_store, write_jsonl
+from tests.conftest import use_store, write_jsonl
 from workers.cli import main
 
 
@@ -119,7 +119,6 @@ def test_search_and_stats_without_a_store_say_the_same_true_thing(cli_env, monke
     assert f"DIMPLE_DATA_DIR={demo_dir}" in messages[0] and "'dimple ingest FILE'" in messages[0]
 
 
-@pytest.mark.parametrize("settings", ENGINES, indirect=True)
 def test_the_hint_points_at_an_existing_demo_store(cli_env, tmp_path, capsys):
     from workers.cli.common import ingest_file
     from workers.cli.demo import demo_settings
@@ -309,7 +308,7 @@ def test_reingesting_an_identical_file_says_so_and_publishes_nothing(cli_env, tm
     out = capsys.readouterr().out
     assert f"ingested {path}: 0 new, 0 updated, 8 unchanged, 0 embedded in " in out
     assert out.rstrip().endswith(f"; nothing to write, store version {before[0]} kept")
-    assert published(cli_env) == before  # the same manifest and segment files, byte for byte
+    assert published(cli_env) == before  # the same snapshot and data files
 
 
 # -- 10: start-up off the query's clock; nothing heavy imported ----------------------------------------
@@ -385,17 +384,15 @@ def test_a_search_process_imports_nothing_heavy(cli_store, tmp_path):
 
 # -- 5: an embedding model or device that cannot be loaded --------------------------------------------
 def written(data: Path) -> bool:
-    """Whether a store in ``data`` holds anything: a segment store's manifest,
-    or a lake with its tables (an empty DuckLake catalog, which attaching
-    creates, holds nothing of the user's)."""
+    """Whether a store in ``data`` holds anything: a lake with its tables (an
+    empty DuckLake catalog, which attaching creates, holds nothing of the user's)."""
     import sqlite3
 
     catalog = data / "lake.sqlite"
     if catalog.exists():  # read by a process that never attached it (no second SQLite user of its locks)
         with closing(sqlite3.connect(f"file:{catalog}?mode=ro", uri=True)) as con:
-            if con.execute("SELECT count(*) FROM ducklake_table").fetchone()[0]:
-                return True
-    return (data / "MANIFEST").exists()
+            return bool(con.execute("SELECT count(*) FROM ducklake_table").fetchone()[0])
+    return False
 
 
 @pytest.mark.parametrize("env,expected", [

@@ -10,10 +10,8 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from pipeline.datasets.demo import write_demo
-from tests.conftest import ENGINES, use_store
+from tests.conftest import use_store
 from tests.unit.test_demo import corpus, judged, seed  # noqa: F401  (helpers and fixtures shared with the unit tests)
 
 
@@ -91,10 +89,9 @@ def test_dimple_demo_runs_embedded_on_its_own_store_when_a_broker_is_set(embedde
         get_settings.cache_clear()
 
 
-@pytest.mark.parametrize("settings", ENGINES, indirect=True)
 def test_the_demo_store_is_kept_until_a_rebuild_builds_it_again(embedded, capsys) -> None:
-    """``dimple demo`` reuses its store; ``--rebuild`` removes it (on the lake:
-    its catalog, files and bases, all in the demo's folder) and builds it anew."""
+    """``dimple demo`` reuses its store; ``--rebuild`` removes it (its
+    catalog, files and bases, all in the demo's folder) and builds it anew."""
     import workers
     from workers.api import search
     from workers.cli.demo import build_demo_store, demo_settings

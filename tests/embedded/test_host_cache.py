@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,10 @@ import pytest
 from pipeline.contracts import Batch, Results, make_query
 from pipeline.stages.registry import run_local
 from pipeline.store.lake import Lake, follow
-from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.follow import Follower, cache_dir
 from pipeline.store.reader import Reader, Snapshot
 from tests.conftest import store_settings
-from tests.lakes import Pinned
+from tests.lakes import Pinned, age_forgets
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ["deploy window friday", "cache latency spike", "schema migration plan", "quokka car park", "note 17",
@@ -36,7 +34,7 @@ OPTIONS = [{}, {"namespace": "ns1"}, {"content_type": "log"}]
 
 @pytest.fixture
 def settings(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     settings.audit_enabled = False
     return settings
 
@@ -123,7 +121,7 @@ Path(sys.argv[1]).write_text(json.dumps(out))
 
 def _env(settings) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
-            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_AUDIT_ENABLED": "false"}
+            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_AUDIT_ENABLED": "false"}
 
 
 def test_a_second_process_maps_the_cache_the_first_wrote_without_writing_it_again(embedded, tmp_path):
@@ -180,9 +178,7 @@ def _erase_and_compact(settings) -> None:
     from workers.api import forget
 
     forget(["m7"])
-    with Lake.open(settings) as lake:
-        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - ?::INTERVAL",
-                         [erasing.timedelta_text(timedelta(hours=1))])
+    age_forgets(settings)
     assert compact(settings, wait=True).ran
 
 
@@ -297,7 +293,7 @@ def test_after_an_erase_no_host_cache_keeps_the_dropped_base_the_compacting_host
     from pipeline.settings import StoreSettings
     from workers import audit, resources
 
-    shared = {"engine": "lake", "catalog": f"sqlite:{tmp_path / 'shared' / 'lake.sqlite'}",
+    shared = {"catalog": f"sqlite:{tmp_path / 'shared' / 'lake.sqlite'}",
               "data_path": tmp_path / "shared" / "lake", "index_path": tmp_path / "shared" / "indexes"}
     a = store_settings(tmp_path).replace(data_dir=tmp_path / "a", audit_enabled=False, store=StoreSettings(**shared))
     b = a.replace(data_dir=tmp_path / "b")

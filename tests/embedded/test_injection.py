@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.settings import Settings, StoreSettings, TreeSettings
-from pipeline.store.segments import store_path
+from pipeline.settings import Settings, TreeSettings
 from tests.conftest import use_store, write_jsonl
 from tests.figures import case, count, refused
 from tests.hostile import EVIL, REFUSED
@@ -45,8 +44,14 @@ def _records() -> list[dict]:
 RECORDS = _records()
 
 
-def _checksum(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _checksums(settings: Settings) -> dict[str, str]:
+    """Every file of the store, byte for byte: the lake's catalog, its data
+    files and the bases built from it (not the host's cache of a base, which a
+    reader derives from the base)."""
+    catalog = Path(settings.lake_catalog.removeprefix("sqlite:"))
+    files = [catalog] + [p for folder in (settings.lake_data_path, settings.lake_index_path)
+                         for p in sorted(folder.rglob("*")) if p.is_file()]
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +61,9 @@ def hostile_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("inject")
     # Beam and leaves wide enough that the vector leg scores every in-scope memory,
     # so a scoped hybrid query must return exactly the memories inside the scope.
-    # the segment store: ``hs`` checks its file byte for byte after each test
+    # No audit: ``hs`` checks the store's files byte for byte after each test.
     settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
-                              tree=TreeSettings(beam_width=64, max_leaf_items=64), store=StoreSettings(engine="segments"))
+                              tree=TreeSettings(beam_width=64, max_leaf_items=64))
     ingest_file(write_jsonl(data / "hostile.jsonl", RECORDS), settings, progress=False)
     return settings
 
@@ -69,10 +74,10 @@ def hs(hostile_store):
     from workers import resources
 
     workers.configure(hostile_store)
-    before = _checksum(store_path(hostile_store.data_dir))
+    before = _checksums(hostile_store)
     yield hostile_store
     resources.current().close_store()
-    assert _checksum(store_path(hostile_store.data_dir)) == before  # nothing was written, dropped or altered
+    assert _checksums(hostile_store) == before  # nothing was written, dropped or altered
 
 
 def _expected(field: str, value: str) -> set[str]:

@@ -1,4 +1,4 @@
-"""Compaction of the lake (``store.engine = lake``; docs/LAKE.md, "Derived
+"""Compaction of the lake (docs/LAKE.md, "Derived
 indexes" and "Forget means erased"): a base built by one process is found
 through the catalog and loaded by another, which answers as before;
 compactions at once build one base; a forget is hidden at once and its bytes
@@ -28,7 +28,7 @@ from pipeline.store.database import utcnow
 from pipeline.store.lake import Lake
 from pipeline.store.lake import erase as erasing
 from tests.conftest import store_settings
-from tests.lakes import files_holding
+from tests.lakes import age_forgets, files_holding
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "ZQX vault code 7341"
@@ -36,14 +36,14 @@ SECRET = "ZQX vault code 7341"
 
 @pytest.fixture
 def settings(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     settings.audit_enabled = False  # the audit log (query text, previews) is not the lake's yet
     return settings
 
 
 def _env(settings) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
-            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_AUDIT_ENABLED": "false"}
+            "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_AUDIT_ENABLED": "false"}
 
 
 def _listed(settings) -> dict[int, str]:
@@ -51,11 +51,6 @@ def _listed(settings) -> dict[int, str]:
         return {int(s): p for s, p in lake.con.execute("SELECT DISTINCT snapshot, path FROM indexes").fetchall()}
 
 
-def _age_forgets(settings, by: timedelta) -> None:
-    """Make the forgets not yet erased ``by`` older (as if forgotten then)."""
-    with Lake.open(settings) as lake:
-        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - ?::INTERVAL",
-                         [erasing.timedelta_text(by)])
 
 
 QUERIES = ["deploy window friday", "cache latency", "quokka car park", "schema migration", "note 7"]
@@ -234,7 +229,7 @@ def test_a_forget_not_yet_due_is_hidden_at_once_and_erased_only_when_due(embedde
 
     # the same forget once it is as old as store.erase_within (the default)
     assert embedded.store.erase_within == timedelta(hours=1)
-    _age_forgets(embedded, timedelta(hours=1))
+    age_forgets(embedded, timedelta(hours=1))
     assert check(get_app())  # the ingest process's periodic check: compacts (here, in this process)
     assert files_holding(SECRET.encode(), *folders) == []
     assert files_holding(b"vault code", *folders) == []
@@ -316,7 +311,7 @@ def test_a_reader_following_across_an_erase_loads_the_listed_base_and_builds_non
     forget(["s1", "s2"])
     upkeep.stop()  # this process's own check (started by a write) would compact the due erase itself
     resources.current().close_store()
-    _age_forgets(embedded, timedelta(hours=1))  # an erase is due
+    age_forgets(embedded, timedelta(hours=1))  # an erase is due
     flags = tmp_path / "flags"
     flags.mkdir()
     procs = {}
@@ -355,7 +350,7 @@ def test_a_reader_following_across_an_erase_loads_the_listed_base_and_builds_non
 def test_a_write_passing_the_threshold_compacts_the_lake(embedded):
     from workers.api import remember
 
-    embedded.compact_max_deltas = 2  # snapshots over the base, as the segment store counts its deltas
+    embedded.compact_max_deltas = 2  # snapshots over the base
     remember({"id": "a", "namespace": "n", "content": "alpha"})  # the first base
     assert not remember({"id": "b", "namespace": "n", "content": "beta"}).compact_due
     first = set(_listed(embedded))
@@ -388,7 +383,7 @@ def test_an_index_path_inside_the_data_path_is_refused_naming_the_field_before_a
     from pipeline.store.maintenance import compact
     from pipeline.store.writes import parse_records, write
 
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     settings.store.index_path = settings.lake_data_path / "indexes"
     with pytest.raises(StoreError, match="^store.index_path: .* inside the lake's data path"):
         write(settings, parse_records({"id": "a", "namespace": "n", "content": "x"}, settings))
@@ -400,12 +395,8 @@ def test_an_index_path_inside_the_data_path_is_refused_naming_the_field_before_a
     assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == [f"base-{max(_listed(settings))}.duckdb"]
 
 
-def test_compact_goes_to_the_store_the_engine_names(tmp_path):
-    from pipeline.store import compact as segment_store
+def test_compacting_an_empty_lake_does_nothing(tmp_path):
     from pipeline.store.maintenance import compact
 
-    assert not compact(store_settings(tmp_path / "a", "lake"), wait=True).ran  # an empty lake: nothing to do
-    assert not compact(store_settings(tmp_path / "b", "segments"), wait=True).ran
-    with pytest.raises(StoreError, match="^store.engine: the lake compacts with pipeline.store.maintenance"):
-        segment_store.compact(store_settings(tmp_path / "c", "lake"), wait=True)
+    assert not compact(store_settings(tmp_path), wait=True).ran  # an empty lake: nothing to do
 

@@ -63,7 +63,7 @@ def _edges(settings: Settings) -> list[tuple]:
 
 @pytest.fixture
 def lake(tmp_path) -> Settings:
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     _write(settings, [{"id": f"m{i}", "namespace": "n", "content": f"memory number {i}"} for i in range(4)])
     return settings
 

@@ -43,8 +43,8 @@ MEMORIES = [
 
 
 def _store(data_dir: Path):
-    """The settings of the store under data_dir, with the hash embedder (the
-    engine from this environment): the server's and this process's."""
+    """The settings of the store under data_dir, with the hash embedder: the
+    server's and this process's."""
     from workers.settings import WorkerSettings
 
     return WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None)

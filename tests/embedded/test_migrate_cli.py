@@ -1,8 +1,9 @@
-"""``dimple migrate`` on the command line: with DIMPLE_STORE__ENGINE=lake, a
-data dir holding a segment store is refused by every command that opens the
-store (one line naming ``store.engine`` and the command to run, exit 2, no
-traceback, nothing written) until it is migrated; then the same commands
-answer from the lake, and a second migrate does nothing."""
+"""``dimple migrate`` on the command line: a data dir holding a segment store
+(the store of earlier versions, written by the last dimple that wrote one:
+``tests/segment_stores.py``) is refused by every command that opens the
+store (one line naming the command to run, exit 2, no traceback, nothing
+written) until it is migrated; then the same commands answer from the lake
+as the segment store did, and a second migrate does nothing."""
 
 from __future__ import annotations
 
@@ -10,59 +11,29 @@ import json
 import logging
 import re
 
-import pytest
-
-from tests.conftest import use_store, write_jsonl
+from tests.conftest import use_store
+from tests.segment_stores import unpack
 from workers.cli import main
 
-RECORDS = [{"id": f"m{i}", "namespace": "alpha", "content": f"note {i} about billing and the deploy window",
-            **({"supersedes": [f"m{i - 1}"]} if i % 5 == 4 else {})} for i in range(30)]
 
-
-@pytest.fixture
-def engine(settings, monkeypatch):
-    """Switch the CLI between the engines over one data dir, as a user does with
-    DIMPLE_STORE__ENGINE; returns a function taking the engine's name."""
+def test_a_segment_store_is_refused_on_the_lake_until_migrated(settings, monkeypatch, tmp_path, capsys, caplog):
     import workers
     from workers import audit, resources
     from workers.settings import get_settings
 
+    facts = unpack("cli", settings.data_dir)  # 30 notes ingested, m7 forgotten (version 2); a search's answer
     use_store(monkeypatch, settings)
-
-    def use(name: str):
-        audit.flush()
-        resources.current().close_store()
-        monkeypatch.setenv("DIMPLE_STORE__ENGINE", name)
-        get_settings.cache_clear()
-        workers.configure(get_settings())
-        return get_settings()
-
-    yield use
-    audit.flush()
-    resources.current().close_store()
     get_settings.cache_clear()
-
-
-def test_a_segment_store_is_refused_on_the_lake_until_migrated(engine, tmp_path, capsys, caplog):
-    engine("segments")
-    assert main(["ingest", str(write_jsonl(tmp_path / "m.jsonl", RECORDS))]) == 0
-    assert main(["forget", "m7"]) == 0
-    capsys.readouterr()
-    assert main(["search", "deploy window billing", "--json"]) == 0
-    before = [r["id"] for r in json.loads(capsys.readouterr().out)["results"]]
-    assert main(["migrate"]) == 2  # the segment engine: the lake is the target the lake engine reads
-    assert capsys.readouterr().err.startswith("dimple: error: store.engine: 'dimple migrate' copies the segment store")
-
-    settings = engine("lake")
-    more = write_jsonl(tmp_path / "more.jsonl", [{"id": "new", "namespace": "alpha", "content": "a new note"}])
+    workers.configure(get_settings())
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "new", "namespace": "alpha", "content": "a new note"}) + "\n", encoding="utf-8")
     for argv in (["stats"], ["search", "billing"], ["search", "billing", "--json"], ["forget", "m1"],
                  ["ingest", str(more)]):
         assert main(argv) == 2, argv
         out, err = capsys.readouterr()
-        assert out == "" and err == (f"dimple: error: store.engine: {settings.data_dir} holds a segment store "
-                                     "(MANIFEST, version 2) that is not in the lake yet: run 'dimple migrate' "
-                                     "(with DIMPLE_STORE__ENGINE=lake) to copy it there, or set "
-                                     "DIMPLE_STORE__ENGINE=segments to go on using it\n"), argv
+        assert out == "" and err == (f"dimple: error: {settings.data_dir} holds a segment store (MANIFEST, version 2), "
+                                     "the store of earlier versions, that is not in the lake yet: run 'dimple "
+                                     "migrate' to copy it there\n"), argv
     assert not settings.lake_data_path.exists() or not any(settings.lake_data_path.rglob("*.parquet"))
     # the erase check the refused writes started: nothing to erase, said once, no traceback each minute
     from workers import upkeep
@@ -73,22 +44,56 @@ def test_a_segment_store_is_refused_on_the_lake_until_migrated(engine, tmp_path,
     assert [(r.levelname, r.exc_info) for r in caplog.records] == [("WARNING", None)]
     assert "skips this store" in caplog.text and "run 'dimple migrate'" in caplog.text
     capsys.readouterr()
+    # what the segment store kept beside it: its audit rows (the search that made the fixture) and,
+    # written here in its format, tuned settings
+    from pipeline import audit as audit_log
+    from pipeline.audit.reader import page
+    from pipeline.store.tuned import TUNED, Tuned, TunedFusion, read_tuned
+
+    logged = page(settings.audit_path, None, 10)
+    assert [r.query_text for r in logged] == [facts["searched"]]
+    old = Tuned(version=3, tuned_at="2026-11-30T12:00:00Z", settings=TunedFusion(fusion="rrf", rrf_k=20),
+                evidence={"queries": 40})
+    (settings.data_dir / TUNED).write_text(old.model_dump_json(), encoding="utf-8")
 
     assert main(["migrate", "--batch-size", "10"]) == 0
     out, err = capsys.readouterr()
     assert err.splitlines() == [f"batch {i}/3: {n} memories, lake snapshot {i + 1}" for i, n in ((1, 10), (2, 10),
                                                                                                    (3, 9))]
-    summary, stays = out.splitlines()
+    summary, carried, tuned, stays = out.splitlines()
     assert summary.startswith("migrated 29 memories in 3 batches into the lake sqlite:") and ": snapshot 5, " in summary  # the batches 2-4, the base listed by 5
+    assert carried == (f"audit: 1 of the 1 rows of {settings.audit_path} written into the lake's retrieval_log "
+                       "(0 were there already)")
+    assert tuned == "tuned settings: TUNED.json's (fusion rrf, rrf_k 20) are the lake's now"
     assert stays.startswith(f"the segment store stays in {settings.data_dir} (MANIFEST, segments, WRITE.lock")
-    assert stays.endswith(f"remove it: cd {settings.data_dir} && rm -r MANIFEST segments WRITE.lock COMPACT.lock")
+    assert stays.endswith(f"remove it: cd {settings.data_dir} && rm -r MANIFEST segments WRITE.lock COMPACT.lock "
+                          "TUNED.json audit.duckdb")
+    carried_row = audit_log.reader.get(audit_log.log_of(settings), logged[0].query_id)
+    assert carried_row is not None and carried_row.sources == logged[0].sources
+    # its version was the segment store's, not a lake snapshot: a replay runs at the latest and says so
+    assert carried_row.query_profile["segment_version"] == logged[0].query_profile["store_version"] == 2
+    assert "store_version" not in carried_row.query_profile
+    from workers.api import replay_row, replay_snapshot
 
-    assert main(["search", "deploy window billing", "--json"]) == 0
+    assert replay_snapshot(carried_row) is None
+    replayed = replay_row(carried_row)
+    assert replayed["replayed_at"] is None and replayed["store_changed"].startswith(
+        "logged by the segment store of an earlier version (its version 2), replayed on the lake at snapshot ")
+    in_lake = read_tuned(settings)
+    assert in_lake is not None and (in_lake.settings, in_lake.evidence) == (old.settings, old.evidence)
+
+    assert main(["search", facts["searched"], "--json"]) == 0
     after = json.loads(capsys.readouterr().out)
-    assert [r["id"] for r in after["results"]] == before and after["store_version"] == 5
+    # snapshot 7: the base listed by 5, the audit rows carried 6, the tuned settings 7
+    assert [r["id"] for r in after["results"]] == facts["answered"] and after["store_version"] == 7
     assert main(["stats"]) == 0 and "memories    29 in 1 namespace(s)" in capsys.readouterr().out
     assert main(["forget", "m1"]) == 0
     forgot = re.fullmatch(r"forgot 1 memory \(store version (\d+)\)\n", capsys.readouterr().out)
-    assert forgot and int(forgot[1]) > 5  # the lake is written (the search's audit row may commit in between)
+    assert forgot and int(forgot[1]) > 7  # the lake is written (the search's audit row may commit in between)
     assert main(["migrate"]) == 0
-    assert capsys.readouterr().out.startswith("already migrated: 29 memories in 3 batches, lake snapshot 5, at ")
+    again = capsys.readouterr().out
+    assert again.startswith("already migrated: 29 memories in 3 batches, lake snapshot 5, at ")
+    assert "audit: 0 of the 1 rows" in again and "tuned settings" not in again  # nothing carried twice
+    audit.flush()
+    resources.current().close_store()
+    get_settings.cache_clear()

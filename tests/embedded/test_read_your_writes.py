@@ -1,4 +1,4 @@
-"""Read-your-writes (issue 34 item 5), on each engine: a write returns the
+"""Read-your-writes (issue 34 item 5): a write returns the
 store version it published; a search given that version as ``min_version``
 answers from it or later, in any process, at once rather than after
 ``store.poll_ms``; a version the store does not reach within
@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError, VersionNotReachedError
-from tests.conftest import ENGINES, store_settings
+from tests.conftest import store_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=ENGINES)
-def settings(request, tmp_path):
-    s = store_settings(tmp_path, request.param)
+@pytest.fixture
+def settings(tmp_path):
+    s = store_settings(tmp_path)
     s.store.poll_ms = 600_000  # a warm reader never asks on its own within a test
     return s
 
@@ -38,7 +38,7 @@ def _write_elsewhere(tmp_path: Path, settings, record: dict) -> int:
         print(write(settings, parse_records([{record!r}], settings)).version)
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
-           "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": settings.store.engine}
+           "DIMPLE_EMBEDDING_MODEL": "hash-64"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
@@ -54,10 +54,9 @@ def test_a_search_with_min_version_sees_another_process_s_write_at_once(embedded
 
     version = _write_elsewhere(tmp_path, embedded, {"id": "b", "namespace": "n", "content": "a quokka in the car park"})
     assert version > first.version
-    if embedded.store.engine == "lake":  # without min_version the warm reader waits out store.poll_ms
-        assert search("quokka", mode="keyword").results == []
+    assert search("quokka", mode="keyword").results == []  # without min_version the warm reader waits out store.poll_ms
     seen = search("quokka", mode="keyword", min_version=version)
-    # at least ``version``: on the lake, audit batches commit snapshots of their own (retrieval_log is a lake table)
+    # at least ``version``: audit batches commit snapshots of their own (retrieval_log is a lake table)
     assert [r.id for r in seen.results] == ["b"] and seen.store_version >= version
     row = audit_row(seen.query_id)
     assert row.query_profile["store_version"] == seen.store_version  # the audit row names the version read
@@ -71,7 +70,7 @@ def test_search_many_carries_min_version_to_each_query(embedded, tmp_path):
     version = _write_elsewhere(tmp_path, embedded, {"id": "b", "namespace": "n", "content": "a heron on the pier"})
     answers = search_many([{"query": "heron", "mode": "keyword", "min_version": version}, "otter"])
     assert [r.id for r in answers[0].results] == ["b"]
-    assert all(a.store_version >= version for a in answers)  # audit batches commit snapshots too (lake)
+    assert all(a.store_version >= version for a in answers)  # audit batches commit snapshots too
     assert answers[0].store_version == answers[1].store_version  # one batch, one snapshot
 
 
@@ -87,7 +86,6 @@ def test_a_version_never_reached_is_an_error_naming_min_version_within_the_bound
     assert 0.3 <= time.monotonic() - start < 30  # it waited its bound, and no longer than a query's timeout
 
 
-@pytest.mark.parametrize("settings", ["segments"], indirect=True)
 def test_min_version_on_an_empty_store_is_refused_within_the_bound(embedded):
     from workers.api import search
 
@@ -96,7 +94,6 @@ def test_min_version_on_an_empty_store_is_refused_within_the_bound(embedded):
         search("anything", min_version=1)
 
 
-@pytest.mark.parametrize("settings", ["segments"], indirect=True)
 @pytest.mark.parametrize("bad", [-1, "3", 1.5, True, [1]])
 def test_a_bad_min_version_is_refused_naming_the_field(embedded, bad):
     from workers.api import search
@@ -106,7 +103,6 @@ def test_a_bad_min_version_is_refused_naming_the_field(embedded, bad):
     assert caught.value.field == "min_version"
 
 
-@pytest.mark.parametrize("settings", ["segments"], indirect=True)
 def test_dimple_search_takes_min_version(embedded, capsys):
     from workers.api import remember
     from workers.cli import main

@@ -34,7 +34,7 @@ def _written(tmp_path):
     from workers.api import forget, remember
 
     # audit off: a drain thread of this process would log the moved lake's error (with its trace) on its own
-    settings = store_settings(tmp_path / "before", engine="lake").replace(audit_enabled=False)
+    settings = store_settings(tmp_path / "before").replace(audit_enabled=False)
     workers.configure(settings)
     try:
         remember(RECORDS)
@@ -46,7 +46,7 @@ def _written(tmp_path):
 
 
 def _moved(settings, tmp_path):
-    after = store_settings(tmp_path / "after", engine="lake")
+    after = store_settings(tmp_path / "after")
     shutil.move(settings.data_dir, after.data_dir)
     return after
 
@@ -89,7 +89,7 @@ def test_a_moved_lake_is_refused_then_repointed_and_answers_as_before(tmp_path, 
 
 def test_a_lake_whose_files_are_not_there_is_left_as_it_was(tmp_path):
     before, _ = _written(tmp_path)
-    after = store_settings(tmp_path / "after", engine="lake")
+    after = store_settings(tmp_path / "after")
     after.data_dir.mkdir(parents=True)
     shutil.copy2(before.data_dir / "lake.sqlite", after.data_dir / "lake.sqlite")  # the catalog, not its files
     with pytest.raises(StoreError, match=r"^store\.data_path: \d+ of the lake's \d+ files are not under "):
@@ -99,7 +99,3 @@ def test_a_lake_whose_files_are_not_there_is_left_as_it_was(tmp_path):
     with pytest.raises(StoreError, match=r"^store\.data_path: .* is not the lake's data path"):
         Lake.open(after)  # and the copy still records the old path
 
-
-def test_repoint_is_for_the_lake(tmp_path):
-    with pytest.raises(StoreError, match=r"^store\.engine: "):
-        repoint(store_settings(tmp_path, "segments"))

@@ -55,7 +55,7 @@ def test_data_and_audit_folders_are_owner_only_whatever_the_umask(tmp_path):
     finally:
         os.umask(old)
         resources.current().close_store()
-    # the data dir and each folder in it: the segment store's, or the lake's data path, bases and host cache
+    # the data dir and each folder in it: the lake's data path, bases and host cache
     # (DuckLake makes the folders inside its data path 0o755: the data path's 0o700 keeps them private)
     folders = [settings.data_dir, *(p for p in settings.data_dir.iterdir() if p.is_dir())]
     assert len(folders) > 1

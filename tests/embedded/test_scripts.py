@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import on_segments, write_jsonl
+from tests.conftest import write_jsonl
 from tests.stores import compacted
 from workers.cli.common import ingest_file
 
@@ -78,30 +78,3 @@ def test_a_stores_stemmer_matches_other_forms_of_a_word(settings, tmp_path, stem
     finally:
         resources.current().close_store()
 
-
-@on_segments  # a segment store's base from before the analyzer
-def test_a_store_written_before_finds_every_script_after_reindex(settings, tmp_path, embedded):
-    """A base from before the analyzer (schema 3: ``fts_text`` raw, accents
-    left to the index) opens read-only with a hint, and ``dimple reindex``
-    migrates it and re-derives its text: every script is then found."""
-    import duckdb
-
-    from pipeline.errors import StoreError
-    from pipeline.store import segments
-    from pipeline.store.compact import compact
-    from pipeline.store.database import Store
-    from workers import resources
-
-    base = [*_records(1), {"id": "latin", "namespace": "n", "content": "Meeting in München at the café"}]
-    ingest_file(write_jsonl(tmp_path / "base.jsonl", base), settings, progress=False)
-    resources.current().close_store()
-    path = segments.base_path(settings.data_dir)
-    with duckdb.connect(str(path)) as con:  # what the version before wrote
-        con.execute("UPDATE memories SET fts_text = content")
-        con.execute("DELETE FROM schema_version WHERE version = 4")
-    with pytest.raises(StoreError, match="dimple reindex"):
-        Store.open(path, read_only=True)
-    compact(settings, rebuild=True, wait=True)  # dimple reindex
-    for script, (query, *_) in SCRIPTS.items():
-        assert _found(query) == {f"{script}-1"}, script
-    assert _found("Munchen cafe") == {"latin"}

@@ -1,9 +1,8 @@
-"""What a user relies on from the store, on each engine (``store.engine``:
-the segment store, and the lake of docs/LAKE.md): a remembered memory is
-found by the next search, a forgotten one is gone at once, a replacement
-answers with its new content and keeps its time, a broker message delivered
-twice is applied once; and on the lake, a second process sees the first's
-writes (within ``store.poll_ms`` when it is already running)."""
+"""What a user relies on from the store (the lake of docs/LAKE.md): a
+remembered memory is found by the next search, a forgotten one is gone at
+once, a replacement answers with its new content and keeps its time, a
+broker message delivered twice is applied once, and a second process sees
+the first's writes (within ``store.poll_ms`` when it is already running)."""
 
 from __future__ import annotations
 
@@ -13,21 +12,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
 from pipeline.store.lake.follow import reader_for
-from pipeline.store.reader import Reader
 from pipeline.store.writes import get, parse_records, write
-from tests.conftest import ENGINES, store_settings
+from tests.conftest import store_settings
+from tests.lakes import age_forgets
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(params=ENGINES)
-def settings(request, tmp_path):
-    return store_settings(tmp_path, request.param)
 
 
 def _get(ids: list[str]) -> list[dict]:
@@ -122,7 +115,7 @@ def test_on_the_lake_a_write_delivered_again_after_its_snapshot_expired_is_still
     from workers import audit, resources
     from workers.app import get_app
 
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     workers.configure(settings)
     try:
         remember_task = get_app().tasks["ingest.remember"]
@@ -130,8 +123,7 @@ def test_on_the_lake_a_write_delivered_again_after_its_snapshot_expired_is_still
         record = {"id": "new", "namespace": "n", "content": "the new rule", "supersedes": ["old"]}
         first = remember_task.apply(args=[[record]], task_id="message-x").get()
         get_app().tasks["ingest.forget"].apply(args=[["old"]]).get()
-        with Lake.open(settings) as lake:  # the forget due: the erase expires every snapshot before it
-            lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 2 HOUR")
+        age_forgets(settings, timedelta(hours=2))  # the forget due: the erase expires every snapshot before it
         assert compact(settings, wait=True).ran
         with Lake.open(settings) as lake:
             assert lake.con.execute("SELECT count(*) FROM ducklake_snapshots('lake') WHERE snapshot_id = ?",
@@ -154,7 +146,7 @@ def _other_process(tmp_path: Path, settings, body: str) -> dict:
         out = {}
     """) + textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DIMPLE_DATA_DIR": str(settings.data_dir),
-           "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_STORE__ENGINE": "lake"}
+           "DIMPLE_EMBEDDING_MODEL": "hash-64"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
@@ -162,7 +154,7 @@ def _other_process(tmp_path: Path, settings, body: str) -> dict:
 
 
 def test_on_the_lake_another_process_sees_the_writes_of_one_running_and_of_one_before(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     settings.store.poll_ms = 500
     reader = reader_for(settings)  # a warm search process, started on an empty store
     try:
@@ -193,7 +185,7 @@ def test_on_the_lake_another_process_sees_the_writes_of_one_running_and_of_one_b
 
 
 def test_on_the_lake_a_large_write_builds_a_base_that_a_running_reader_takes_up(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     settings.compact_delta_memories = 5
 
     def batch(prefix: str, n: int):
@@ -218,11 +210,9 @@ def test_on_the_lake_a_large_write_builds_a_base_that_a_running_reader_takes_up(
         reader.close()
 
 
-@pytest.mark.parametrize("settings", ["lake"], indirect=True)
 def test_on_the_lake_a_memory_forgotten_and_remembered_again_does_not_get_its_old_links_back(embedded):
-    """The lake deletes every link to a forgotten memory (the segment store
-    keeps the declaring memory's link and lets liveness hide it, so there it
-    comes back): the answer does not depend on when a base was built."""
+    """The lake deletes every link to a forgotten memory: the answer does not
+    depend on when a base was built."""
     from workers.api import forget, remember, search
 
     old = {"id": "old", "namespace": "o", "content": "the office is in lisbon"}
@@ -247,11 +237,3 @@ def test_on_the_lake_a_memory_forgotten_and_remembered_again_does_not_get_its_ol
     assert remember({"id": "x", "namespace": "o", "content": "unrelated"}).compacted
     assert links() == after
 
-
-def test_a_write_refuses_a_reader_of_the_other_engine(tmp_path):
-    from pipeline.errors import StoreError
-
-    settings = store_settings(tmp_path, "lake")
-    with pytest.raises(StoreError, match="^store.engine is 'lake' but the reader given follows the segment store"):
-        write(settings, parse_records({"id": "a", "namespace": "n", "content": "x"}, settings),
-              reader=Reader(settings.data_dir))

@@ -182,7 +182,7 @@ def test_on_the_lake_tune_applied_through_one_host_is_what_every_host_serves(tmp
     from workers.resources import Resources
     from workers.settings import get_settings
 
-    lake = {"engine": "lake", "catalog": f"sqlite:{tmp_path / 'shared' / 'lake.sqlite'}",
+    lake = {"catalog": f"sqlite:{tmp_path / 'shared' / 'lake.sqlite'}",
             "data_path": tmp_path / "shared" / "lake"}
     one = store_settings(tmp_path).replace(data_dir=tmp_path / "host1", convex_alpha=0.9, store=StoreSettings(**lake))
     two = one.replace(data_dir=tmp_path / "host2")
@@ -193,7 +193,7 @@ def test_on_the_lake_tune_applied_through_one_host_is_what_every_host_serves(tmp
         assert other.settings().convex_alpha == 0.9 and other.snapshot() is not None
 
         env = {"DIMPLE_DATA_DIR": str(one.data_dir), "DIMPLE_EMBEDDING_MODEL": "hash-64", "DIMPLE_CONVEX_ALPHA": "0.9",
-               "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_STORE__CATALOG": lake["catalog"],
+               "DIMPLE_STORE__CATALOG": lake["catalog"],
                "DIMPLE_STORE__DATA_PATH": str(lake["data_path"])}
         for name, value in env.items():
             monkeypatch.setenv(name, value)

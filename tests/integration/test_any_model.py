@@ -16,8 +16,7 @@ import pytest
 from pipeline.embedders import SentenceTransformerEmbedder, make_embedder
 from pipeline.errors import InputError, ModelMismatchError
 from pipeline.minilm import MiniLMEmbedder
-from pipeline.settings import PACKAGED_MODEL, StoreSettings
-from tests.conftest import ENGINES
+from pipeline.settings import PACKAGED_MODEL
 from tests.models import tiny_bert
 from workers.settings import WorkerSettings
 
@@ -150,20 +149,18 @@ def test_stats_name_the_model_the_store_was_embedded_with(models, tmp_path, conf
     assert f"not the configured {PACKAGED_MODEL}: vector queries and writes are refused" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_reembed_moves_the_store_to_the_configured_model(models, tmp_path, configured, capsys, monkeypatch, engine):
+def test_reembed_moves_the_store_to_the_configured_model(models, tmp_path, configured, capsys, monkeypatch):
     """The switch README describes: change DIMPLE_EMBEDDING_MODEL, run `dimple reembed`, query with the new model.
-    On the lake this process's reader, open across the re-embedding, takes up the new base."""
+    This process's reader, open across the re-embedding, takes up the new base."""
     from workers.api import remember, search
     from workers.cli import main
     from workers.settings import get_settings
 
-    small = _settings(tmp_path, models["mean"], store=StoreSettings(engine=engine))
+    small = _settings(tmp_path, models["mean"])
     configured(small)
     texts = ["deploy window on fridays", "redis host backup on monday", "the user prefers dark mode"]
     remember([{"id": f"m{i}", "namespace": "ns", "content": t} for i, t in enumerate(texts)])
     monkeypatch.setenv("DIMPLE_DATA_DIR", str(small.data_dir))
-    monkeypatch.setenv("DIMPLE_STORE__ENGINE", engine)
     monkeypatch.setenv("DIMPLE_EMBEDDING_MODEL", PACKAGED_MODEL)
     get_settings.cache_clear()
     try:

@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from pipeline.settings import Settings
-from pipeline.store.lake import Lake, LakeWrite
-from tests.lakes import files_holding, find_postgres, memory, open_lake, polling, writers
+from pipeline.store.lake import LakeWrite
+from tests.lakes import age_forgets, files_holding, find_postgres, memory, open_lake, polling, writers
 
 PROCESSES = ["p0", "p1", "p2"]
 OWN = 12  # writes of its own per process
@@ -161,7 +161,7 @@ def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_l
     from tests.conftest import store_settings
 
     def host(name: str):
-        settings = store_settings(tmp_path / name, "lake")
+        settings = store_settings(tmp_path / name)
         settings.store.catalog = f"postgres:{pg_catalog}"
         settings.store.data_path = tmp_path / "shared"
         settings.store.index_path = tmp_path / "indexes"
@@ -176,8 +176,7 @@ def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_l
     try:
         assert reader.snapshot() is not None
         write(one, forget=["s1", "s2"])
-        with Lake.open(one) as lake:  # as if forgotten an hour ago (the default store.erase_within)
-            lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 1 HOUR")
+        age_forgets(one)  # as if forgotten an hour ago (the default store.erase_within)
         report = compact(one, wait=True)
         assert report.ran and report.forgotten == 1
         assert files_holding(secret.encode(), tmp_path) == []

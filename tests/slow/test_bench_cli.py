@@ -1,7 +1,7 @@
 """The benchmarks' command lines still run, at a tiny size (figures meaningless):
 ``ops.bench.fulltext``, ``ops.bench.vector``, ``ops.bench.audit``,
 ``ops.bench.worker_start``, ``ops.bench.fusion``, ``ops.bench.latency`` and
-``ops.bench.writes --lake`` as their module docstrings give them. bm25s,
+``ops.bench.writes`` as their module docstrings give them. bm25s,
 PyStemmer and FAISS are the ``bench`` extra, not test dependencies: the sides
 that need them are skipped without."""
 
@@ -174,22 +174,17 @@ def test_latency_bench_runs_through_redis(latency_work, tmp_path):
 
 
 @pytest.mark.slow
-def test_writes_bench_puts_the_lake_beside_the_segment_store(tmp_path):
-    """``ops.bench.writes --lake``: the synthetic store migrated into a lake,
-    a memory written there seen by another process, a batch, and each leg's
-    query p50 on both engines with its ratio to the segment store's."""
+def test_writes_bench_writes_to_the_lake(tmp_path):
+    """``ops.bench.writes``: the synthetic store migrated into a lake, a
+    memory written there seen by another process, and a batch."""
     from ops.bench import writes
 
     out = tmp_path / "writes.json"
-    assert writes.main(["--sizes", "600", "--lake", "--no-pending", "--baseline-parts", "none",
+    assert writes.main(["--sizes", "600", "--no-pending", "--baseline-parts", "none",
                         "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
-    row = json.loads(out.read_text())["600"]
-    for side in (row["segments"], row["lake"]):
-        # another process may see the commit before the writer's call returns (its post-commit
-        # work), so visibility is bounded below by nothing but the write's start
-        one = side["one_memory"]
-        assert one["visible_s"] > 0 and one["ack_s"] > 0 and one["visible_after_ack_s"] >= 0
-        assert side["batch_1000_s"] > 0
-    queries = row["lake"]["queries"]
-    assert set(queries) == {"segments", "lake"}
-    assert all(queries["lake"][f"{leg}_ratio"] > 0 for leg in ("fts", "vector", "hybrid"))
+    side = json.loads(out.read_text())["600"]["lake"]
+    # another process may see the commit before the writer's call returns (its post-commit
+    # work), so visibility is bounded below by nothing but the write's start
+    one = side["one_memory"]
+    assert one["visible_s"] > 0 and one["ack_s"] > 0 and one["visible_after_ack_s"] >= 0
+    assert side["batch_1000_s"] > 0

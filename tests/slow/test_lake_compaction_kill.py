@@ -45,7 +45,7 @@ def _head(settings) -> tuple[str | None, object]:
 
 
 def test_a_compaction_killed_midway_leaves_the_store_whole_and_the_next_one_runs_at_once(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     acknowledged: set[str] = set()
     for b in range(3):  # 3,000 memories, then small writes and a forget since the last base
         batch = [{"id": f"m{b}-{i}", "namespace": f"ns{i % 4}", "content": f"note {i} of batch {b} about topic {i % 37}"}

@@ -3,11 +3,10 @@ set: a writer SIGKILLed at random points many times, on the SQLite catalog
 (the default) and on PostgreSQL where a server is found; and the real
 ``ingest`` worker SIGKILLed while it holds a write (``tests/kills.py``).
 
-The writer uses the hash embedder, as the segment store's kill test does: the
-embedder is not what a kill can break, and the real model would cost each
-round's new process seconds to load and put most kills inside the embedding
-rather than in the store's commit. The worker test uses the real
-model (it is the worker as deployed)."""
+The writer uses the hash embedder: the embedder is not what a kill can
+break, and the real model would cost each round's new process seconds to
+load and put most kills inside the embedding rather than in the store's
+commit. The worker test uses the real model (it is the worker as deployed)."""
 
 from __future__ import annotations
 

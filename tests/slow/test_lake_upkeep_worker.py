@@ -16,7 +16,7 @@ from ops.stack import Stack, redis_binary
 from pipeline.store.lake import Lake
 from pipeline.store.writes import parse_records, write
 from tests.conftest import store_settings
-from tests.lakes import files_holding
+from tests.lakes import age_forgets, files_holding
 
 pytestmark = pytest.mark.integration
 
@@ -26,13 +26,12 @@ SECRET = "ZQX vault code 7341"
 @pytest.mark.parametrize("pool", [None, "solo", "threads"], ids=["prefork", "solo", "threads"])
 def test_an_ingest_worker_erases_a_due_forget_with_no_write_after_it(tmp_path, pool):
     redis_binary()  # a clear message when redis-server is missing
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     write(settings, parse_records([{"id": "s1", "namespace": "n", "content": SECRET}]
                                   + [{"id": f"k{i}", "namespace": "n", "content": f"keep note {i}"} for i in range(5)],
                                   settings))
     write(settings, forget=["s1"])
-    with Lake.open(settings) as lake:  # as if forgotten an hour ago (the default store.erase_within)
-        lake.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 1 HOUR")
+    age_forgets(settings)  # as if forgotten an hour ago (the default store.erase_within)
     assert files_holding(SECRET.encode(), settings.data_dir), "the forget alone does not erase"
 
     run = Stack(tmp_path / "stack")

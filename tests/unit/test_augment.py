@@ -7,6 +7,7 @@ budget given the real one back."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -15,12 +16,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from pipeline.contracts import Batch, Budget, Fused, LegRun, Query, QueryOptions, QueryState
+from pipeline.embedders import HashEmbedder
 from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
+from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
-from tests.unit.test_scope import CONCEPTS, NAMESPACES, TOPICS, TYPES, _ingest, stores
+from tests.unit.test_scope import CONCEPTS, NAMESPACES, TOPICS, TREE, TYPES, stores
+from workers.settings import WorkerSettings
 
 options = st.fixed_dictionaries({
     "namespace": st.none() | st.sampled_from(NAMESPACES),
@@ -46,6 +49,18 @@ def _state(opts: dict, budget: dict, order: list[str]) -> QueryState:
     return QueryState(query=q, legs=legs, fused=fused)
 
 
+def _base(path: Path, records: list[dict]) -> Store:
+    """A base file holding ``records`` (built straight into ``path``, as a
+    compaction builds one; no lake: only augment reads it), opened read-only."""
+    settings = WorkerSettings(data_dir=path.parent, embedding_model="hash-64", _env_file=None, tree=TREE,
+                              audit_enabled=False)
+    with Store.open(path, read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+        parsed = ingest.parse_lines([json.dumps(r) for r in records], settings.limits)
+        ingest.validate(parsed, store, skip_invalid=False)
+        ingest.ingest_records(store, parsed.records, HashEmbedder(64), settings)
+    return Store.open(path, read_only=True)
+
+
 def _answer(state: QueryState) -> dict:
     return state.model_dump(mode="json", exclude={"timings", "beyond_budget"})
 
@@ -64,8 +79,7 @@ def _run(con, state: QueryState, trim: bool) -> tuple[QueryState, int]:
 @given(records=stores(max_size=14), cases=st.lists(st.tuples(options, budgets, st.randoms()), min_size=1, max_size=6))
 def test_trimmed_augment_gives_the_answer_of_carrying_everything(records, cases):
     with tempfile.TemporaryDirectory() as tmp:
-        settings, _ = _ingest(Path(tmp), records)
-        store = Store.open(store_path(settings.data_dir), read_only=True)
+        store = _base(Path(tmp) / "base.duckdb", records)
         try:
             con = store.cursor()
             for opts, budget, rnd in cases:

@@ -17,9 +17,9 @@ from pipeline.stages.augment import augment_batch
 from pipeline.stages.budget import budget_batch
 from pipeline.stages.scope import scope_batch
 from pipeline.store.graph import BaseGraph
+from pipeline.store.lake.follow import reader_for
 from pipeline.store.reader import Reader
 from pipeline.store.writes import parse_records, write
-from tests.conftest import on_segments
 from tests.stores import compacted
 from tests.unit.test_scope import CONCEPTS, NAMESPACES, TOPICS, TYPES, stores
 from workers.settings import WorkerSettings
@@ -55,11 +55,8 @@ def _write(settings, records=(), forget=()):
 
 
 def _settings(tmp: str) -> WorkerSettings:
-    """On the segment store: what is kept of a base is the same over either
-    engine's view (a base and an overlay), and each of hypothesis' examples
-    builds a store afresh (on the lake ~0.5 s more each: docs/LAKE.md)."""
-    return WorkerSettings(data_dir=Path(tmp) / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
-                          store={"engine": "segments"})
+    """A fresh store (a lake) for one of hypothesis' examples."""
+    return WorkerSettings(data_dir=Path(tmp) / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
 
 
 def _answers_agree(reader: Reader, kept: BaseGraph, ids: list[str], drawn) -> None:
@@ -70,13 +67,14 @@ def _answers_agree(reader: Reader, kept: BaseGraph, ids: list[str], drawn) -> No
             assert _serve(v, _state(opts, order), kept) == _serve(v, _state(opts, order), None)
 
 
-@hsettings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 12 examples: each writes a lake afresh and reads it (~1.5 s; 30 took 108-136 s of the default tier)
+@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=stores(max_size=10), drawn=cases, rewrite=st.data())
 def test_a_kept_graph_gives_the_answer_of_a_fresh_read_across_deltas(records, drawn, rewrite):
     with tempfile.TemporaryDirectory() as tmp:
         settings = _settings(tmp)
         _write(settings, records)
-        reader = Reader(settings.data_dir)
+        reader = reader_for(settings)
         try:
             ids = [r["id"] for r in records] + ["never-written"]
             kept = BaseGraph(capacity=3)  # smaller than the store: memories are dropped and read again
@@ -94,11 +92,10 @@ def test_a_kept_graph_gives_the_answer_of_a_fresh_read_across_deltas(records, dr
             reader.close()
 
 
-@on_segments  # the segment store's Reader, as _settings
 def test_after_a_compaction_a_rewritten_memory_is_served_as_rewritten(settings):
     _write(settings, [{"id": "m", "namespace": "code", "content": "the old text"},
                       {"id": "n", "namespace": "code", "content": "the other text", "supersedes": ["m"]}])
-    reader = Reader(settings.data_dir)
+    reader = reader_for(settings)
     try:
         order = ["m", "n"]
         with reader.snapshot().view() as v:
@@ -130,11 +127,10 @@ class _Counting:
         return self.cursor.execute(*args, **kwargs)
 
 
-@on_segments  # the segment store's Reader, as _settings
 def test_a_query_whose_memories_were_read_before_runs_no_sql(settings):
     _write(settings, [{"id": f"m{i}", "namespace": "code", "content": f"note {i}", "topics": ["deploy"],
                        "supersedes": [f"m{i - 1}"] if i else []} for i in range(6)])
-    reader = Reader(settings.data_dir)
+    reader = reader_for(settings)
     try:
         kept = BaseGraph()
         with reader.snapshot().view() as v:

@@ -171,10 +171,10 @@ def test_every_host_runs_each_queue_on_the_lake_with_a_local_cache_and_the_share
         assert "dimple-cache:/data" in svc["volumes"] and "dimple-lake:/lake" in svc["volumes"], name
         values = {k: _interpolated(v, env) for k, v in svc["environment"].items() if k.startswith("DIMPLE_")}
         settings = WorkerSettings(_env_file=None, data_dir=values["DIMPLE_DATA_DIR"], broker_url=values["DIMPLE_BROKER_URL"],
-                                  store={"engine": values["DIMPLE_STORE__ENGINE"],
-                                         "catalog": values["DIMPLE_STORE__CATALOG"],
+                                  store={"catalog": values["DIMPLE_STORE__CATALOG"],
                                          "data_path": values["DIMPLE_STORE__DATA_PATH"]})
-        assert settings.store.engine == "lake" and settings.store.catalog.startswith("postgres:dbname=dimple host=10.0.0.5 ")
+        assert "DIMPLE_STORE__ENGINE" not in values  # the lake is the only store
+        assert settings.store.catalog.startswith("postgres:dbname=dimple host=10.0.0.5 ")
         assert str(settings.store.data_path) == "/lake" and str(settings.data_dir) == "/data"
         assert "depends_on" not in svc, f"{name}: the shared services run on another machine"
     assert queues == {"embed": ["host"], "search": ["host"], "ingest": ["host"], "audit": ["audit"]}

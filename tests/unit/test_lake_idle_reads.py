@@ -31,7 +31,7 @@ def _remember(settings, *ids: str):
 
 
 def test_idle_readers_of_the_catalog_leave_its_wal_free(tmp_path):
-    settings = store_settings(tmp_path, "lake")
+    settings = store_settings(tmp_path)
     first = _remember(settings, "a", "b")
     write(settings, forget=["a"])
     catalog = Path(settings.lake_catalog.removeprefix("sqlite:"))

@@ -1,13 +1,13 @@
-"""``dimple reembed`` on the lake (``store.engine = lake``): every live memory
-embedded again by the configured model, committed in batches, put in place in
-one commit that records the model, and a base built there; as the segment
-store's (``test_embedding_model.py``), plus what the lake adds: resumable,
-writes go on meanwhile, a write prepared with the old model is refused."""
+"""``dimple reembed`` (the lake): every live memory embedded again by the
+configured model, committed in batches, put in place in one commit that
+records the model, and a base built there; resumable, writes go on
+meanwhile, a write prepared with the old model is refused."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -22,7 +22,7 @@ from pipeline.store.lake.records import vectors_of
 from pipeline.store.reembed import reembed
 from pipeline.store.writes import get, write
 from tests.conftest import store_settings
-from tests.lakes import files_holding
+from tests.lakes import age_forgets, files_holding
 
 
 def _parsed(*texts: str, start: int = 0, **fields):
@@ -63,7 +63,7 @@ def _embedded_by(held: dict[str, tuple[str, np.ndarray]], embedder: HashEmbedder
 
 @pytest.fixture
 def lake(tmp_path) -> Settings:
-    return store_settings(tmp_path, "lake")
+    return store_settings(tmp_path)
 
 
 def test_reembed_moves_the_lake_to_another_model_keeping_every_memory_as_written(lake):
@@ -214,8 +214,7 @@ def test_a_vector_staged_by_a_stopped_reembed_goes_with_its_memory_when_the_forg
     assert len(staged) == 4
     gone = sorted(staged)[0]
     _write(lake, forget=[gone])
-    with Lake.open(lake) as opened:
-        opened.con.execute("UPDATE forgets SET forgotten_at = forgotten_at - INTERVAL 2 HOUR")
+    age_forgets(lake, timedelta(hours=2))
     assert compact(lake, wait=True).ran
     with Lake.open(lake) as opened:
         assert sorted(r[0] for r in opened.con.execute("SELECT id FROM reembedded").fetchall()) == sorted(staged)[1:]

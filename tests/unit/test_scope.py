@@ -15,13 +15,13 @@ from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from pipeline.contracts import Batch, GraphLink, Query, QueryOptions, QueryState, Result, Scope, make_query
-from pipeline.embedders import HashEmbedder
-from pipeline.settings import Settings, StoreSettings, TreeSettings
+from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.scope import in_scope, scope_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
+from pipeline.store.lake.follow import bases
 from pipeline.store.vector import load_tree
+from pipeline.store.writes import write
 from workers.settings import WorkerSettings
 
 
@@ -191,21 +191,18 @@ def _expected_in_scope(record: dict, tree_topics: set[str], q: dict) -> bool:
 
 
 def _ingest(data_dir: Path, records: list[dict]) -> tuple[Settings, dict[str, set[str]]]:
-    """Write ``records`` into a fresh store under ``data_dir`` through ingest; the store is
-    closed after. Returns the settings and each memory's tree topics (leaf and ancestors)."""
+    """Write ``records`` into a fresh store (a lake) under ``data_dir`` in one write, as
+    ingest does. Returns the settings and each memory's tree topics (leaf and ancestors),
+    read from the base that first write built."""
     # audit rows are not what is tested here; without them nothing writes into
     # data_dir in the background while the temporary directory is removed
-    settings = WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False,
-                              store=StoreSettings(engine="segments"))  # built straight into store.duckdb
-    store = Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64)
-    try:
-        parsed = ingest.parse_lines([json.dumps(r) for r in records], settings.limits)
-        ingest.validate(parsed, store, skip_invalid=False)
-        ingest.ingest_records(store, parsed.records, HashEmbedder(64), settings)
+    settings = WorkerSettings(data_dir=data_dir, embedding_model="hash-64", _env_file=None, tree=TREE, audit_enabled=False)
+    write(settings, ingest.parse_lines([json.dumps(r) for r in records], settings.limits))
+    built = bases(settings)
+    assert built, "a first write builds a base"
+    with Store.open(built[max(built)], read_only=True) as store:
         tree = load_tree(store.con, settings.tree)
         membership = {r["id"]: {k for k, _ in tree.membership(r["id"])} for r in records}
-    finally:
-        store.close()  # the pipeline opens the store read-only
     return settings, membership
 
 

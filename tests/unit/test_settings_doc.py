@@ -15,7 +15,7 @@ WORKER_FIELDS = {
     "broker_url", "broker_password", "result_backend", "task_timeout_s", "ingest_batch_timeout_s", "flower_user", "flower_password",
     "flower_address", "flower_port", "worker_concurrency", "worker_prefetch_multiplier", "worker_warmup_timeout_s",
     "task_soft_time_limit_s", "task_time_limit_s", "visibility_timeout_s", "log_level", "audit_max_retries",
-    "audit_backoff_base_s", "audit_backoff_max_s", "audit_hold_idle_ms", "audit_hold_max_ms", "audit_outbox_after_s",
+    "audit_backoff_base_s", "audit_backoff_max_s", "audit_outbox_after_s",
     "mcp",
 }
 
@@ -55,9 +55,9 @@ def test_both_parts_read_their_old_environment_names(monkeypatch):
     monkeypatch.setenv("DIMPLE_BROKER_URL", "redis://:pw@h:6379/0")
     monkeypatch.setenv("DIMPLE_FLOWER_PORT", "5600")
     monkeypatch.setenv("DIMPLE_TREE__BEAM_WIDTH", "3")
-    monkeypatch.setenv("DIMPLE_AUDIT_HOLD_IDLE_MS", "7")
+    monkeypatch.setenv("DIMPLE_AUDIT_MAX_RETRIES", "7")
     s = WorkerSettings(_env_file=None)
-    assert (s.broker_url.get_secret_value(), s.flower_port, s.tree.beam_width, s.audit_hold_idle_ms) == (
+    assert (s.broker_url.get_secret_value(), s.flower_port, s.tree.beam_width, s.audit_max_retries) == (
         "redis://:pw@h:6379/0", 5600, 3, 7)
     assert Settings(_env_file=None).tree.beam_width == 3
     shown = s.masked()  # what `dimple config` prints: every setting of both parts

@@ -7,13 +7,12 @@ import pytest
 
 from pipeline.errors import SchemaTooNewError, StoreError
 from pipeline.store.database import Store, latest_schema_version, migrations
-from pipeline.store.segments import store_path
 
 
 def test_migrations_are_numbered_and_recorded(settings):
     found = migrations()
     assert [v for v, _, _ in found] == sorted({v for v, _, _ in found})
-    with Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+    with Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
         rows = store.con.execute("SELECT version, name FROM schema_version ORDER BY version").fetchall()
         assert [r[0] for r in rows] == [v for v, _, _ in found]
         assert store.info.schema_version == latest_schema_version()
@@ -25,38 +24,38 @@ def test_migrations_are_numbered_and_recorded(settings):
 
 
 def test_reopen_does_not_migrate_twice(settings):
-    Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64).close()
-    with Store.open(store_path(settings.data_dir), read_only=False, embedding_dim=64) as store:
+    Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64).close()
+    with Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_dim=64) as store:
         n = store.con.execute("SELECT count(*) FROM schema_version").fetchone()[0]
     assert n == len(migrations())
 
 
 def test_newer_schema_is_refused_with_a_clear_message(settings):
-    Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64).close()
-    con = duckdb.connect(str(store_path(settings.data_dir)))
+    Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64).close()
+    con = duckdb.connect(str(settings.data_dir / "base.duckdb"))
     con.execute("INSERT INTO schema_version VALUES (999, '999_future.sql', now())")
     con.close()
     for read_only in (True, False):
         with pytest.raises(SchemaTooNewError, match="newer than this dimple"):
-            Store.open(store_path(settings.data_dir), read_only=read_only)
+            Store.open(settings.data_dir / "base.duckdb", read_only=read_only)
 
 
 def test_other_embedding_dimension_is_refused(settings):
-    Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64).close()
+    Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64).close()
     with pytest.raises(StoreError, match="64-d"):
-        Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-32", embedding_dim=32)
+        Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-32", embedding_dim=32)
 
 
 def test_missing_store_read_only_is_a_store_error(settings):
     with pytest.raises(StoreError, match="no store"):
-        Store.open(store_path(settings.data_dir), read_only=True)
+        Store.open(settings.data_dir / "base.duckdb", read_only=True)
 
 
 def test_a_version_1_store_migrates_keeping_its_data(settings):
     """A store written before schema 2 (context) opens read-write, migrates, keeps rows."""
 
     settings.data_dir.mkdir(parents=True)
-    con = duckdb.connect(str(store_path(settings.data_dir)))
+    con = duckdb.connect(str(settings.data_dir / "base.duckdb"))
     con.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL)")
     (version, name, sql), *_ = migrations()
     con.execute(sql.replace("{dim}", "64"))
@@ -66,8 +65,8 @@ def test_a_version_1_store_migrates_keeping_its_data(settings):
     con.execute("INSERT INTO memories VALUES ('m1', 'ns', 'old text', 'text', now(), 'h', [0.125]::FLOAT[] || list_transform(range(63), x -> 0.0::FLOAT), NULL, now())")
     con.close()
     with pytest.raises(StoreError, match="read-write once"):
-        Store.open(store_path(settings.data_dir), read_only=True)
-    with Store.open(store_path(settings.data_dir), read_only=False, embedding_dim=64) as store:
+        Store.open(settings.data_dir / "base.duckdb", read_only=True)
+    with Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_dim=64) as store:
         assert store.info.schema_version == latest_schema_version() >= 2
         assert store.con.execute("SELECT content, fts_text, context FROM memories").fetchall() == [("old text", "old text", None)]
         assert store.meta("fts_generation") == "-1"  # the index must be rebuilt: stats says stale

@@ -15,7 +15,6 @@ from pipeline.embedders import HashEmbedder
 from pipeline.settings import TreeSettings
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
 from pipeline.store.vector import ROOT, Tree, drop_stale_words, load_tree, namespace_key, save_namespaces
 from pipeline.store.vector.tree import spherical_kmeans, topic_rows
 
@@ -396,7 +395,7 @@ def test_ingested_tree_loads_back_as_built(small_tree_settings):
     s = small_tree_settings
     records = _records({"alpha": 70, "beta": 25})
     emb = HashEmbedder(64)
-    with Store.open(store_path(s.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+    with Store.open(s.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
         ingest.ingest_records(store, records, emb, s)
         loaded = load_tree(store.con, s.tree)
     # the same tree, built here directly from the same vectors and texts
@@ -418,7 +417,7 @@ def test_topic_rows_read_what_fetchall_reads_with_each_centroid_one_float32_arra
     types as ``fetchall`` (NULL as None), but a centroid as one array, never a
     list of Python floats (at 1M: ~700 MB kept by every search process)."""
     s = small_tree_settings
-    with Store.open(store_path(s.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+    with Store.open(s.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
         ingest.ingest_records(store, _records({"alpha": 70, "beta": 25}), HashEmbedder(64), s)
         sql = "SELECT topic_key, parent, namespace, depth, is_leaf, centroid, size, label FROM topics ORDER BY 1"
         got, want = topic_rows(store.con, sql), store.con.execute(sql).fetchall()
@@ -437,7 +436,7 @@ def test_save_namespaces_round_trips_a_changed_tree(small_tree_settings):
     s = small_tree_settings
     records = _records({"alpha": 40, "beta": 20})
     emb = HashEmbedder(64)
-    with Store.open(store_path(s.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
+    with Store.open(s.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64) as store:
         ingest.ingest_records(store, records, emb, s)
         tree = load_tree(store.con, s.tree)
         # change alpha in memory: drop ten memories (rows stay in the memories table;

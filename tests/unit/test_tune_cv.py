@@ -1,7 +1,6 @@
 """``dimple tune``'s cross-validation on constructed runs whose answer is
 known (``pipeline.evaluation.tune``): the folds, the choice per fold, the
-held-out gain against the current settings and its paired test; and the
-tuned-settings file (``pipeline.store.tuned``)."""
+held-out gain against the current settings and its paired test."""
 
 from __future__ import annotations
 
@@ -9,11 +8,9 @@ import math
 
 import pytest
 
-from pipeline.errors import InputError, StoreError
+from pipeline.errors import InputError
 from pipeline.evaluation import QuerySet, QuerySpec
 from pipeline.evaluation.tune import GRID, FusionConfig, check_queries, cross_validate, deal
-from pipeline.settings import Settings
-from pipeline.store.tuned import TUNED, TunedFusion, overlay, read_tuned, write_tuned
 
 IDS = [f"q{i}" for i in range(23)]
 QRELS = {q: {f"rel-{q}": 1} for q in IDS}
@@ -79,22 +76,3 @@ def test_fewer_than_twenty_judged_queries_or_bad_folds_are_refused_naming_the_fi
         with pytest.raises(InputError) as exc:
             check_queries(ok, folds)
         assert exc.value.field == "--folds"
-
-
-def test_tuned_settings_file_versions_overlay_and_reset(tmp_path):
-    """The segment store's ``TUNED.json`` (the lake keeps its row: ``test_tune``)."""
-    base = Settings(data_dir=tmp_path, store={"engine": "segments"}, _env_file=None)
-    assert read_tuned(base) is None and overlay(base, None) is base
-    first = write_tuned(base, TunedFusion(fusion="rrf", rrf_k=60), {"gain": 0.1})
-    assert first is not None and first.version == 1
-    second = write_tuned(base, TunedFusion(fusion="convex", convex_alpha=0.3))
-    assert second is not None and second.version == 2 and read_tuned(base) == second
-    on = overlay(base, second)
-    assert (on.fusion, on.convex_alpha, on.rrf_k) == ("convex", 0.3, base.rrf_k)
-    assert overlay(base.replace(use_tuned=False), second).convex_alpha == base.convex_alpha
-    assert [p.name for p in tmp_path.iterdir()] == [TUNED]  # no temporary file left
-    write_tuned(base, None)
-    assert read_tuned(base) is None
-    (tmp_path / TUNED).write_text('{"version": 1, "settings": {"fusion": "magic"}}', encoding="utf-8")
-    with pytest.raises(StoreError, match="--reset"):
-        read_tuned(base)

@@ -16,7 +16,6 @@ from pipeline.settings import Settings, TreeSettings
 from pipeline.stages.descend import descend_batch
 from pipeline.store import ingest
 from pipeline.store.database import Store
-from pipeline.store.segments import store_path
 from pipeline.store.vector import ROOT, Kernels, VectorIndex, descend, exact, load_tree
 
 DIM = 4
@@ -247,9 +246,9 @@ def real(tmp_path_factory):
     data = tmp_path_factory.mktemp("vector")
     settings = Settings(data_dir=data, embedding_model="hash-64", _env_file=None, tree=SMALL)
     records = _records()
-    with Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as st:
+    with Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64) as st:
         ingest.ingest_records(st, records, HashEmbedder(64), settings)
-    store = Store.open(store_path(settings.data_dir), read_only=True)
+    store = Store.open(settings.data_dir / "base.duckdb", read_only=True)
     index = VectorIndex.load(store.con, store.generation, 64)
     yield store.con, index, {r.id: r for r in records}
     store.close()
@@ -282,12 +281,12 @@ def test_loaded_rows_carry_their_own_embedding_codes_and_rank(tmp_path):
     loaded row still holds its memory's embedding, namespace, type and id rank."""
     settings = Settings(data_dir=tmp_path, embedding_model="hash-64", _env_file=None, tree=SMALL)
     records = _records()
-    with Store.open(store_path(settings.data_dir), read_only=False, embedding_model="hash-64", embedding_dim=64) as st:
+    with Store.open(settings.data_dir / "base.duckdb", read_only=False, embedding_model="hash-64", embedding_dim=64) as st:
         ingest.ingest_records(st, records[:150], HashEmbedder(64), settings)
         changed = [r.model_copy(update={"content": r.content + " changed"}) for r in records[:150:7]]
         ingest.ingest_records(st, changed + records[150:], HashEmbedder(64), settings)
         st.con.execute("CHECKPOINT")
-    with Store.open(store_path(settings.data_dir), read_only=True) as st:
+    with Store.open(settings.data_dir / "base.duckdb", read_only=True) as st:
         index = VectorIndex.load(st.con, st.generation, 64)
         stored = {m: (np.asarray(e, np.float32), ns, ct) for m, e, ns, ct in
                   st.con.execute("SELECT id, embedding, namespace, content_type FROM memories").fetchall()}

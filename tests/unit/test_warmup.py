@@ -8,7 +8,7 @@ import logging
 import os
 from types import SimpleNamespace
 
-from tests.conftest import on_segments, write_jsonl
+from tests.conftest import write_jsonl
 from workers import resources, warmup
 from workers.cli.common import ingest_file
 
@@ -62,11 +62,10 @@ def test_reports_are_read_until_every_process_answered_or_the_timeout():
         os.close(write_fd)
 
 
-# On the segment store: a child forked from a process that has attached a lake
-# dies (SIGSEGV) when it opens DuckDB again (DuckDB is not fork-safe; its
-# extensions' state is the parent's), so a worker's main process never opens
-# the store: its pool processes do, after the fork (``worker_process_init``).
-@on_segments
+# A forked child holds none of its parent's store connections and opens its
+# own. DuckDB is not fork-safe (its extensions' state is the parent's), so a
+# worker's main process still never opens the store: its pool processes do,
+# after the fork (``worker_process_init``).
 def test_a_forked_child_does_not_inherit_the_store_connection(embedded, tmp_path):
     ingest_file(write_jsonl(tmp_path / "m.jsonl", [{"id": "m1", "namespace": "a", "content": "one"}]),
                 embedded, progress=False)

@@ -316,7 +316,7 @@ def cmd_compact(args) -> int:
     settings = cli_settings()
     require_store(settings)
     report = compact(settings, wait=True)
-    print(format_compacted(report, settings.store.engine))
+    print(format_compacted(report))
     return 0
 
 
@@ -325,7 +325,7 @@ def cmd_reindex(args) -> int:
     require_store(settings)
     t0 = time.perf_counter()
     report = compact(settings, rebuild=True, wait=True)
-    print(f"reindexed: deltas merged, every namespace clustered again and the index rebuilt in "
+    print(f"reindexed: a new base with every namespace clustered again and the index rebuilt in "
           f"{time.perf_counter() - t0:.1f}s (store version {report.version})")
     return 0
 

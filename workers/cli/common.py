@@ -7,12 +7,14 @@ is the API's: ``workers.api.replay_row``.)
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
+from pipeline.audit import lake as audit_lake
 from pipeline.contracts import make_query
 from pipeline.errors import (
     BrokerUnavailableError,
@@ -109,22 +111,33 @@ def no_store(settings) -> StoreError:
 
 
 def store_exists(settings) -> bool:
-    """Whether ``settings`` name a store that holds anything yet (on the lake:
-    a base in this host's index path, which a lake's first write builds; a
-    look at the folder, without the catalog)."""
-    if settings.store.engine == "lake":
-        return bool(bases(settings))
-    return segments.exists(settings.data_dir)
+    """Whether ``settings`` name a store that holds anything yet: a base in
+    this host's index path, which a lake's first write builds (a look at the
+    folder, without the catalog)."""
+    return bool(bases(settings))
+
+
+def drop_store(settings) -> None:
+    """The lake of ``settings`` removed (a demo's or a benchmark's rebuild):
+    its catalog, files and bases, only where they lie inside its data dir
+    (``demo_settings`` and ``Settings.apart`` keep them there; a lake
+    elsewhere, a PostgreSQL catalog, is never touched)."""
+    audit_lake.release_all()  # this process's audit connections (this lake's among them)
+    folder = settings.data_dir.resolve()
+    for path in (settings.lake_data_path, settings.lake_index_path):
+        if path.resolve().is_relative_to(folder):
+            shutil.rmtree(path, ignore_errors=True)
+    catalog = Path(settings.lake_catalog.removeprefix("sqlite:"))
+    if settings.lake_catalog.startswith("sqlite:") and catalog.resolve().is_relative_to(folder):
+        for name in (catalog.name, f"{catalog.name}-wal", f"{catalog.name}-shm"):
+            (catalog.parent / name).unlink(missing_ok=True)
 
 
 def require_store(settings) -> Path:
     """The published base file; ``no_store`` when there is none (before any model is loaded)."""
-    if settings.store.engine == "lake":  # a lake's first write builds its first base
-        segments.refuse_unmigrated(settings.data_dir)
-        built = bases(settings)
-        path = built[max(built)] if built else None
-    else:
-        path = segments.base_path(settings.data_dir)
+    segments.refuse_unmigrated(settings.data_dir)
+    built = bases(settings)  # a lake's first write builds its first base
+    path = built[max(built)] if built else None
     if path is None:
         raise no_store(settings)
     return path

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,19 +20,17 @@ from typing import Any
 
 import workers
 from pipeline import audit
-from pipeline.audit import lake as audit_lake
 from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
 from pipeline.evaluation.queries import read_qrels
-from pipeline.store import segments
 from pipeline.textfiles import read_lines
 from workers import resources
 from workers.api import get, search, search_many
 from workers.audit import flush
 from workers.settings import WorkerSettings
 
-from .common import demo_settings, ingest_file, local_settings, store_exists
+from .common import demo_settings, drop_store, ingest_file, local_settings, store_exists
 from .render import format_explain, format_results
 
 __all__ = ["build_demo_store", "demo_settings", "load_queries", "run_demo"]
@@ -44,8 +41,7 @@ def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[st
     files = write_demo(settings.data_dir / "files")
     if rebuild:
         resources.current().close_store()
-        segments.drop_all(settings.data_dir)
-        _drop_lake(settings)
+        drop_store(settings)
     if not store_exists(settings):
         print(f"building the demo store in {settings.data_dir} ...", flush=True)
         report = ingest_file(files["memories"], settings)
@@ -54,20 +50,6 @@ def build_demo_store(settings: WorkerSettings, rebuild: bool = False) -> dict[st
             f"(embedding {report.seconds.get('embed', 0.0):.1f}s)"
         )
     return files
-
-
-def _drop_lake(settings: WorkerSettings) -> None:
-    """The demo's lake removed for a rebuild: its catalog, files and bases,
-    all inside its own folder (``demo_settings`` keeps them there)."""
-    audit_lake.release_all()  # this process's audit connections (the demo's lake among them)
-    folder = settings.data_dir.resolve()
-    for path in (settings.lake_data_path, settings.lake_index_path):
-        if path.resolve().is_relative_to(folder):
-            shutil.rmtree(path, ignore_errors=True)
-    catalog = Path(settings.lake_catalog.removeprefix("sqlite:"))
-    if settings.lake_catalog.startswith("sqlite:") and catalog.resolve().is_relative_to(folder):
-        for name in (catalog.name, f"{catalog.name}-wal", f"{catalog.name}-shm"):
-            (catalog.parent / name).unlink(missing_ok=True)
 
 
 def load_queries(files: dict[str, Path]) -> tuple[list[dict], dict[str, dict[str, int]]]:
@@ -115,7 +97,7 @@ def run_demo(settings: WorkerSettings, rebuild: bool = False) -> int:
     for res in shown[:1]:
         _audit_trail(settings, res)
 
-    print(f"quality on the demo set ({len(queries)} judged queries, {segments.store_path(settings.data_dir)}; "
+    print(f"quality on the demo set ({len(queries)} judged queries, the lake at {settings.lake_catalog}; "
           f"supersession {_default_supersession()}):")
     print(f"  {'mode':<9} {'nDCG@10':>8} {'R@5':>6} {'R@10':>6} {'MRR@10':>7} {'queries/s':>10}")
     for mode, f in figures.items():

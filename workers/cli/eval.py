@@ -24,7 +24,6 @@ from pipeline.datasets.locomo import load_locomo
 from pipeline.errors import InputError
 from pipeline.evaluation.models import Comparison, RunReport
 from pipeline.evaluation.report import modes_lines, safe_name, write_comparison, write_modes, write_replay, write_run
-from pipeline.store import segments
 from pipeline.store.lake.follow import reader_for
 from pipeline.store.lake.store import copy_latest
 from pipeline.store.maintenance import compact
@@ -531,16 +530,7 @@ def tree_copy(settings, max_leaf_items: int, work: Path):
     copy = settings.apart(work / f"leaf-{max_leaf_items}").replace(
         tree={**settings.tree.model_dump(), "max_leaf_items": max_leaf_items})
     copy.data_dir.mkdir(parents=True)
-    if settings.store.engine == "lake":
-        copy_latest(settings, copy)  # the lake at its latest snapshot, into one of the copy's own
-    else:
-        with segments.write_lock(settings.data_dir):  # a manifest and the files it names, together
-            manifest = segments.read_manifest(settings.data_dir)
-            assert manifest is not None  # require_store
-            for name in sorted(manifest.files()):
-                (copy.data_dir / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(settings.data_dir / name, copy.data_dir / name)
-            (copy.data_dir / segments.MANIFEST).write_text(manifest.as_json(), encoding="utf-8")
+    copy_latest(settings, copy)  # the lake at its latest snapshot, into one of the copy's own
     tuned = read_tuned(settings)  # the copy fuses as the store does
     if tuned is not None:
         write_tuned(copy, tuned.settings, tuned.evidence)

@@ -8,18 +8,21 @@ import json
 import sys
 from dataclasses import asdict
 
+from pipeline import audit
+from pipeline.audit.carry import carry
 from pipeline.store import segments
 from pipeline.store.lake.migrate import BATCH_SIZE, BatchDone, migrate
 from pipeline.store.lake.repoint import repoint
+from pipeline.store.tuned import TUNED, carry_file
 
 from .common import cli_settings
 
 
 def register(sub) -> None:
     """Add ``migrate`` to the ``dimple`` parser."""
-    s = sub.add_parser("migrate", help="copy the segment store of the data dir into the lake (run with "
-                                       "DIMPLE_STORE__ENGINE=lake); the segment store's files stay until you "
-                                       "remove them")
+    s = sub.add_parser("migrate", help="copy the segment store of the data dir (the store of earlier versions) "
+                                       "into the lake, with its audit rows and tuned settings; its files stay "
+                                       "until you remove them")
     s.add_argument("--batch-size", type=int, default=BATCH_SIZE, metavar="N",
                    help=f"memories per lake commit (default {BATCH_SIZE}); a migrate that stopped resumes at the "
                         "size it began with")
@@ -52,8 +55,13 @@ def cmd_migrate(args) -> int:
               file=sys.stderr, flush=True)
 
     report = migrate(settings, batch_size=args.batch_size, on_batch=None if args.json else progress)
+    # what the segment store kept beside its memories: exactly once by query id, and only tuned
+    # settings the lake does not have yet, so a second migrate carries nothing twice
+    rows, added = carry(settings.audit_path, audit.log_of(settings))
+    tuned = carry_file(settings)
     if args.json:
-        print(json.dumps(asdict(report), default=str))
+        print(json.dumps({**asdict(report), "audit_rows": rows, "audit_rows_added": added,
+                          "tuned": None if tuned is None else tuned.model_dump(mode="json")}, default=str))
         return 0
     if report.already:
         assert report.marker is not None
@@ -69,7 +77,16 @@ def cmd_migrate(args) -> int:
         print(f"migrated {report.memories} memories in {report.batches} batches{resumed} into the lake "
               f"{report.marker.catalog if report.marker else settings.lake_catalog}: snapshot {report.snapshot}, "
               f"{report.seconds:.1f}s")
-    held = [name for name in segments.STORE_FILES if (settings.data_dir / name).exists()]
+    if rows:
+        print(f"audit: {added} of the {rows} rows of {settings.audit_path} written into the lake's retrieval_log "
+              f"({rows - added} were there already)")
+    if tuned is not None:
+        print(f"tuned settings: {TUNED}'s ({', '.join(f'{k} {v}' for k, v in tuned.settings.changes().items())}) "
+              "are the lake's now")
+    held = [name for name in (*segments.STORE_FILES, TUNED) if (settings.data_dir / name).exists()]
+    if settings.audit_path.parent == settings.data_dir:
+        held += [name for name in (settings.audit_path.name, settings.audit_path.name + ".wal")
+                 if (settings.data_dir / name).exists()]
     if held:
         print(f"the segment store stays in {settings.data_dir} ({', '.join(held)}); once the lake answers as you "
               f"expect, remove it: cd {settings.data_dir} && rm -r {' '.join(held)}")

@@ -148,16 +148,12 @@ def format_why_not(answer) -> str:
     return "\n".join(lines)
 
 
-def format_compacted(report, engine: str) -> str:
+def format_compacted(report) -> str:
     """What ``dimple compact`` did (``maintenance.compact``'s report), in one line."""
     removed = f"; removed {len(report.removed)} file(s) no reader needs" if report.removed else ""
     if not report.ran:
         return f"nothing to compact (store version {report.version}){removed}"
-    if engine == "lake":
-        erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
-                  if report.forgotten else "")
-        return (f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
-                f"{report.seconds:.1f}s (store version {report.version}){removed}")
-    return (f"compacted {report.merged_deltas} delta(s): {report.memories} memories written, {report.forgotten} "
-            f"forgotten memor{'y' if report.forgotten == 1 else 'ies'} erased from the store's files, "
-            f"in {report.seconds:.1f}s (store version {report.version}){removed}")
+    erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
+              if report.forgotten else "")
+    return (f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
+            f"{report.seconds:.1f}s (store version {report.version}){removed}")

@@ -8,7 +8,7 @@ packages' files, offline) and creates the record tables; ``commit`` writes,
 ``read`` reads at a snapshot and lists changes, ``erase`` forgets for good;
 ``derive`` builds what the query path reads (a base for a snapshot, the
 snapshots since as deltas over it); ``follow`` is what a process's ``Reader``
-reads with ``store.engine = lake`` (the default: docs/LAKE.md).
+reads (docs/LAKE.md).
 """
 
 from pipeline.store.lake.records import Changes, Committed, LakeMemory, LakeWrite, TableChanges

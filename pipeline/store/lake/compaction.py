@@ -1,4 +1,4 @@
-"""Compaction of the lake (``store.engine = lake``; docs/LAKE.md, "Derived
+"""Compaction of the lake (docs/LAKE.md, "Derived
 indexes" and "Forget means erased"): what ``compact()`` and ``dimple compact``
 do on the lake, and what a write that makes one due sends (``ingest.compact``).
 
@@ -45,7 +45,7 @@ import duckdb
 from pipeline.errors import StoreError
 from pipeline.processes import gone
 from pipeline.settings import Settings
-from pipeline.store import segments
+from pipeline.store import files
 from pipeline.store.compact import CompactReport
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
@@ -264,8 +264,8 @@ def _drop_bases(lake: Lake, *, keep: int, everything_older: bool) -> list[str]:
     if not drop:
         return []
     for _, name in drop:
-        segments.remove_file(folder / name)  # a process reading it keeps its open file until it moves on
-    segments.fsync_dir(folder)
+        files.remove_file(folder / name)  # a process reading it keeps its open file until it moves on
+    files.fsync_dir(folder)
 
     def once() -> None:
         con = lake.con

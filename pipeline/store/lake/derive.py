@@ -14,7 +14,7 @@ reader's view at the latest snapshot ``L`` is base(B) + overlay(B..L).
   merged (``Snapshot.open`` + ``Snapshot.extend``, as ``Reader`` does for
   delta files), the state every stage reads.
 
-With ``store.engine = lake`` the reader reads these (``pipeline.store.lake.follow``).
+The reader reads these (``pipeline.store.lake.follow``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def sweep_builds(folder: Path) -> list[str]:
 
 
 def base_snapshot(store: Store) -> int | None:
-    """The lake snapshot a base holds (None: a base of the segment store)."""
+    """The lake snapshot a base holds (None: a base file not built from the lake)."""
     value = store.meta(SNAPSHOT_KEY)
     return None if value is None else int(value)
 

@@ -1,5 +1,5 @@
-"""One process following the lake (``store.engine = lake``): what
-``pipeline.store.reader.Reader`` reads instead of ``MANIFEST`` (docs/LAKE.md).
+"""One process following the lake: what
+``pipeline.store.reader.Reader`` reads (docs/LAKE.md).
 
 The process holds a **base** (a base file built by ``derive.build_base`` for
 a snapshot ``B``, under ``store.index_path``, outside the lake's data path)
@@ -13,8 +13,7 @@ Bases are found through the lake's ``indexes`` table (every process, and
 every host sharing the catalog and the index path, learns of a new base
 there, not by listing a folder). One is built by compaction
 (``pipeline.store.lake.compaction``), by the write that finds none (the
-lake's first write, as the segment store's first write goes straight into a
-base) or by a large write (``compact_delta_memories`` or more memories), at
+lake's first write) or by a large write (``compact_delta_memories`` or more memories), at
 that write's snapshot. Builders racing for one snapshot build apart and link
 the result into place: one wins, the others' equal files are dropped.
 
@@ -56,7 +55,7 @@ import numpy as np
 
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
-from pipeline.store import hostcache, segments
+from pipeline.store import files, hostcache, segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach, one
@@ -70,7 +69,7 @@ from pipeline.store.lake.derive import (
     deltas_since,
     open_view,
 )
-from pipeline.store.lake.read import Cut
+from pipeline.store.lake.read import Cut, oldest
 from pipeline.store.lake.records import Committed, LakeWrite, SnapshotWrite
 from pipeline.store.lake.store import CUT_TRIES, Lake
 from pipeline.store.overlay import Delta
@@ -518,15 +517,15 @@ class Follower:
                 raise StoreError("the lake has no record tables: nothing to build a base from")
             if not target.exists():
                 work = build_path(target)
-                segments.remove_file(work)
+                files.remove_file(work)
                 build_base(lake, snapshot, work, self.settings)
                 try:
                     os.link(work, target)  # never over another builder's file: a reader may have it open
                 except FileExistsError:
                     pass
                 finally:
-                    segments.remove_file(work)
-                segments.fsync_dir(target.parent)
+                    files.remove_file(work)
+                files.fsync_dir(target.parent)
             listing = record(lake, snapshot, target, write_id)
             self._wanted = max(self._wanted, listing)
         return target, listing
@@ -540,8 +539,7 @@ class Follower:
                 lake = self.lake()
                 if lake is None:
                     return False
-                row = one(lake.con.execute(f"SELECT min(snapshot_id) FROM ducklake_snapshots('{LAKE}')"))
-                self._oldest = int(row[0]) if row and row[0] is not None else 0
+                self._oldest = oldest(lake.con)
                 self._oldest_asked = now
         return snapshot >= self._oldest
 
@@ -626,11 +624,7 @@ def _join_loading() -> None:
 
 
 def reader_for(settings: Settings, *, memory_limit: str | None = None) -> Reader:
-    """The ``Reader`` of the store ``settings`` name: the lake's (``store.engine =
-    lake``) or the segment store's. On the lake, a data dir holding a segment
-    store not yet migrated is refused (``segments.refuse_unmigrated``)."""
-    lake = None
-    if settings.store.engine == "lake":
-        segments.refuse_unmigrated(settings.data_dir)
-        lake = Follower(settings, memory_limit=memory_limit)
-    return Reader(settings.data_dir, memory_limit=memory_limit, lake=lake)
+    """The ``Reader`` of the lake ``settings`` name. A data dir holding a
+    segment store not yet migrated is refused (``segments.refuse_unmigrated``)."""
+    segments.refuse_unmigrated(settings.data_dir)
+    return Reader(settings.data_dir, memory_limit=memory_limit, lake=Follower(settings, memory_limit=memory_limit))

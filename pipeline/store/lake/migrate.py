@@ -1,16 +1,17 @@
-"""``dimple migrate``: a data dir's segment store (``pipeline.store.segments``)
-copied into the lake (docs/LAKE.md, issue 34 item 7).
+"""``dimple migrate``: a data dir's segment store (``pipeline.store.segments``,
+the store of earlier versions) copied into the lake (docs/LAKE.md, issue 34
+item 7).
 
-With ``store.engine = lake``, a data dir that holds a segment store (``MANIFEST``,
-or a pre-segment ``store.duckdb``) and no ``MIGRATED`` marker is refused on
-open (``segments.refuse_unmigrated``: every reader the settings make, the
-CLI's commands), naming ``store.engine`` and the command to run: no silent rebuild,
-and no lake that quietly lacks the memories the user wrote.
+A data dir that holds a segment store (``MANIFEST``, or a pre-segment
+``store.duckdb``) and no ``MIGRATED`` marker is refused on open
+(``segments.refuse_unmigrated``: every reader the settings make, the CLI's
+commands), naming the command to run: no silent rebuild, and no lake that
+quietly lacks the memories the user wrote.
 
 ``migrate`` reads every live memory of the segment store at its current
-version through the segment store's own ``Reader`` (base + deltas, so
-forgotten memories, replacements and links are exactly what a search sees:
-``writes.get``, as ``reembed`` reads them) and commits them to the lake as one
+version as its own readers did (``reader.read_segments``: base + deltas, so
+forgotten memories, replacements and links are exactly what a search saw:
+``writes.records_of``) and commits them to the lake as one
 ``LakeWrite`` per batch of ids (sorted), embeddings as stored (nothing is
 embedded again). Write ids are ``migrate-<state>-b<size>-<batch>``, ``state``
 naming the segment store's version: a migrate stopped halfway and run again
@@ -19,12 +20,12 @@ already there is a replay, applied once). Then it builds the lake's first
 base at the last batch's snapshot (as the lake's first write does: the first
 search does not wait for it) and writes ``MIGRATED`` in the data dir.
 
-A segment store written after its migrate (someone ran with the segment
-engine again) is refused on open as one never migrated is; ``migrate`` then
+A segment store written after its migrate (an earlier dimple wrote it
+again) is refused on open as one never migrated is; ``migrate`` then
 copies what changed since: each memory copied is kept as a digest of its
 record and embedding (``DIGESTS``), and only memories new or changed since,
 and the forgets, are committed (write ids of the new state: resumable too).
-A memory the lake engine wrote meanwhile stays, unless the segment store
+A memory written to the lake meanwhile stays, unless the segment store
 wrote the same id (the segment store's write is copied over it). At its end
 ``migrate`` reads the manifest again: a store that moved during the copy (a
 writer that did not take its locks) is refused, and no marker is written.
@@ -50,7 +51,7 @@ import numpy as np
 from pipeline.embedders import check_model, model_identity
 from pipeline.errors import InputError, StoreError
 from pipeline.settings import Settings
-from pipeline.store import segments
+from pipeline.store import files, segments
 from pipeline.store.database import utcnow
 from pipeline.store.ingest import MemoryRecord
 from pipeline.store.lake.catalog import one
@@ -58,8 +59,8 @@ from pipeline.store.lake.commit import snapshot_of_write
 from pipeline.store.lake.follow import Follower
 from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.lake.store import Lake
-from pipeline.store.reader import Reader, Snapshot
-from pipeline.store.writes import get
+from pipeline.store.reader import Snapshot, read_segments
+from pipeline.store.writes import records_of
 
 # Memories per lake commit: one catalog transaction and one Parquet file per
 # table each; at 1,000 a batch of 384-d embeddings is ~1.5 MB, and a 1M store
@@ -107,7 +108,7 @@ class Marker:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, data_dir / segments.MIGRATED)
-        segments.fsync_dir(data_dir)
+        files.fsync_dir(data_dir)
 
 
 @dataclass
@@ -157,29 +158,25 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
     since (new, replaced, forgotten; ``DIGESTS``) are written. ``on_batch`` is
     told of each batch committed (progress; a test stops the run there).
 
-    Refused (``StoreError``): ``store.engine`` is not ``lake``; no segment store
-    in the data dir; the lake already holds memories it did not get from this
+    Refused (``StoreError``): no segment store in the data dir; the lake already holds memories it did not get from this
     migrate (a first migrate); the segment store moved while it was copied. A
     second run over an unchanged, migrated store does nothing (``already``)."""
     t0 = time.perf_counter()
     data_dir = settings.data_dir
-    if settings.store.engine != "lake":
-        raise StoreError(f"store.engine: 'dimple migrate' copies the segment store into the lake that the lake engine "
-                         f"reads (store.catalog, store.data_path): run it with DIMPLE_STORE__ENGINE=lake (now "
-                         f"{settings.store.engine!r})")
     if batch_size < 1:
         raise InputError("batch_size", f"at least 1 memory per commit, not {batch_size}")
     if not segments.exists(data_dir):
         raise StoreError(f"nothing to migrate: no segment store in {data_dir} (no {segments.MANIFEST}, no "
                          f"{segments.LEGACY_FILE})")
-    reader = Reader(data_dir)
+    snap: Snapshot | None = None
     try:
-        # the segment store holds still while it is copied: its writers and compactions wait
+        # the segment store holds still while it is copied: the writers and compactions of an
+        # earlier dimple still running on it wait (they take these locks)
         with segments.compact_lock(data_dir, wait=True), segments.write_lock(data_dir, wait_s=settings.write_wait_s):
-            manifest = segments.read_manifest(data_dir)
-            snap = reader.snapshot()
-            if manifest is None or snap is None:
+            read = read_segments(data_dir)
+            if read is None:
                 raise StoreError(f"nothing to migrate: no segment store in {data_dir}")
+            manifest, snap = read
             done = Marker.read(data_dir)
             if done is not None and (done.segment_version, done.segment_base) == (manifest.version, manifest.base):
                 return MigrateReport(memories=done.memories, batches=done.batches, snapshot=done.snapshot,
@@ -210,7 +207,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                     todo, gone = ids, []
                 else:  # a first pass digests every memory; the batches below copy the changed ones
                     for i in range(0, len(ids), size):
-                        digests.update((m, _digest(r, v)) for m, r, v in _read(settings, reader, snap, ids[i:i + size]))
+                        digests.update((m, _digest(r, v)) for m, r, v in _read(settings, snap, ids[i:i + size]))
                     todo = [m for m in ids if before.get(m) != digests[m]]
                     gone = sorted(set(before) - set(ids))
                 chunks = [todo[i:i + size] for i in range(0, len(todo), size)] or ([[]] if gone else [])
@@ -224,7 +221,7 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                     if wid in committed and before is not None:
                         report.resumed += 1
                         continue
-                    got = _read(settings, reader, snap, chunk)
+                    got = _read(settings, snap, chunk)
                     if before is None:
                         digests.update((m, _digest(r, v)) for m, r, v in got)
                     if wid in committed:
@@ -246,8 +243,8 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                     report.snapshot = lake.latest_snapshot()
                 catalog, data_path = str(lake.catalog), str(lake.data_path)
             # the segment store's vector index is no longer needed: the base build reads the lake whole
-            reader.close()
-            del snap
+            snap.close()
+            snap = None
             if ids and before is None:
                 follower = Follower(settings)
                 try:
@@ -269,17 +266,17 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                                    data_path=data_path, migrated_at=utcnow().isoformat() + "Z")
             report.marker.write(data_dir)
     finally:
-        reader.close()
+        if snap is not None:
+            snap.close()
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _read(settings: Settings, reader: Reader, snap: Snapshot,
-          ids: list[str]) -> list[tuple[str, MemoryRecord, np.ndarray]]:
+def _read(settings: Settings, snap: Snapshot, ids: list[str]) -> list[tuple[str, MemoryRecord, np.ndarray]]:
     """The live memories ``ids`` (sorted): id, record and stored embedding (as ``reembed`` reads them)."""
     if not ids:
         return []  # a catch-up that only forgets
-    got = [MemoryRecord.model_validate(r) for r in get(settings, ids, reader)]
+    got = [MemoryRecord.model_validate(r) for r in records_of(snap, ids)]
     if [r.id for r in got] != ids:
         raise StoreError(f"the segment store in {settings.data_dir} changed while it was read")
     return list(zip(ids, got, _embeddings(snap, ids), strict=True))
@@ -301,7 +298,7 @@ def _write_digests(data_dir: Path, version: int, digests: dict[str, str]) -> Non
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, data_dir / DIGESTS)
-    segments.fsync_dir(data_dir)
+    files.fsync_dir(data_dir)
 
 
 def _digests_then(data_dir: Path, done: Marker, lake: Lake) -> dict[str, str]:

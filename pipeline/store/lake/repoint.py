@@ -62,8 +62,6 @@ def _resolve(data_path: str, schema: str, schema_rel: bool, table: str, table_re
 def repoint(settings: Settings) -> Repointed:
     """Record ``settings``' data path as the lake's, once every file is found
     there; a ``StoreError`` naming ``store.data_path`` otherwise (nothing changed)."""
-    if settings.store.engine != "lake":
-        raise StoreError("store.engine: repoint moves a lake's files; run it with DIMPLE_STORE__ENGINE=lake")
     con, _, data_path = attach(settings, override=True)
     try:
         row = one(con.execute(f"SELECT value FROM {META}.ducklake_metadata WHERE key = 'data_path'"))
