@@ -237,6 +237,36 @@ def test_a_read_whose_snapshot_an_erase_expires_meanwhile_is_read_again_or_refus
     assert not pending and [m.id for m in lake.read(ids=["k1", "s2"])] == ["k1"]
 
 
+def test_a_read_whose_pinned_snapshot_an_erase_expires_before_its_first_statement_reads_again(
+        lake, lake_settings, monkeypatch):
+    """The erase lands between the read pinning the latest snapshot and its
+    first statement: DuckLake then says there is no such snapshot. Reading
+    the latest, that is an erase's cut, read again (CI saw a reader beside
+    an erase fail with "as_of: no snapshot of the lake at 5", an option it
+    never gave); reading a snapshot asked for, it is the caller's as_of."""
+    from pipeline.store.lake import read as reads
+
+    lake.commit(LakeWrite([memory("s1", "the vault code"), memory("k1", "keep me")]))
+    latest, pending = type(lake).latest_snapshot, [["s1"]]
+
+    def erase_after_pinning(self):
+        pinned = latest(self)
+        if pending:
+            with open_lake(lake_settings) as other:
+                other.erase(pending.pop())
+        return pinned
+
+    monkeypatch.setattr(type(lake), "latest_snapshot", erase_after_pinning)
+    assert [m.id for m in lake.read()] == ["k1"] and not pending  # read again, at the erase's snapshot
+    monkeypatch.undo()
+    lake.commit(LakeWrite([memory("s2", "more of the vault")]))
+    gone = lake.latest_snapshot()
+    with open_lake(lake_settings) as other:
+        other.erase(["s2"])
+    with pytest.raises(reads.SnapshotGone, match=f"^as_of: no snapshot of the lake at {gone} "):
+        lake.read(at=gone)
+
+
 def test_expire_keeps_the_retained_snapshots(lake):
     first = lake.commit(LakeWrite([memory("a", "a")])).snapshot
     lake.commit(LakeWrite([memory("b", "b")]))

@@ -14,6 +14,7 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,28 @@ def one(result: duckdb.DuckDBPyConnection) -> tuple | None:
     bound (``erase._vacuum_sqlite``) and the WAL only grows."""
     rows = result.fetchall()
     return rows[0] if rows else None
+
+
+def ask(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[int | str] = ()) -> list[tuple]:
+    """``sql`` over DuckLake's own tables, each written ``{t}ducklake_...``
+    with ``?`` parameters, answered by the catalog database itself where
+    DuckDB would read the tables whole: on SQLite through ``sqlite_query``
+    (DuckDB's SQLite scanner pushes neither a filter nor an aggregate down:
+    with the 600,000 snapshots a busy week keeps, a question about one
+    snapshot read the table whole, 115 ms, against 0.5 ms asked of SQLite);
+    on PostgreSQL through DuckDB's scanner, which pushes filters down.
+    Values come as the catalog gives them (text on SQLite: callers convert)."""
+    if catalog_kind(con) == "sqlite":
+        fields = ", ".join(f"'p{i}': ?::{'BIGINT' if isinstance(p, int) else 'VARCHAR'}" for i, p in enumerate(params))
+        named = f", params := {{{fields}}}" if params else ""
+        return con.execute(f"SELECT * FROM sqlite_query('{META}', ?{named})", [sql.format(t=""), *params]).fetchall()
+    return con.execute(sql.format(t=f"{META}."), list(params)).fetchall()
+
+
+def catalog_kind(con: duckdb.DuckDBPyConnection) -> str:
+    """'sqlite' or 'postgres': the catalog database of the lake ``con`` attached."""
+    row = one(con.execute(f"SELECT * FROM ducklake_settings('{LAKE}')"))
+    return str(row[0]) if row is not None else ""
 
 
 def connect() -> duckdb.DuckDBPyConnection:

@@ -22,7 +22,7 @@ import duckdb
 from pipeline.embedders import check_model, model_identity
 from pipeline.errors import StoreError
 from pipeline.store.database import utcnow
-from pipeline.store.lake.catalog import LAKE, _is_conflict, one
+from pipeline.store.lake.catalog import LAKE, _is_conflict, ask, one
 from pipeline.store.lake.records import Committed, LakeWrite, vector_bytes
 
 _T = TypeVar("_T")
@@ -190,15 +190,18 @@ AUDIT_MESSAGE = "audit"
 
 def only_audit_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> bool:
     """Whether every snapshot after ``since`` up to ``until`` is an audit commit
-    (one catalog read instead of ``changes_since``'s one a table). Snapshot ids
-    count up by one: a gap is an expired snapshot (an erase or ``store.retain``)
-    whose changes are unknown, so the answer is then no."""
-    row = one(con.execute(
-        f"SELECT count(*), count(*) FILTER (WHERE NOT (coalesce(commit_message, '') IN ($m, 'schema: ' || $m) "
-        "OR starts_with(coalesce(commit_message, ''), $m || ' '))) "
-        f"FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id > $since AND snapshot_id <= $until",
-        {"since": since, "until": until, "m": AUDIT_MESSAGE}))
-    return row is not None and row[0] == until - since and row[1] == 0
+    (one question to the catalog, ``catalog.ask``, instead of
+    ``changes_since``'s one a table). Snapshot ids count up by one: a gap is
+    an expired snapshot (an erase or ``store.retain``) whose changes are
+    unknown, so the answer is then no."""
+    rows = ask(con, "SELECT commit_message FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
+               [since, until])
+    return len(rows) == until - since and all(_audit_message(r[0]) for r in rows)
+
+
+def _audit_message(message: str | None) -> bool:
+    m = message or ""
+    return m in (AUDIT_MESSAGE, f"schema: {AUDIT_MESSAGE}") or m.startswith(f"{AUDIT_MESSAGE} ")
 
 
 def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:

@@ -4,13 +4,15 @@ a reader brings its indexes from the snapshot they reflect to the latest."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
 
 from pipeline.errors import InputError, StoreError
-from pipeline.store.lake.catalog import LAKE, META, one
+from pipeline.store.lake.catalog import LAKE, ask, one
 from pipeline.store.lake.commit import latest_snapshot
 from pipeline.store.lake.records import Changes, LakeMemory, TableChanges, vectors_of
 
@@ -39,14 +41,29 @@ def _at(at: At) -> tuple[str, dict[str, Any]]:
     raise InputError("as_of", "a snapshot id (an integer >= 0) or a time")
 
 
+class SnapshotGone(InputError):
+    """A read at a snapshot the lake does not hold (expired, or not yet
+    committed): the caller's ``as_of`` when it named it; when the reader
+    pinned the latest itself, an erase expired it meanwhile (``Cut``)."""
+
+    def __init__(self, at: object):
+        super().__init__("as_of", f"no snapshot of the lake at {at!r} (expired, or not yet committed)")
+
+
 def _run(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[tuple]:
     try:
         return con.execute(sql, params).fetchall()
     except duckdb.InvalidInputException as exc:
         if "No snapshot found" in str(exc):
-            raise InputError("as_of", f"no snapshot of the lake at {params.get('at')!r} (expired, or not yet "
-                                      "committed)") from None
+            raise SnapshotGone(params.get("at")) from None
         raise
+
+
+def expired_meanwhile(snapshot: int, what: str) -> Cut:
+    """The ``Cut`` of a read whose latest snapshot, pinned by the reader, an
+    erase expired before the read's statements reached it."""
+    return Cut(f"snapshot {snapshot} of the lake expired while {what} was read from it (an erase, or "
+               "store.retain): read it again at the latest snapshot", expired=True)
 
 
 class Cut(StoreError):
@@ -69,31 +86,51 @@ _ROW_CHANGES = frozenset({"inlined_insert", "inlined_delete", "inserted_into_tab
 
 
 def oldest(con: duckdb.DuckDBPyConnection) -> int:
-    """The oldest snapshot the lake holds (expiry only ever drops the oldest).
-    DuckDB's SQLite scanner pushes neither the aggregate nor a filter down:
-    the catalog's snapshot column is read whole (1.4 ms at 10,000 snapshots,
-    26 ms at 600,000; the catalog's own ``min``, through ``sqlite_query``,
-    0.5 ms), as ``ducklake_snapshots()`` reads it elsewhere."""
-    row = one(con.execute(f"SELECT min(snapshot_id) FROM {META}.ducklake_snapshot"))
-    return int(row[0]) if row is not None and row[0] is not None else 0
+    """The oldest snapshot the lake holds (expiry only ever drops the oldest),
+    asked of the catalog (``catalog.ask``)."""
+    row = ask(con, "SELECT min(snapshot_id) FROM {t}ducklake_snapshot")
+    return int(row[0][0]) if row and row[0][0] is not None else 0
 
 
 def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str) -> None:
     """After a read at ``snapshot`` (``what``) begun when ``since`` was the
     latest: ``Cut`` when the snapshot expired meanwhile, or a snapshot after
     ``since`` moved files (``_ROW_CHANGES``). Neither: the catalog answered
-    the read whole. Two reads of the catalog's tables, each whole on a SQLite
-    catalog (``oldest``; the changes: 2.2 ms at 10,000 snapshots, 89 ms at
-    600,000), though the answer is one row and none or a few."""
-    if oldest(con) > snapshot:
-        raise Cut(f"snapshot {snapshot} of the lake expired while {what} was read from it (an erase, or "
-                  "store.retain): read it again at the latest snapshot", expired=True)
-    for sid, made in con.execute(f"SELECT snapshot_id, changes_made FROM {META}.ducklake_snapshot_changes "
-                                 "WHERE snapshot_id > ? ORDER BY 1", [since]).fetchall():
-        kinds = {part.split(":", 1)[0] for part in (made or "").split(",") if part}
-        if not kinds <= _ROW_CHANGES:
+    the read whole. Two questions to the catalog, by key (``catalog.ask``):
+    whether the snapshot is still there, and the changes of the snapshots
+    committed since the read began (none or a few), in one transaction of
+    their own: each transaction's first statement costs DuckLake a read of
+    the catalog's whole snapshot table on SQLite (~110 ms at 600,000
+    snapshots, here on a loaded machine), the two questions then 1-2 ms."""
+    with _own_transaction(con):
+        there = ask(con, "SELECT snapshot_id FROM {t}ducklake_snapshot WHERE snapshot_id = ?", [snapshot])
+        later = ask(con, "SELECT snapshot_id, changes_made FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ?",
+                    [since])
+    if not there:
+        raise expired_meanwhile(snapshot, what)
+    for sid, made in sorted((int(r[0]), r[1]) for r in later):
+        if not _kinds(made) <= _ROW_CHANGES:
             raise Cut(f"snapshot {sid} ({made}) moved the lake's files while {what} was read at snapshot "
                       f"{snapshot}: read it again", expired=False)
+
+
+@contextmanager
+def _own_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """A read-only transaction around the block, or none when ``con`` is in one already."""
+    try:
+        con.execute("BEGIN TRANSACTION")
+    except duckdb.TransactionException:
+        yield
+        return
+    try:
+        yield
+    finally:
+        con.execute("ROLLBACK")
+
+
+def _kinds(made: str | None) -> set[str]:
+    """The kinds of change a snapshot's ``changes_made`` lists (``inlined_insert:12,...``)."""
+    return {part.split(":", 1)[0] for part in (made or "").split(",") if part}
 
 
 def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
@@ -103,6 +140,7 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
     Its statements read one snapshot (``Cut``: read again, see ``settled``).
     ``begun``: the latest snapshot when the caller's read began (``at`` then
     a snapshot id): the caller asks ``settled`` once its reads are done."""
+    asked = at
     since = latest_snapshot(con) if begun is None else begun
     at = since if at is None else snapshot_at(con, at)
     clause, params = _at(at)
@@ -110,21 +148,26 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
     if ids is not None:
         where = " WHERE {col} IN (SELECT unnest($ids))"
         params = {**params, "ids": list(ids)}
-    rows = _run(con, "SELECT id, namespace, content, content_type, created_at, content_hash, embedding, "
-                     f"metadata::VARCHAR, context, ingested_at FROM memories{clause}{where.format(col='id')} ORDER BY id",
-                params)
-    topics: dict[str, list[str]] = {}
-    for mid, t in _run(con, f"SELECT memory_id, topic_key FROM memory_topics{clause}"
-                            f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
-        topics.setdefault(mid, []).append(t)
-    concepts: dict[str, list[str]] = {}
-    for mid, c in _run(con, f"SELECT memory_id, concept FROM memory_concepts{clause}"
-                            f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
-        concepts.setdefault(mid, []).append(c)
-    edges: dict[str, list[tuple[str, str, str]]] = {}
-    for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
-                                            f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
-        edges.setdefault(origin, []).append((src, dst, kind))
+    try:
+        rows = _run(con, "SELECT id, namespace, content, content_type, created_at, content_hash, embedding, "
+                         f"metadata::VARCHAR, context, ingested_at FROM memories{clause}{where.format(col='id')} ORDER BY id",
+                    params)
+        topics: dict[str, list[str]] = {}
+        for mid, t in _run(con, f"SELECT memory_id, topic_key FROM memory_topics{clause}"
+                                f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
+            topics.setdefault(mid, []).append(t)
+        concepts: dict[str, list[str]] = {}
+        for mid, c in _run(con, f"SELECT memory_id, concept FROM memory_concepts{clause}"
+                                f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
+            concepts.setdefault(mid, []).append(c)
+        edges: dict[str, list[tuple[str, str, str]]] = {}
+        for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
+                                                f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
+            edges.setdefault(origin, []).append((src, dst, kind))
+    except SnapshotGone:
+        if asked is not None:
+            raise
+        raise expired_meanwhile(at, "memories") from None
     if begun is None:
         settled(con, at, since, "memories")
     vectors = vectors_of([r[6] for r in rows], dim)
@@ -134,10 +177,16 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
 
 
 def count(con: duckdb.DuckDBPyConnection, at: At = None) -> int:
+    asked = at
     since = latest_snapshot(con)
     at = since if at is None else snapshot_at(con, at)
     clause, params = _at(at)
-    rows = _run(con, f"SELECT count(*) FROM memories{clause}", params)
+    try:
+        rows = _run(con, f"SELECT count(*) FROM memories{clause}", params)
+    except SnapshotGone:
+        if asked is not None:
+            raise
+        raise expired_meanwhile(at, "the count of memories") from None
     settled(con, at, since, "the count of memories")
     return int(rows[0][0])
 
@@ -158,32 +207,32 @@ def snapshot_at(con: duckdb.DuckDBPyConnection, at: At) -> int:
     return int(row[0])
 
 
-# The keys of a snapshot's ``changes`` that name the tables whose rows it
-# inserted or deleted (by table id), and those that change no row of a table
-# that exists before them. Any other key (a table dropped or altered, a
+# The kinds of change (``changes_made``) that name a table whose rows a
+# snapshot inserted or deleted (by table id), and those that change no row of
+# a table that exists before them. Any other (a table dropped or altered, a
 # compaction: names this version may spell otherwise) makes a reader read
 # every record table, as it did before this narrowing.
-_ROW_KEYS = ("tables_inserted_into", "tables_deleted_from", "inlined_insert", "inlined_delete")
-_NO_ROW_KEYS = ("schemas_created", "tables_created")
+_NO_ROW_CHANGES = frozenset({"created_schema", "created_table"})
 
 
 def changed_tables(con: duckdb.DuckDBPyConnection, since: int, until: int) -> list[str]:
     """The record tables (of ``TABLES``) whose rows the snapshots after
-    ``since`` up to ``until`` inserted or deleted, from one read of the
-    catalog's snapshot list: a write of memories without concepts or edges
+    ``since`` up to ``until`` inserted or deleted, from one question to the
+    catalog (``catalog.ask``): a write of memories without concepts or edges
     is two ``ducklake_table_changes`` calls instead of four, an audit commit
     none. Every record table when a snapshot in the range is gone (expired:
     ``changes_since`` then says so) or names a change this does not know."""
-    rows = con.execute(f"SELECT changes FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id > ? AND snapshot_id <= ?",
-                       [since, until]).fetchall()
+    rows = ask(con, "SELECT changes_made FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
+               [since, until])
     if len(rows) != until - since:
         return list(TABLES)
     ids: set[str] = set()
-    for (changes,) in rows:
-        for key, values in (changes or {}).items():
-            if key in _ROW_KEYS:
-                ids.update(values or [])
-            elif key not in _NO_ROW_KEYS:
+    for (made,) in rows:
+        for part in (made or "").split(","):
+            kind, _, value = part.partition(":")
+            if kind in _ROW_CHANGES:
+                ids.add(value)
+            elif part and kind not in _NO_ROW_CHANGES:
                 return list(TABLES)
     if not ids:
         return []

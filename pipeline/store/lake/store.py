@@ -22,10 +22,10 @@ from pipeline.store.lake import commit as commits
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake import read as reads
 from pipeline.store.lake.catalog import (
-    LAKE,
     SCHEMA_PACKAGE,
     Catalog,
     apply_schema,
+    ask,
     attach,
     extensions_dir,
     meta_rows,
@@ -184,11 +184,9 @@ class Lake:
                                                                row["embedding"]) != row["embedding"]
                    for _, row in memories.inserted):
             return False
-        row = one(self.con.execute(
-            f"SELECT count(*) FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id > ? AND snapshot_id <= ? "
-            "AND starts_with(coalesce(commit_message, ''), ?)",
-            [changes.since, changes.until, f"{commits.REEMBED_MESSAGE} "]))
-        if not row or not row[0]:
+        messages = ask(self.con, "SELECT commit_message FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ? "
+                                 "AND snapshot_id <= ?", [changes.since, changes.until])
+        if not any((m or "").startswith(f"{commits.REEMBED_MESSAGE} ") for (m,) in messages):
             return False
         self.info = recorded(self.con)
         return True
@@ -214,14 +212,20 @@ class Lake:
     def _read(self, at: reads.At, ids: list[str] | None) -> list[LakeMemory]:
         begun = self.latest_snapshot()
         snapshot = begun if at is None else reads.snapshot_at(self.con, at)  # every statement below reads it
-        if ids is None:
-            self.info = recorded(self.con, begun, begun=begun)
-            then = self.info if snapshot == begun else recorded(self.con, snapshot, begun=begun)
-            if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model, self.info.embedding_dim):
-                raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
-                                 f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
-                                 f"{self.info.embedding_model!r}")
-        memories = reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids, begun=begun)
+        try:
+            if ids is None:
+                self.info = recorded(self.con, begun, begun=begun)
+                then = self.info if snapshot == begun else recorded(self.con, snapshot, begun=begun)
+                if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model,
+                                                                   self.info.embedding_dim):
+                    raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
+                                     f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
+                                     f"{self.info.embedding_model!r}")
+            memories = reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids, begun=begun)
+        except reads.SnapshotGone:
+            if at is not None:
+                raise  # the caller's as_of: refused, not read at another snapshot
+            raise reads.expired_meanwhile(snapshot, "memories") from None  # an erase's cut: read the latest
         reads.settled(self.con, snapshot, begun, "memories")  # once, for every statement above
         return memories
 
