@@ -6,7 +6,7 @@ process that serves the store.
     {"version", "tuned_at", "settings": {"fusion", "convex_alpha" | "rrf_k"}, "evidence"}
 
 The segment store of earlier versions kept the same document in
-``data_dir/TUNED.json``; ``dimple migrate`` copies it (``read_file``).
+``data_dir/TUNED.json``; ``dimple migrate`` carries it into the lake (``carry_file``).
 
 One read (``read_tuned``) and one write (``write_tuned``; ``None`` removes
 them, ``dimple tune --reset``). Precedence: the
