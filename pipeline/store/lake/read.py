@@ -100,8 +100,8 @@ def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str
     whether the snapshot is still there, and the changes of the snapshots
     committed since the read began (none or a few), in one transaction of
     their own: each transaction's first statement costs DuckLake a read of
-    the catalog's whole snapshot table on SQLite (~110 ms at 600,000
-    snapshots, here on a loaded machine), the two questions then 1-2 ms."""
+    the catalog's whole snapshot table on SQLite (128 ms at 600,000
+    snapshots: ``ops.bench.catalog_cost``), the two questions then 1-2 ms."""
     with _own_transaction(con):
         there = ask(con, "SELECT snapshot_id FROM {t}ducklake_snapshot WHERE snapshot_id = ?", [snapshot])
         later = ask(con, "SELECT snapshot_id, changes_made FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ?",
@@ -109,7 +109,7 @@ def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str
     if not there:
         raise expired_meanwhile(snapshot, what)
     for sid, made in sorted((int(r[0]), r[1]) for r in later):
-        if not _kinds(made) <= _ROW_CHANGES:
+        if not {kind for kind, _ in _changes(made)} <= _ROW_CHANGES:
             raise Cut(f"snapshot {sid} ({made}) moved the lake's files while {what} was read at snapshot "
                       f"{snapshot}: read it again", expired=False)
 
@@ -128,9 +128,9 @@ def _own_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         con.execute("ROLLBACK")
 
 
-def _kinds(made: str | None) -> set[str]:
-    """The kinds of change a snapshot's ``changes_made`` lists (``inlined_insert:12,...``)."""
-    return {part.split(":", 1)[0] for part in (made or "").split(",") if part}
+def _changes(made: str | None) -> list[tuple[str, str]]:
+    """A snapshot's ``changes_made`` (``inlined_insert:12,created_table:...``) as (kind, what) pairs."""
+    return [(kind, what) for kind, _, what in (part.partition(":") for part in (made or "").split(",") if part)]
 
 
 def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
@@ -228,11 +228,10 @@ def changed_tables(con: duckdb.DuckDBPyConnection, since: int, until: int) -> li
         return list(TABLES)
     ids: set[str] = set()
     for (made,) in rows:
-        for part in (made or "").split(","):
-            kind, _, value = part.partition(":")
+        for kind, what in _changes(made):
             if kind in _ROW_CHANGES:
-                ids.add(value)
-            elif part and kind not in _NO_ROW_CHANGES:
+                ids.add(what)
+            elif kind not in _NO_ROW_CHANGES:
                 return list(TABLES)
     if not ids:
         return []
