@@ -74,20 +74,43 @@ def one(result: duckdb.DuckDBPyConnection) -> tuple | None:
     return rows[0] if rows else None
 
 
-def ask(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[int | str] = ()) -> list[tuple]:
-    """``sql`` over DuckLake's own tables, each written ``{t}ducklake_...``
-    with ``?`` parameters, answered by the catalog database itself where
-    DuckDB would read the tables whole: on SQLite through ``sqlite_query``
-    (DuckDB's SQLite scanner pushes neither a filter nor an aggregate down:
-    with the 600,000 snapshots a busy week keeps, a question about one
-    snapshot read the table whole, 115 ms, against 0.5 ms asked of SQLite);
-    on PostgreSQL through DuckDB's scanner, which pushes filters down.
-    Values come as the catalog gives them (text on SQLite: callers convert)."""
-    if catalog_kind(con) == "sqlite":
-        fields = ", ".join(f"'p{i}': ?::{'BIGINT' if isinstance(p, int) else 'VARCHAR'}" for i, p in enumerate(params))
-        named = f", params := {{{fields}}}" if params else ""
-        return con.execute(f"SELECT * FROM sqlite_query('{META}', ?{named})", [sql.format(t=""), *params]).fetchall()
-    return con.execute(sql.format(t=f"{META}."), list(params)).fetchall()
+def ask(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[int] = ()) -> list[tuple]:
+    """``sql`` over DuckLake's own tables (``ducklake_snapshot``, ...), with
+    ``?`` parameters, answered by the catalog database itself
+    (``sqlite_query``, ``postgres_query``) on a cursor of ``con`` that never
+    touches the lake (``_asker``). Asked of the lake, DuckLake would first read
+    its latest snapshot, and on SQLite that is a read of the whole snapshot
+    table through DuckDB's SQLite scanner, which pushes neither a filter nor
+    an aggregate down: 90-128 ms a statement with the 600,000 snapshots a busy
+    week keeps, against ~1 ms asked here (``ops.bench.catalog_cost``). On
+    PostgreSQL DuckDB's scanner reads by pages, ~30 ms a question at that
+    size, against ~1 ms by ``postgres_query``. Values come as the catalog
+    gives them (text on SQLite: callers convert)."""
+    asker, kind = _asker(con)
+    if kind == "sqlite":
+        function, text = "sqlite_query", sql
+    else:  # PostgreSQL numbers its parameters
+        function, parts = "postgres_query", sql.split("?")
+        text = "".join(part + (f"${i + 1}" if i + 1 < len(parts) else "") for i, part in enumerate(parts))
+    fields = ", ".join(f"'p{i}': ?::BIGINT" for i in range(len(params)))
+    named = f", params := {{{fields}}}" if params else ""
+    return asker.execute(f"SELECT * FROM {function}('{META}', ?{named})", [text, *(int(p) for p in params)]).fetchall()
+
+
+def _asker(con: duckdb.DuckDBPyConnection) -> tuple[duckdb.DuckDBPyConnection, str]:
+    """The cursor of ``con`` that ``ask`` asks on (made once, closed with
+    ``con``): its database is DuckDB's own, not the lake, so no statement on
+    it starts a DuckLake transaction. On PostgreSQL it reads results as text:
+    ``postgres_query`` binds parameters only so (its binary copy cannot)."""
+    held = _ASKERS.get(con)
+    if held is None:
+        kind = catalog_kind(con)
+        asker = con.cursor()
+        asker.execute("USE memory")
+        if kind == "postgres":
+            asker.execute("SET SESSION pg_use_text_protocol = true")
+        held = _ASKERS[con] = (asker, kind)
+    return held
 
 
 def catalog_kind(con: duckdb.DuckDBPyConnection) -> str:
@@ -104,6 +127,9 @@ def catalog_kind(con: duckdb.DuckDBPyConnection) -> str:
 
 # The catalog kind of each connection that attached a lake (``catalog_kind``).
 _KINDS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, str] = weakref.WeakKeyDictionary()
+# The cursor ``ask`` asks on, and the catalog kind, of each connection that asked.
+_ASKERS: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection,
+                                   tuple[duckdb.DuckDBPyConnection, str]] = weakref.WeakKeyDictionary()
 
 
 def connect() -> duckdb.DuckDBPyConnection:

@@ -194,9 +194,24 @@ def only_audit_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> 
     ``changes_since``'s one a table). Snapshot ids count up by one: a gap is
     an expired snapshot (an erase or ``store.retain``) whose changes are
     unknown, so the answer is then no."""
-    rows = ask(con, "SELECT commit_message FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
+    messages = _messages(con, since, until)
+    return messages is not None and all(_audit_message(m) for m in messages)
+
+
+def lists_a_base_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> bool:
+    """Whether a snapshot after ``since`` up to ``until`` may have listed a
+    base (``index_message``; an expired one may have), asked of the catalog:
+    a reader looks for a newer base (``indexes``, a lake read) only then."""
+    messages = _messages(con, since, until)
+    return messages is None or any(m is not None and (m == "index" or m.startswith("index ")) for m in messages)
+
+
+def _messages(con: duckdb.DuckDBPyConnection, since: int, until: int) -> list[str | None] | None:
+    """The commit messages of the snapshots after ``since`` up to ``until``
+    (``catalog.ask``); None when one of them has expired (ids count up by one)."""
+    rows = ask(con, "SELECT commit_message FROM ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
                [since, until])
-    return len(rows) == until - since and all(_audit_message(r[0]) for r in rows)
+    return [r[0] for r in rows] if len(rows) == until - since else None
 
 
 def _audit_message(message: str | None) -> bool:
@@ -216,8 +231,10 @@ def snapshot_of_write(con: duckdb.DuckDBPyConnection, write_id: str) -> int:
 
 
 def latest_snapshot(con: duckdb.DuckDBPyConnection) -> int:
-    """The newest committed snapshot id, read from the catalog now."""
-    row = one(con.execute(f"SELECT id FROM ducklake_current_snapshot('{LAKE}')"))
-    if row is None or row[0] is None:
+    """The newest committed snapshot id, asked of the catalog now
+    (``catalog.ask``: DuckLake's ``ducklake_current_snapshot`` is the same
+    ``max``, behind a read of the whole snapshot table on SQLite)."""
+    rows = ask(con, "SELECT max(snapshot_id) FROM ducklake_snapshot")
+    if not rows or rows[0][0] is None:
         raise StoreError("the lake catalog holds no snapshot")
-    return int(row[0])
+    return int(rows[0][0])

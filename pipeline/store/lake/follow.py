@@ -59,7 +59,7 @@ from pipeline.store import files, hostcache, segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach, one
-from pipeline.store.lake.commit import index_message, only_audit_since, retrying
+from pipeline.store.lake.commit import index_message, lists_a_base_since, only_audit_since, retrying
 from pipeline.store.lake.derive import (
     SNAPSHOT_KEY,
     base_snapshot,
@@ -286,9 +286,10 @@ class Follower:
                     pass  # expired (an erase, or past store.retain): load a base whole
                 else:
                     deltas = deltas_since(changes, current.router(), self.settings, lake.info.embedding_dim)
-                    # a snapshot listing a base writes no record: when every new one
-                    # wrote memories (a stream of writes), `indexes` is not read
-                    if not set(range(current.version + 1, latest + 1)) <= set(deltas):
+                    # a snapshot listing a base writes no record: `indexes` (a lake read) is read
+                    # only when a new snapshot without records may have listed one (its commit message)
+                    if not set(range(current.version + 1, latest + 1)) <= set(deltas) and \
+                            lists_a_base_since(lake.con, current.version, latest):
                         held = listed(lake)
                         newest = max((b for b in held if b <= latest), default=None)
                         if newest is not None and newest > self._base_at:

@@ -5,7 +5,7 @@ a reader brings its indexes from the snapshot they reflect to the latest."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -88,7 +88,7 @@ _ROW_CHANGES = frozenset({"inlined_insert", "inlined_delete", "inserted_into_tab
 def oldest(con: duckdb.DuckDBPyConnection) -> int:
     """The oldest snapshot the lake holds (expiry only ever drops the oldest),
     asked of the catalog (``catalog.ask``)."""
-    row = ask(con, "SELECT min(snapshot_id) FROM {t}ducklake_snapshot")
+    row = ask(con, "SELECT min(snapshot_id) FROM ducklake_snapshot")
     return int(row[0][0]) if row and row[0][0] is not None else 0
 
 
@@ -96,16 +96,13 @@ def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str
     """After a read at ``snapshot`` (``what``) begun when ``since`` was the
     latest: ``Cut`` when the snapshot expired meanwhile, or a snapshot after
     ``since`` moved files (``_ROW_CHANGES``). Neither: the catalog answered
-    the read whole. Two questions to the catalog, by key (``catalog.ask``):
-    whether the snapshot is still there, and the changes of the snapshots
-    committed since the read began (none or a few), in one transaction of
-    their own: each transaction's first statement costs DuckLake a read of
-    the catalog's whole snapshot table on SQLite (128 ms at 600,000
-    snapshots: ``ops.bench.catalog_cost``), the two questions then 1-2 ms."""
-    with _own_transaction(con):
-        there = ask(con, "SELECT snapshot_id FROM {t}ducklake_snapshot WHERE snapshot_id = ?", [snapshot])
-        later = ask(con, "SELECT snapshot_id, changes_made FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ?",
-                    [since])
+    the read whole. Two questions to the catalog by key (``catalog.ask``,
+    ~1 ms each): whether the snapshot is still there, then the changes of the
+    snapshots committed since the read began (none or a few). Asked in that
+    order, each of its own: a snapshot there now was there for the read, and
+    the second question sees every commit the first did."""
+    there = ask(con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot])
+    later = ask(con, "SELECT snapshot_id, changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > ?", [since])
     if not there:
         raise expired_meanwhile(snapshot, what)
     for sid, made in sorted((int(r[0]), r[1]) for r in later):
@@ -115,13 +112,13 @@ def settled(con: duckdb.DuckDBPyConnection, snapshot: int, since: int, what: str
 
 
 @contextmanager
-def _own_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """A read-only transaction around the block, or none when ``con`` is in one already."""
-    try:
-        con.execute("BEGIN TRANSACTION")
-    except duckdb.TransactionException:
-        yield
-        return
+def one_transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The block's statements in one read transaction of ``con``, rolled back
+    after: DuckLake reads the catalog's latest snapshot at each transaction's
+    first statement, on SQLite a read of the whole snapshot table (90-128 ms
+    at 600,000 snapshots), so a read of four tables pays it once, not four
+    times. Never nested: a ``BEGIN`` refused inside a transaction aborts it."""
+    con.execute("BEGIN TRANSACTION")
     try:
         yield
     finally:
@@ -149,21 +146,8 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
         where = " WHERE {col} IN (SELECT unnest($ids))"
         params = {**params, "ids": list(ids)}
     try:
-        rows = _run(con, "SELECT id, namespace, content, content_type, created_at, content_hash, embedding, "
-                         f"metadata::VARCHAR, context, ingested_at FROM memories{clause}{where.format(col='id')} ORDER BY id",
-                    params)
-        topics: dict[str, list[str]] = {}
-        for mid, t in _run(con, f"SELECT memory_id, topic_key FROM memory_topics{clause}"
-                                f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
-            topics.setdefault(mid, []).append(t)
-        concepts: dict[str, list[str]] = {}
-        for mid, c in _run(con, f"SELECT memory_id, concept FROM memory_concepts{clause}"
-                                f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
-            concepts.setdefault(mid, []).append(c)
-        edges: dict[str, list[tuple[str, str, str]]] = {}
-        for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
-                                                f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
-            edges.setdefault(origin, []).append((src, dst, kind))
+        with one_transaction(con) if begun is None else nullcontext():
+            rows, topics, concepts, edges = _memories(con, clause, where, params)
     except SnapshotGone:
         if asked is not None:
             raise
@@ -174,6 +158,27 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
     return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
                                 concepts.get(r[0], []), edges.get(r[0], []))
             for i, r in enumerate(rows)]
+
+
+def _memories(con: duckdb.DuckDBPyConnection, clause: str, where: str, params: dict[str, Any]) -> tuple[
+        list[tuple], dict[str, list[str]], dict[str, list[str]], dict[str, list[tuple[str, str, str]]]]:
+    """The rows of the four record tables that ``read_memories`` reads."""
+    rows = _run(con, "SELECT id, namespace, content, content_type, created_at, content_hash, embedding, "
+                     f"metadata::VARCHAR, context, ingested_at FROM memories{clause}{where.format(col='id')} ORDER BY id",
+                params)
+    topics: dict[str, list[str]] = {}
+    for mid, t in _run(con, f"SELECT memory_id, topic_key FROM memory_topics{clause}"
+                            f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
+        topics.setdefault(mid, []).append(t)
+    concepts: dict[str, list[str]] = {}
+    for mid, c in _run(con, f"SELECT memory_id, concept FROM memory_concepts{clause}"
+                            f"{where.format(col='memory_id')} ORDER BY 1, 2", params):
+        concepts.setdefault(mid, []).append(c)
+    edges: dict[str, list[tuple[str, str, str]]] = {}
+    for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
+                                            f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
+        edges.setdefault(origin, []).append((src, dst, kind))
+    return rows, topics, concepts, edges
 
 
 def count(con: duckdb.DuckDBPyConnection, at: At = None) -> int:
@@ -222,7 +227,7 @@ def changed_tables(con: duckdb.DuckDBPyConnection, since: int, until: int) -> li
     is two ``ducklake_table_changes`` calls instead of four, an audit commit
     none. Every record table when a snapshot in the range is gone (expired:
     ``changes_since`` then says so) or names a change this does not know."""
-    rows = ask(con, "SELECT changes_made FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
+    rows = ask(con, "SELECT changes_made FROM ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
                [since, until])
     if len(rows) != until - since:
         return list(TABLES)
@@ -235,8 +240,8 @@ def changed_tables(con: duckdb.DuckDBPyConnection, since: int, until: int) -> li
                 return list(TABLES)
     if not ids:
         return []
-    names = {str(tid): name for name, tid in con.execute(
-        f"SELECT table_name, table_id FROM ducklake_table_info('{LAKE}')").fetchall()}
+    names = {str(tid): name for name, tid in ask(
+        con, "SELECT table_name, table_id FROM ducklake_table WHERE end_snapshot IS NULL")}
     if not ids <= names.keys():
         return list(TABLES)  # a table dropped since: read them all
     return [t for t in TABLES if any(names[i] == t for i in ids)]
@@ -252,22 +257,29 @@ def changes_since(con: duckdb.DuckDBPyConnection, since: int, until: int | None 
     out = Changes(since=since, until=until, tables={name: TableChanges() for name in TABLES})
     if until <= since:
         return out
-    for table in changed_tables(con, since, until):
-        columns = TABLES[table]
-        try:
-            rows = con.execute(
-                f"SELECT snapshot_id, change_type, {', '.join(columns)} "
-                f"FROM ducklake_table_changes('{LAKE}', 'main', ?, ?, ?) ORDER BY snapshot_id, rowid, change_type",
-                [table, since + 1, until]).fetchall()
-        except duckdb.InvalidInputException as exc:
-            raise StoreError(f"the lake has no snapshot {since + 1}..{until} any more ({exc}): read the latest "
-                             "snapshot in full") from None
-        per = out.tables[table]
-        for snapshot, kind, *values in rows:
-            row = dict(zip(columns, values))
-            if kind in ("insert", "update_postimage"):
-                per.inserted.append((int(snapshot), row))
-            elif kind in ("delete", "update_preimage"):
-                per.deleted.append((int(snapshot), row))
+    tables = changed_tables(con, since, until)
+    if tables:
+        with one_transaction(con):
+            for table in tables:
+                _table_changes(con, table, since, until, out.tables[table])
     settled(con, since + 1, begun, f"the changes {since + 1}..{until}")
     return out
+
+
+def _table_changes(con: duckdb.DuckDBPyConnection, table: str, since: int, until: int, per: TableChanges) -> None:
+    """``table``'s rows inserted and deleted by the snapshots after ``since`` up to ``until``, into ``per``."""
+    columns = TABLES[table]
+    try:
+        rows = con.execute(
+            f"SELECT snapshot_id, change_type, {', '.join(columns)} "
+            f"FROM ducklake_table_changes('{LAKE}', 'main', ?, ?, ?) ORDER BY snapshot_id, rowid, change_type",
+            [table, since + 1, until]).fetchall()
+    except duckdb.InvalidInputException as exc:
+        raise StoreError(f"the lake has no snapshot {since + 1}..{until} any more ({exc}): read the latest "
+                         "snapshot in full") from None
+    for snapshot, kind, *values in rows:
+        row = dict(zip(columns, values))
+        if kind in ("insert", "update_postimage"):
+            per.inserted.append((int(snapshot), row))
+        elif kind in ("delete", "update_preimage"):
+            per.deleted.append((int(snapshot), row))

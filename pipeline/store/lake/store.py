@@ -184,7 +184,7 @@ class Lake:
                                                                row["embedding"]) != row["embedding"]
                    for _, row in memories.inserted):
             return False
-        messages = ask(self.con, "SELECT commit_message FROM {t}ducklake_snapshot_changes WHERE snapshot_id > ? "
+        messages = ask(self.con, "SELECT commit_message FROM ducklake_snapshot_changes WHERE snapshot_id > ? "
                                  "AND snapshot_id <= ?", [changes.since, changes.until])
         if not any((m or "").startswith(f"{commits.REEMBED_MESSAGE} ") for (m,) in messages):
             return False
@@ -213,21 +213,27 @@ class Lake:
         begun = self.latest_snapshot()
         snapshot = begun if at is None else reads.snapshot_at(self.con, at)  # every statement below reads it
         try:
-            if ids is None:
-                self.info = recorded(self.con, begun, begun=begun)
-                then = self.info if snapshot == begun else recorded(self.con, snapshot, begun=begun)
-                if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model,
-                                                                   self.info.embedding_dim):
-                    raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
-                                     f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
-                                     f"{self.info.embedding_model!r}")
-            memories = reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids, begun=begun)
+            with reads.one_transaction(self.con):
+                memories = self._read_at(at, snapshot, begun, ids)
         except reads.SnapshotGone:
             if at is not None:
                 raise  # the caller's as_of: refused, not read at another snapshot
             raise reads.expired_meanwhile(snapshot, "memories") from None  # an erase's cut: read the latest
         reads.settled(self.con, snapshot, begun, "memories")  # once, for every statement above
         return memories
+
+    def _read_at(self, at: reads.At, snapshot: int, begun: int, ids: list[str] | None) -> list[LakeMemory]:
+        """``_read``'s statements (one transaction): ``lake_meta`` then, when
+        the read is whole, and the memories."""
+        if ids is None:
+            self.info = recorded(self.con, begun, begun=begun)
+            then = self.info if snapshot == begun else recorded(self.con, snapshot, begun=begun)
+            if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model,
+                                                               self.info.embedding_dim):
+                raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
+                                 f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
+                                 f"{self.info.embedding_model!r}")
+        return reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids, begun=begun)
 
     def count(self, at: reads.At = None) -> int:
         return reads.count(self.con, at)
