@@ -129,3 +129,26 @@ def test_a_version_never_reached_on_a_worker_reaches_the_caller_typed():
     got = backend.exception_to_python(sent)
     assert type(got) is VersionNotReachedError and got.field == "min_version" and (got.wanted, got.seen) == (9, 4)
     assert str(got) == "min_version: the store is at version 4, not 9, after waiting 250 ms (store.min_version_wait_ms)"
+
+
+def test_a_write_through_a_reader_of_its_own_is_read_at_once_by_the_process_s_reader(settings):
+    """A process reads what it wrote whichever reader wrote it: ``dimple eval``
+    updates its store with a write of its own (``writes.write``, a reader of
+    its own) and queries it at once through the process's reader, which polled
+    the catalog moments before (within ``store.poll_ms``; here a warm reader
+    never asks on its own)."""
+    from pipeline.store.lake.follow import reader_for
+    from pipeline.store.writes import parse_records, write
+
+    first = write(settings, parse_records([{"id": "a", "namespace": "n", "content": "the first note"}], settings))
+    reader = reader_for(settings)
+    try:
+        assert reader.snapshot().version == first.version
+        done = write(settings, parse_records([{"id": "b", "namespace": "n", "content": "a second note"}], settings))
+        assert done.version > first.version
+        view = reader.snapshot()
+        assert view.version >= done.version
+        with view.view() as v:
+            assert set(v.created_at(["a", "b"])) == {"a", "b"}
+    finally:
+        reader.close()

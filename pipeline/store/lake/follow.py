@@ -207,7 +207,6 @@ class Follower:
         self._lake: Lake | None = None
         self._attached: tuple[duckdb.DuckDBPyConnection, Catalog, Path] | None = None
         self._polled = float("-inf")
-        self._wanted = 0  # a snapshot this process committed: the next read reaches it
         # (view's snapshot, latest): every snapshot between them an audit commit, the view still current
         self._quiet = (0, 0)
         self._base_at = -1  # the snapshot of the base this process reads (-1: none yet)
@@ -248,7 +247,7 @@ class Follower:
         at the first call after it is ready. None: nothing written yet."""
         now = time.monotonic()
         current_version = current.version if current is not None else 0
-        if (not fresh and self._pending is None and current_version >= self._wanted
+        if (not fresh and self._pending is None and current_version >= _COMMITTED.get(self.settings.lake_catalog, 0)
                 and now - self._polled < self.settings.store.poll_ms / 1000.0):
             return current
         with self.lock:
@@ -528,7 +527,7 @@ class Follower:
                     files.remove_file(work)
                 files.fsync_dir(target.parent)
             listing = record(lake, snapshot, target, write_id)
-            self._wanted = max(self._wanted, listing)
+            committed(self.settings, listing)
         return target, listing
 
     def readable(self, snapshot: int) -> bool:
@@ -574,7 +573,7 @@ class Follower:
             if lake is None:
                 raise StoreError("the lake has no record tables and the write carries no embeddings to create them")
             done = lake.commit(write)
-            self._wanted = max(self._wanted, done.snapshot)
+            committed(self.settings, done.snapshot)
             self._own = None if done.replayed else own_write(write, done.snapshot)
             return done
 
@@ -590,6 +589,20 @@ class Follower:
             elif self._attached is not None:
                 self._attached[0].close()
             self._lake = self._attached = None
+
+
+# The newest snapshot each lake (by its catalog) got from a commit of this
+# process, through whichever Follower: every reader of that lake in the
+# process reaches it at its next read (a CLI's write through a reader of its
+# own, then queries through the process's: ``dimple eval`` updating its store).
+_COMMITTED: dict[str, int] = {}
+_COMMITTED_LOCK = threading.Lock()
+
+
+def committed(settings: Settings, snapshot: int) -> None:
+    """This process committed ``snapshot`` to the lake ``settings`` name: its readers' next reads reach it."""
+    with _COMMITTED_LOCK:
+        _COMMITTED[settings.lake_catalog] = max(_COMMITTED.get(settings.lake_catalog, 0), snapshot)
 
 
 def own_write(write: LakeWrite, snapshot: int) -> SnapshotWrite | None:
