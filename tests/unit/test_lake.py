@@ -252,16 +252,16 @@ def test_a_read_whose_pinned_snapshot_an_erase_expires_before_its_first_statemen
     from pipeline.store.lake import read as reads
 
     lake.commit(LakeWrite([memory("s1", "the vault code"), memory("k1", "keep me")]))
-    latest, pending = type(lake).latest_snapshot, [["s1"]]
+    latest, pending = reads.latest_snapshot, [["s1"]]
 
-    def erase_after_pinning(self):
-        pinned = latest(self)
+    def erase_after_pinning(con):
+        pinned = latest(con)
         if pending:
             with open_lake(lake_settings) as other:
                 other.erase(pending.pop())
         return pinned
 
-    monkeypatch.setattr(type(lake), "latest_snapshot", erase_after_pinning)
+    monkeypatch.setattr(reads, "latest_snapshot", erase_after_pinning)
     assert [m.id for m in lake.read()] == ["k1"] and not pending  # read again, at the erase's snapshot
     monkeypatch.undo()
     lake.commit(LakeWrite([memory("s2", "more of the vault")]))

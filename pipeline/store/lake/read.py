@@ -4,10 +4,10 @@ a reader brings its indexes from the snapshot they reflect to the latest."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -15,6 +15,8 @@ from pipeline.errors import InputError, StoreError
 from pipeline.store.lake.catalog import LAKE, ask, one
 from pipeline.store.lake.commit import latest_snapshot
 from pipeline.store.lake.records import Changes, LakeMemory, TableChanges, vectors_of
+
+T = TypeVar("T")
 
 # Snapshot or time: a snapshot id, or a time (naive = UTC) read as the last snapshot committed by then.
 At = int | datetime | None
@@ -130,30 +132,36 @@ def _changes(made: str | None) -> list[tuple[str, str]]:
     return [(kind, what) for kind, _, what in (part.partition(":") for part in (made or "").split(",") if part)]
 
 
-def read_memories(con: duckdb.DuckDBPyConnection, dim: int, at: At = None,
-                  ids: list[str] | None = None, *, begun: int | None = None) -> list[LakeMemory]:
-    """The memories of the snapshot ``at`` (the latest when None), all or those
-    among ``ids``, sorted by id, with their topics, concepts and declared edges.
-    Its statements read one snapshot (``Cut``: read again, see ``settled``).
-    ``begun``: the latest snapshot when the caller's read began (``at`` then
-    a snapshot id): the caller asks ``settled`` once its reads are done."""
-    asked = at
-    since = latest_snapshot(con) if begun is None else begun
-    at = since if at is None else snapshot_at(con, at)
-    clause, params = _at(at)
+def pinned(con: duckdb.DuckDBPyConnection, at: At, what: str, read: Callable[[int, int], T]) -> T:
+    """``read(snapshot, begun)`` at the snapshot ``at`` stands for, pinned
+    now (the latest when None; ``begun``: the latest now), its statements in
+    one transaction (``one_transaction``), then ``settled``: ``Cut`` when
+    the catalog may have answered it short (read it again). A pinned latest
+    that an erase expired before a statement reached it is such a cut; a
+    snapshot ``at`` named is the caller's, refused (``SnapshotGone``)."""
+    begun = latest_snapshot(con)
+    snapshot = begun if at is None else snapshot_at(con, at)
+    try:
+        with one_transaction(con):
+            out = read(snapshot, begun)
+    except SnapshotGone:
+        if at is not None:
+            raise
+        raise expired_meanwhile(snapshot, what) from None
+    settled(con, snapshot, begun, what)
+    return out
+
+
+def read_memories(con: duckdb.DuckDBPyConnection, dim: int, snapshot: int,
+                  ids: list[str] | None = None) -> list[LakeMemory]:
+    """The memories of ``snapshot``, all or those among ``ids``, sorted by id,
+    with their topics, concepts and declared edges: statements for ``pinned``."""
+    clause, params = _at(snapshot)
     where = ""
     if ids is not None:
         where = " WHERE {col} IN (SELECT unnest($ids))"
         params = {**params, "ids": list(ids)}
-    try:
-        with one_transaction(con) if begun is None else nullcontext():
-            rows, topics, concepts, edges = _memories(con, clause, where, params)
-    except SnapshotGone:
-        if asked is not None:
-            raise
-        raise expired_meanwhile(at, "memories") from None
-    if begun is None:
-        settled(con, at, since, "memories")
+    rows, topics, concepts, edges = _memories(con, clause, where, params)
     vectors = vectors_of([r[6] for r in rows], dim)
     return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
                                 concepts.get(r[0], []), edges.get(r[0], []))
@@ -182,18 +190,12 @@ def _memories(con: duckdb.DuckDBPyConnection, clause: str, where: str, params: d
 
 
 def count(con: duckdb.DuckDBPyConnection, at: At = None) -> int:
-    asked = at
-    since = latest_snapshot(con)
-    at = since if at is None else snapshot_at(con, at)
-    clause, params = _at(at)
-    try:
-        rows = _run(con, f"SELECT count(*) FROM memories{clause}", params)
-    except SnapshotGone:
-        if asked is not None:
-            raise
-        raise expired_meanwhile(at, "the count of memories") from None
-    settled(con, at, since, "the count of memories")
-    return int(rows[0][0])
+    """How many memories the snapshot ``at`` holds (the latest when None)."""
+    def read(snapshot: int, _: int) -> int:
+        clause, params = _at(snapshot)
+        return int(_run(con, f"SELECT count(*) FROM memories{clause}", params)[0][0])
+
+    return pinned(con, at, "the count of memories", read)
 
 
 def snapshot_at(con: duckdb.DuckDBPyConnection, at: At) -> int:

@@ -45,18 +45,17 @@ class LakeInfo:
     embedding_dim: int
 
 
-def recorded(con: duckdb.DuckDBPyConnection, at: reads.At = None, *, begun: int | None = None) -> LakeInfo:
+def recorded(con: duckdb.DuckDBPyConnection, at: reads.At = None) -> LakeInfo:
     """What ``lake_meta`` records at ``at`` (the latest when None): the schema
     version (one row per migration applied), the embedding model and dimension.
-    ``reads.Cut``: read it again (``reads.settled``). ``begun``: as for
-    ``reads.read_memories`` (the caller asks ``settled``)."""
-    since = commits.latest_snapshot(con) if begun is None else begun
-    snapshot = since if at is None else reads.snapshot_at(con, at)
+    ``reads.Cut``: read it again (``reads.pinned``)."""
+    return reads.pinned(con, at, "lake_meta", lambda snapshot, _: recorded_at(con, snapshot))
+
+
+def recorded_at(con: duckdb.DuckDBPyConnection, snapshot: int) -> LakeInfo:
+    """``recorded``'s statement, at ``snapshot``."""
     clause, params = reads._at(snapshot)
-    rows = reads._run(con, f"SELECT key, value FROM lake_meta{clause}", params)
-    if begun is None:
-        reads.settled(con, snapshot, since, "lake_meta")
-    return _info(rows, snapshot)
+    return _info(reads._run(con, f"SELECT key, value FROM lake_meta{clause}", params), snapshot)
 
 
 def _info(rows: list[tuple[str, str]], snapshot: int | str = "latest") -> LakeInfo:
@@ -210,30 +209,20 @@ class Lake:
         raise AssertionError("unreachable")
 
     def _read(self, at: reads.At, ids: list[str] | None) -> list[LakeMemory]:
-        begun = self.latest_snapshot()
-        snapshot = begun if at is None else reads.snapshot_at(self.con, at)  # every statement below reads it
-        try:
-            with reads.one_transaction(self.con):
-                memories = self._read_at(at, snapshot, begun, ids)
-        except reads.SnapshotGone:
-            if at is not None:
-                raise  # the caller's as_of: refused, not read at another snapshot
-            raise reads.expired_meanwhile(snapshot, "memories") from None  # an erase's cut: read the latest
-        reads.settled(self.con, snapshot, begun, "memories")  # once, for every statement above
-        return memories
+        return reads.pinned(self.con, at, "memories", lambda snapshot, begun: self._read_at(at, snapshot, begun, ids))
 
     def _read_at(self, at: reads.At, snapshot: int, begun: int, ids: list[str] | None) -> list[LakeMemory]:
-        """``_read``'s statements (one transaction): ``lake_meta`` then, when
-        the read is whole, and the memories."""
+        """``_read``'s statements: ``lake_meta`` (at the latest, ``begun``, and
+        at ``snapshot``) when the read is whole, then the memories."""
         if ids is None:
-            self.info = recorded(self.con, begun, begun=begun)
-            then = self.info if snapshot == begun else recorded(self.con, snapshot, begun=begun)
+            self.info = recorded_at(self.con, begun)
+            then = self.info if snapshot == begun else recorded_at(self.con, snapshot)
             if (then.embedding_model, then.embedding_dim) != (self.info.embedding_model,
                                                                self.info.embedding_dim):
                 raise StoreError(f"snapshot {at}: its embeddings are {then.embedding_dim}-d of "
                                  f"{then.embedding_model!r}, re-embedded since ('dimple reembed') with "
                                  f"{self.info.embedding_model!r}")
-        return reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids, begun=begun)
+        return reads.read_memories(self.con, self.info.embedding_dim, snapshot, ids)
 
     def count(self, at: reads.At = None) -> int:
         return reads.count(self.con, at)
