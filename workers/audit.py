@@ -39,6 +39,7 @@ from pipeline.audit.letters import (
     quarantine,
 )
 from pipeline.audit.record import AuditRecord, build_record, log_line, retrieval_settings
+from pipeline.audit.writer import write_records
 from pipeline.contracts import Batch
 from pipeline.errors import AuditRetriesExhausted, AuditWriteError, problems
 
@@ -161,7 +162,7 @@ def batch_of(settings: WorkerSettings, outbox: object) -> list[tuple[Path, list[
 def drain_once(settings: WorkerSettings, older_than_s: float) -> tuple[int, int]:
     """Write the outbox files at least ``older_than_s`` old; returns (files, rows inserted)."""
     return drain_outbox(settings.audit_outbox_dir, settings.dead_letter_dir,
-                        lambda rows: resources.current().audit_writer().write(log_of(settings), rows),
+                        lambda rows: write_records(log_of(settings), rows),
                         older_than_s=older_than_s)
 
 
@@ -303,7 +304,7 @@ def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
     """The embedded counterpart of ``audit.write``: same retries, same give-up."""
     for retries in range(settings.audit_max_retries + 1):
         try:
-            return resources.current().audit_writer().write(log_of(settings), records)
+            return write_records(log_of(settings), records)
         except AuditWriteError as exc:
             if retries == settings.audit_max_retries:
                 give_up(settings, records, exc, retries)
@@ -327,8 +328,6 @@ def flush(timeout: float = 30.0) -> bool:
         finished = done.wait(timeout)
     finally:
         _EMBEDDED.hurry.clear()
-    if finished:
-        resources.current().release_audit()  # written rows are on disk and the file is free for others
     return finished
 
 

@@ -10,7 +10,6 @@ parent's DuckDB connections.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import time
@@ -21,7 +20,6 @@ from typing import Any
 import duckdb
 
 from pipeline.audit import lake as audit_lake
-from pipeline.audit.writer import AuditWriter
 from pipeline.contracts import Batch
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.errors import InputError, StoreError
@@ -48,7 +46,6 @@ class Resources:
         self._settings = settings
         self._embedders: dict[bool, Embedder] = {}  # by bulk: the query embedder, the bulk (ingest) embedder
         self._reader: Reader | None = None
-        self._audit_writer: AuditWriter | None = None
         self._inherited: list[Any] = []  # a forked child's copies of its parent's connections, never used
         # (settings as configured, the tuned file's stat key or the lake's snapshot, those settings with the
         # store's tuned values)
@@ -127,18 +124,6 @@ class Resources:
             if bulk not in self._embedders:
                 self._embedders[bulk] = make_embedder(self.settings(), bulk=bulk)
             return self._embedders[bulk]
-
-    def audit_writer(self) -> AuditWriter:
-        """This process's audit writer (one lake commit per batch of rows)."""
-        with self._lock:
-            if self._audit_writer is None:
-                self._audit_writer = AuditWriter()
-            return self._audit_writer
-
-    def release_audit(self) -> None:
-        """Close the audit writer's connection, if it holds one."""
-        if self._audit_writer is not None:
-            self._audit_writer.release()
 
     def reader(self) -> Reader:
         """This process's view of the published store (``pipeline.store.reader``)."""
@@ -257,10 +242,12 @@ class Resources:
         return loaded
 
     def forget_parent_connections(self) -> None:
-        """In a forked child: the parent's DuckDB store and audit connections are
-        not ours to use or close; start without them (they are never touched again)."""
-        self._inherited.extend(x for x in (self._reader, self._audit_writer) if x is not None)
-        self._reader, self._audit_writer = None, None
+        """In a forked child: the parent's DuckDB store connections are not ours
+        to use or close; start without them (they are never touched again; the
+        audit's, ``pipeline.audit.lake``, are dropped there)."""
+        if self._reader is not None:
+            self._inherited.append(self._reader)
+        self._reader = None
         self._lock = threading.RLock()  # a thread of the parent may have held it at the fork
 
 
@@ -281,5 +268,4 @@ def bind_once() -> None:
         con.execute("SELECT ?", [1]).fetchall()
 
 
-atexit.register(lambda: _PROCESS.release_audit())
 os.register_at_fork(after_in_child=lambda: _PROCESS.forget_parent_connections())

@@ -18,6 +18,7 @@ from celery.exceptions import Ignore
 from pydantic import ValidationError
 
 from pipeline.audit.lake import log_of
+from pipeline.audit.writer import write_records
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
@@ -119,7 +120,7 @@ def audit_write(self, records: list[dict], outbox: str | None = None, host: str 
     rows, refused = audit.valid_records(settings, records)
     others = audit.batch_of(settings, outbox) if rows else []
     try:
-        inserted = res.audit_writer().write(log_of(settings), rows + [r for _, batch in others for r in batch])
+        inserted = write_records(log_of(settings), rows + [r for _, batch in others for r in batch])
     except AuditWriteError as exc:
         if self.request.retries >= settings.audit_max_retries:
             error = audit.give_up(settings, rows, exc, self.request.retries)

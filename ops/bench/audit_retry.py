@@ -3,8 +3,8 @@ against one write per letter (the path before), in one run.
 
     python -m ops.bench.audit_retry --n 10000 --baseline-n 1000
 
-Both sides write the same rows into a fresh audit store of their own; the
-baseline (``write_record`` per letter, a connection and a transaction each)
+Both sides write the same rows into a fresh lake of their own (SQLite
+catalog); the baseline (``write_record`` per letter, a commit each)
 runs on ``--baseline-n`` letters and its time is scaled to ``--n`` (it is
 linear in the letters), so the ratio is per letter.
 
@@ -24,7 +24,17 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.audit import AuditRecord, count, dead_letter, dead_letters, letters, retry_dead_letters, write_record
+from pipeline.audit import (
+    AuditRecord,
+    LakeLog,
+    count,
+    dead_letter,
+    dead_letters,
+    letters,
+    log_of,
+    retry_dead_letters,
+    write_record,
+)
 from pipeline.errors import AuditStoreUnavailable
 
 
@@ -36,6 +46,12 @@ def _row(i: int) -> AuditRecord:
         sources=[{"id": f"m{j}", "rank": j, "ranks": {"fts": j}, "rrf": 0.01, "score": 0.01} for j in range(1, 11)],
         result_count=10, truncated=False, latency_ms={"embed": 10.0}, total_ms=50.0, rrf_k=60,
     )
+
+
+def _log(folder: Path) -> LakeLog:
+    from pipeline.settings import Settings
+
+    return log_of(Settings(data_dir=folder, _env_file=None))
 
 
 def _poisoned_batch(work: Path) -> float:
@@ -54,7 +70,7 @@ def _poisoned_batch(work: Path) -> float:
     letters.write_records = failing
     try:
         t0 = time.perf_counter()
-        written, present, errors = retry_dead_letters(work / "letters", work / "audit.duckdb")
+        written, present, errors = retry_dead_letters(work / "letters", _log(work / "lake"))
         took = time.perf_counter() - t0
     finally:
         letters.write_records = real
@@ -72,14 +88,15 @@ def main(argv=None) -> int:
         for i in range(args.n):
             dead_letter(work / "letters", _row(i), "bench")
         t0 = time.perf_counter()
-        written, present, errors = retry_dead_letters(work / "letters", work / "batched.duckdb")
+        batched_log, one_log = _log(work / "batched"), _log(work / "one-lake")
+        written, present, errors = retry_dead_letters(work / "letters", batched_log)
         batched = time.perf_counter() - t0
-        assert (written, present, errors) == (args.n, 0, []) and count(work / "batched.duckdb")[0] == args.n
+        assert (written, present, errors) == (args.n, 0, []) and count(batched_log)[0] == args.n
         for i in range(args.baseline_n):
             dead_letter(work / "one", _row(i), "bench")
         t0 = time.perf_counter()
         for _, _, record in dead_letters(work / "one"):
-            write_record(work / "one.duckdb", record)
+            write_record(one_log, record)
         per_letter = (time.perf_counter() - t0) / args.baseline_n
         one_by_one = per_letter * args.n
         poisoned = _poisoned_batch(work / "poisoned")

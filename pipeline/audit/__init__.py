@@ -1,5 +1,5 @@
 """The audit trail: one ``retrieval_log`` row per query (``record``), written off the query path
-(``writer``), read back (``reader``), kept when writes run out of retries (``letters``),
+(``writer``: a lake commit a batch), read back (``reader``), kept when writes run out of retries (``letters``),
 explained or replayed (``explain``) and purged of a forgotten memory (``purge``);
 in the lake (``lake``: ``log_of``); an ``audit.duckdb`` of the segment store of earlier versions
 is carried into it by ``dimple migrate`` (``carry``).
@@ -8,15 +8,14 @@ query's stages, which nothing else here needs.
 """
 
 from pipeline.audit.explain import diff_served, explain, replay_options
-from pipeline.audit.lake import AuditLog, LakeLog, log_of
+from pipeline.audit.lake import LakeLog, log_of
 from pipeline.audit.letters import dead_letter, dead_letters, retry_dead_letters, scan_dead_letters
 from pipeline.audit.purge import PurgeReport, purge
 from pipeline.audit.reader import count, find, get, since, tail
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord, build_record, log_line
-from pipeline.audit.writer import AuditWriter, knock_path, knocking, write_record, write_records
+from pipeline.audit.writer import write_record, write_records
 
 __all__ = [
-    "AuditLog",
     "LakeLog",
     "log_of",
     "AuditRecord",
@@ -26,9 +25,6 @@ __all__ = [
     "JSON_COLUMNS",
     "write_records",
     "write_record",
-    "knock_path",
-    "AuditWriter",
-    "knocking",
     "tail",
     "get",
     "find",

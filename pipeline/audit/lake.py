@@ -59,11 +59,6 @@ class LakeLog:
         return f"retrieval_log in the lake {Catalog.parse(self.catalog)}"
 
 
-AuditLog = Path | LakeLog
-"""Where audit rows are written and read: the lake, or an ``audit.duckdb`` file (the segment
-store of earlier versions kept one; ``dimple migrate`` reads it, ``pipeline.audit.carry``)."""
-
-
 def log_of(settings: Settings) -> LakeLog:
     """The audit log of ``settings``: the lake's ``retrieval_log``."""
     return LakeLog.of(settings)

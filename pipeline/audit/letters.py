@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.audit.lake import AuditLog
+from pipeline.audit.lake import LakeLog
 from pipeline.audit.record import AuditRecord
 from pipeline.audit.writer import check_writable, write_records
 from pipeline.errors import AuditWriteError, problems
@@ -248,7 +248,7 @@ def _readable_letters(folder: Path, errors: list[str]) -> list[tuple[Path, str, 
 RETRY_BATCH = 1000  # dead letters written per transaction by ``retry_dead_letters``
 
 
-def retry_dead_letters(folder: Path, audit_path: AuditLog, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
+def retry_dead_letters(folder: Path, audit_path: LakeLog, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
     """Write every dead letter (idempotently); returns (written, already there, errors).
 
     ``batch`` letters go in one transaction over one connection. When a batch
@@ -268,7 +268,7 @@ def retry_dead_letters(folder: Path, audit_path: AuditLog, batch: int = RETRY_BA
 
 @dataclass
 class _Retry:
-    audit_path: AuditLog
+    audit_path: LakeLog
     written: int = 0
     present: int = 0
     errors: list[str] = field(default_factory=list)

@@ -7,26 +7,19 @@ memory can still be read there: its id in the rows that served it, and its
 words in query texts that quoted them. ``purge`` deletes every row that holds
 one of the given ids or texts anywhere (query text, options, profile, served
 ids: an id as a whole value or word, a text ignoring case; never by the
-row's own query id), from the log, the outbox and the dead letters, then
-writes the log to a fresh file that replaces it: DuckDB keeps deleted rows in
-free blocks of a file it updates in place.
+row's own query id), from the log, the outbox and the dead letters.
 
-It takes the log as any writer does (``writer.knocking``: an audit worker
-holding the file lets go, and waits while the purge holds it), so rows
-written meanwhile land in the purged file, not in the one it replaces.
-
-On the lake engine (``pipeline.audit.lake``) the rows are deleted from the
-lake's ``retrieval_log`` in one commit: gone from every host's ``dimple
-audit`` at once. Their bytes stay in the lake's files and older snapshots
-until the next erase (``pipeline.store.lake.erase.purge``: it flushes,
-rewrites and expires every table of the lake, this one's included). The
-outbox and dead letters purged are this host's.
+The rows are deleted from the lake's ``retrieval_log`` in one commit
+(``pipeline.audit.lake``): gone from every host's ``dimple audit`` at once.
+Their bytes stay in the lake's files and older snapshots until the next
+erase (``pipeline.store.lake.erase.purge``: it flushes, rewrites and expires
+every table of the lake, this one's included). The outbox and dead letters
+purged are this host's.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,12 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.audit import lake
-from pipeline.audit.lake import AuditLog, LakeLog
+from pipeline.audit.lake import LakeLog
 from pipeline.audit.letters import OUTBOX_NAME, _put_json
-from pipeline.audit.writer import knock_path, knocking
 from pipeline.errors import InputError
-from pipeline.store.database import one
-from pipeline.store.files import fsync_dir, fsync_file
 
 
 @dataclass
@@ -88,19 +78,16 @@ def _strings(data: Any) -> Iterator[str]:
             yield from _strings(value)
 
 
-def purge(audit_path: AuditLog, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
+def purge(log: LakeLog, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
           texts: list[str] | None = None) -> PurgeReport:
     """Delete every audit row holding one of ``ids`` or ``texts`` (ignoring
-    case) from the outbox, the dead letters and the log, and rewrite the log
-    afresh when a row went. Raises ``InputError`` when nothing is named."""
+    case) from the outbox, the dead letters and the log. Raises
+    ``InputError`` when nothing is named."""
     needles = _Needles(list(ids), list(texts or []))
     report = PurgeReport()
     report.outbox_rows = _purge_outbox(outbox_dir, needles)
     report.dead_letters = _purge_letters(dead_letter_dir, needles)
-    if isinstance(audit_path, LakeLog):
-        report.rows = _purge_lake(audit_path, needles)
-    elif audit_path.exists():
-        report.rows = _purge_log(audit_path, needles)
+    report.rows = _purge_lake(log, needles)
     return report
 
 
@@ -166,40 +153,3 @@ def _purge_lake(log: LakeLog, needles: _Needles) -> int:
     return lake.delete(log, doomed)
 
 
-def _purge_log(path: Path, needles: _Needles) -> int:
-    fresh = path.with_name(path.name + ".purge")
-    for stale in (fresh, fresh.with_name(fresh.name + ".wal")):
-        stale.unlink(missing_ok=True)
-    knock = knock_path(path)
-    try:
-        _touch(knock)  # audit writers stay away for the whole purge, the file's replacement included
-        with knocking(path, read_only=False) as con:
-            if not one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'retrieval_log'")[0]:
-                return 0
-            doomed = [row[0] for row in con.execute(_ROWS).fetchall() if needles.found_in(_row_data(row))]
-            if not doomed:
-                return 0
-            con.execute("DELETE FROM retrieval_log WHERE query_id IN (SELECT unnest(?))", [doomed])
-            con.execute("CHECKPOINT")  # nothing left in the WAL beside the file that goes
-            name = one(con, "SELECT current_database()")[0]
-            # ATTACH takes no parameters: the path is ours (the audit dir), quoted
-            con.execute("ATTACH '" + str(fresh).replace("'", "''") + "' AS purged")
-            try:
-                con.execute('COPY FROM DATABASE "' + name.replace('"', '""') + '" TO purged')
-            finally:
-                con.execute("DETACH purged")
-        # the old file closed (its WAL checkpointed) before the purged one takes its name
-        _touch(knock)
-        fsync_file(fresh)
-        os.replace(fresh, path)
-        fsync_dir(path.parent)
-        return len(doomed)
-    finally:
-        knock.unlink(missing_ok=True)
-
-
-def _touch(path: Path) -> None:
-    try:
-        path.touch()
-    except OSError:
-        pass  # no write access: the writer's bounded hold is waited out instead

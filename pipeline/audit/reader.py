@@ -1,11 +1,7 @@
 """Reading the retrieval log: the last rows, one row (by its id or a unique
-prefix of it), rows since a time, counts.
-
-Readers knock (``pipeline.audit.writer.knocking``) so a writer holding the
-file lets go for them (an ``audit.duckdb`` of the segment store of earlier
-versions, read to carry it into the lake: ``pipeline.audit.carry``). In the
-lake (``pipeline.audit.lake``) the same SQL reads ``retrieval_log`` at its
-latest snapshot: every host's rows, from any host.
+prefix of it), rows since a time, counts. ``retrieval_log`` is read in the
+lake (``pipeline.audit.lake``) at its latest snapshot: every host's rows,
+from any host.
 """
 
 from __future__ import annotations
@@ -19,9 +15,8 @@ from typing import Any
 import duckdb
 
 from pipeline.audit import lake
-from pipeline.audit.lake import AuditLog, LakeLog
+from pipeline.audit.lake import LakeLog
 from pipeline.audit.record import COLUMNS, JSON_COLUMNS, AuditRecord
-from pipeline.audit.writer import knocking
 from pipeline.errors import InputError
 from pipeline.store.database import one
 
@@ -32,49 +27,42 @@ SHOWN_CANDIDATES = 10
 
 
 @contextmanager
-def _log(path: AuditLog) -> Iterator[duckdb.DuckDBPyConnection | None]:
-    """A connection to read ``retrieval_log`` over, or None when there is
-    nothing to read yet: no file, or a file without the table (its writer
-    created the file and was stopped before the schema's transaction committed;
-    the next write creates it), or a lake without its audit tables."""
-    if isinstance(path, LakeLog):
-        with lake.reading(path) as cur:
-            yield cur
-        return
-    if not path.exists():
-        yield None
-        return
-    with knocking(path) as con:
-        tables = one(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = 'retrieval_log'")[0]
-        yield con if tables else None
+def _log(log: LakeLog) -> Iterator[duckdb.DuckDBPyConnection | None]:
+    """A cursor to read ``retrieval_log`` over, or None when the lake has no
+    audit tables yet (nothing written)."""
+    with lake.reading(log) as cur:
+        yield cur
 
 
-def _rows(path: AuditLog, sql: str, params: list[Any]) -> list[AuditRecord]:
-    with _log(path) as con:
-        if con is None:
-            return []
-        cur = con.execute(sql, params)
-        names = [d[0] for d in cur.description]
-        out = []
-        for values in cur.fetchall():
-            row = dict(zip(names, values))
-            for c in JSON_COLUMNS:
-                if isinstance(row.get(c), str):
-                    row[c] = json.loads(row[c])
-            out.append(AuditRecord.model_validate(row))
-        return out
+def _rows(log: LakeLog, sql: str, params: list[Any]) -> list[AuditRecord]:
+    with _log(log) as con:
+        return [] if con is None else rows_of(con, sql, params)
 
 
-def tail(path: AuditLog, n: int) -> list[AuditRecord]:
-    rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log ORDER BY logged_at DESC, query_id LIMIT ?", [n])
+def rows_of(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[AuditRecord]:
+    """The rows ``sql`` selects (``COLUMNS``) as records, their JSON columns parsed."""
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    out = []
+    for values in cur.fetchall():
+        row = dict(zip(names, values))
+        for c in JSON_COLUMNS:
+            if isinstance(row.get(c), str):
+                row[c] = json.loads(row[c])
+        out.append(AuditRecord.model_validate(row))
+    return out
+
+
+def tail(log: LakeLog, n: int) -> list[AuditRecord]:
+    rows = _rows(log, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log ORDER BY logged_at DESC, query_id LIMIT ?", [n])
     return list(reversed(rows))
 
 
-def get(path: AuditLog, query_id: str) -> AuditRecord | None:
-    rows = _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
+def get(log: LakeLog, query_id: str) -> AuditRecord | None:
+    rows = _rows(log, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log WHERE query_id = ?", [query_id])
     return rows[0] if rows else None
 
-def find(path: AuditLog, id_or_prefix: str) -> AuditRecord | None:
+def find(log: LakeLog, id_or_prefix: str) -> AuditRecord | None:
     """The row whose query id is ``id_or_prefix``, or the one row whose id starts
     with it (as git takes a commit's abbreviation); None when none does.
 
@@ -82,12 +70,12 @@ def find(path: AuditLog, id_or_prefix: str) -> AuditRecord | None:
     ``MIN_PREFIX`` that is not a whole id, or one that several ids share
     (naming up to ``SHOWN_CANDIDATES`` of them).
     """
-    exact = get(path, id_or_prefix)
+    exact = get(log, id_or_prefix)
     if exact is not None:
         return exact
     if len(id_or_prefix) < MIN_PREFIX:
         raise InputError("query_id", f"{id_or_prefix!r} is too short: give at least {MIN_PREFIX} characters of the id")
-    with _log(path) as con:
+    with _log(log) as con:
         if con is None:
             return None
         ids = [r[0] for r in con.execute(
@@ -98,9 +86,9 @@ def find(path: AuditLog, id_or_prefix: str) -> AuditRecord | None:
         more = ", ..." if len(ids) > SHOWN_CANDIDATES else ""
         raise InputError("query_id", f"{id_or_prefix!r} is ambiguous, give more characters; it starts "
                                      f"{', '.join(ids[:SHOWN_CANDIDATES])}{more}")
-    return get(path, ids[0]) if ids else None
+    return get(log, ids[0]) if ids else None
 
-def since(path: AuditLog, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
+def since(log: LakeLog, start: datetime | None = None, limit: int | None = None) -> list[AuditRecord]:
     """Rows logged at or after ``start`` (naive UTC; all rows when None), oldest first."""
     sql = f"SELECT {', '.join(COLUMNS)} FROM retrieval_log"
     params: list[Any] = []
@@ -111,20 +99,12 @@ def since(path: AuditLog, start: datetime | None = None, limit: int | None = Non
     if limit is not None:
         sql += " LIMIT ?"
         params.append(limit)
-    return _rows(path, sql, params)
+    return _rows(log, sql, params)
 
 
-def page(path: AuditLog, after: str | None, limit: int) -> list[AuditRecord]:
-    """Up to ``limit`` rows whose query ids sort after ``after`` (from the first
-    when None), by query id: a whole log read a page at a time."""
-    where, params = ("WHERE query_id > ? ", [after]) if after is not None else ("", [])
-    return _rows(path, f"SELECT {', '.join(COLUMNS)} FROM retrieval_log {where}ORDER BY query_id LIMIT ?",
-                 [*params, limit])
-
-
-def count(path: AuditLog) -> tuple[int, int]:
+def count(log: LakeLog) -> tuple[int, int]:
     """(rows, distinct query ids): equal unless something went wrong."""
-    with _log(path) as con:
+    with _log(log) as con:
         if con is None:
             return 0, 0
         rows, query_ids = one(con, "SELECT count(*), count(DISTINCT query_id) FROM retrieval_log")

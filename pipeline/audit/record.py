@@ -154,7 +154,7 @@ COLUMNS = list(AuditRecord.model_fields)
 
 JSON_COLUMNS = {"options", "query_profile", "sources", "truncation", "latency_ms"}
 
-# DuckDB types of the retrieval_log columns (schema/audit, schema/lake), for the casts in ``rows_view``
+# DuckDB types of the retrieval_log columns (schema/lake), for the casts in ``rows_view``
 TYPES = {
     "query_id": "VARCHAR", "logged_at": "TIMESTAMP", "query_hash": "VARCHAR", "hash_of": "VARCHAR", "mode": "VARCHAR",
     "requested_mode": "VARCHAR", "query_text": "VARCHAR", "options": "JSON", "query_profile": "JSON",

@@ -245,22 +245,6 @@ def _sql_quote(text: str) -> str:
     return text.replace("'", "''")
 
 
-def migrate_package(con: duckdb.DuckDBPyConnection, package: str) -> int:
-    """Bring a database without embeddings (the audit store) to ``package``'s latest version.
-
-    Raises ``SchemaTooNewError`` for a file written by a newer dimple.
-    """
-    version = _current_version(con)
-    latest = latest_schema_version(package)
-    if version > latest:
-        raise SchemaTooNewError(
-            f"database has schema version {version}, newer than this dimple understands ({latest})"
-        )
-    if version < latest:
-        _migrate(con, version, 1, package)
-    return latest
-
-
 def _versions(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[int, int]:
     """(the store's schema version, this dimple's latest); a store newer than
     this dimple understands is refused."""

@@ -294,7 +294,7 @@ def test_on_workers_an_audit_write_takes_its_host_waiting_rows_in_one_transactio
     waiting on its host, in one transaction (one lake commit); their messages
     then write nothing. A message from another host's outbox is written as it comes."""
     from pipeline.audit.letters import outbox_id, outbox_pending, outbox_put
-    from workers import resources
+    from workers import tasks
     from workers.app import get_app
 
     embedded.audit_outbox_after_s = 3600.0  # the outbox drain thread stays out of it
@@ -302,10 +302,9 @@ def test_on_workers_an_audit_write_takes_its_host_waiting_rows_in_one_transactio
     rows = [_row(i).model_dump(mode="json") for i in range(30)]
     names = [outbox_put(folder, [row]) for row in rows]  # as 30 search.budget tasks of this host left them
     host = outbox_id(folder)
-    writer = resources.current().audit_writer()
     calls: list[int] = []
-    real = writer.write
-    monkeypatch.setattr(writer, "write", lambda log, records: calls.append(len(records)) or real(log, records))
+    real = tasks.write_records
+    monkeypatch.setattr(tasks, "write_records", lambda log, records: calls.append(len(records)) or real(log, records))
     task = get_app().tasks["audit.write"]
     first = task.apply(args=[rows[:1]], kwargs={"outbox": names[0], "host": host}).get()
     assert first["inserted"] == 30 and first["with_others"] == 29 and calls == [30]

@@ -47,7 +47,7 @@ def test_a_segment_store_is_refused_on_the_lake_until_migrated(settings, monkeyp
     # what the segment store kept beside it: its audit rows (the search that made the fixture) and,
     # written here in its format, tuned settings
     from pipeline import audit as audit_log
-    from pipeline.audit.reader import page
+    from pipeline.audit.carry import page
     from pipeline.store.tuned import TUNED, Tuned, TunedFusion, read_tuned
 
     logged = page(settings.audit_path, None, 10)

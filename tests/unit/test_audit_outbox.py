@@ -10,10 +10,16 @@ import time
 
 import pytest
 
+from pipeline.audit.lake import LakeLog, log_of
 from pipeline.audit.letters import drain_outbox, outbox_done, outbox_pending, outbox_put
 from pipeline.audit.reader import count
 from pipeline.audit.writer import write_records
 from pipeline.errors import AuditStoreUnavailable
+from pipeline.settings import Settings
+
+
+def _log(tmp_path) -> LakeLog:
+    return log_of(Settings(data_dir=tmp_path / "data", _env_file=None))
 
 
 def _row(qid: str) -> dict:
@@ -25,7 +31,7 @@ def _row(qid: str) -> dict:
 
 
 def test_drained_rows_are_written_once_and_their_files_removed(tmp_path):
-    box, log = tmp_path / "outbox", tmp_path / "audit.duckdb"
+    box, log = tmp_path / "outbox", _log(tmp_path)
     outbox_put(box, [_row("q1"), _row("q2")])
     outbox_put(box, [_row("q2"), _row("q3")])  # a row sent twice (a redelivered stage)
     writes = []
@@ -61,7 +67,7 @@ def test_a_failed_write_keeps_the_files(tmp_path):
 
 
 def test_a_file_that_is_not_rows_is_set_apart_with_the_field_named(tmp_path):
-    box, log = tmp_path / "outbox", tmp_path / "audit.duckdb"
+    box, log = tmp_path / "outbox", _log(tmp_path)
     bad = box / outbox_put(box, [_row("ok")])
     bad.write_text(json.dumps({"records": [{**_row("x"), "result_count": "many"}]}))
     outbox_put(box, [_row("q1")])

@@ -8,6 +8,7 @@ import pytest
 
 from pipeline import audit
 from pipeline.errors import InputError
+from pipeline.settings import Settings
 
 
 def _row(query_id: str) -> audit.AuditRecord:
@@ -18,9 +19,13 @@ def _row(query_id: str) -> audit.AuditRecord:
     )
 
 
+def _log(folder) -> audit.LakeLog:
+    return audit.log_of(Settings(data_dir=folder, _env_file=None))
+
+
 @pytest.fixture
 def log(tmp_path):
-    path = tmp_path / "audit.duckdb"
+    path = _log(tmp_path / "data")
     ids = ["abcd1111", "abcd2222", "abce3333", "ab%_4444", "ffff"]
     assert audit.write_records(path, [_row(i) for i in ids]) == len(ids)
     return path
@@ -55,44 +60,28 @@ def test_prefix_characters_are_literal_not_patterns(log):
 
 def test_no_match_or_no_log_is_none(log, tmp_path):
     assert audit.find(log, "0000") is None
-    assert audit.find(tmp_path / "missing.duckdb", "abcd") is None
+    assert audit.find(_log(tmp_path / "no-audit-yet"), "abcd") is None
 
 
 def test_many_candidates_are_cut(tmp_path):
-    path = tmp_path / "audit.duckdb"
+    path = _log(tmp_path / "data")
     audit.write_records(path, [_row(f"beef{i:04d}") for i in range(audit.reader.SHOWN_CANDIDATES + 5)])
     with pytest.raises(InputError) as err:
         audit.find(path, "beef")
     assert err.value.reason.endswith("beef0009, ...")
 
 
-def test_a_file_without_the_table_reads_as_empty_until_the_first_write(tmp_path):
-    """A writer killed between creating the file and committing the schema
-    leaves a bare DuckDB file: readers see no rows (not a catalog error), and
-    the next write creates the table and its row."""
-    import duckdb
+def test_a_lake_no_query_was_logged_in_reads_as_empty_until_the_first_write(tmp_path):
+    """A store only written to, no query logged yet: readers see no rows (not
+    a catalog error), and the first write adds its row."""
+    from pipeline.store.lake import Lake
 
-    path = tmp_path / "audit.duckdb"
-    duckdb.connect(str(path)).close()
-    assert path.exists()
-    assert audit.tail(path, 10) == []
-    assert audit.since(path) == []
-    assert audit.count(path) == (0, 0)
-    assert audit.find(path, "abcd") is None
-    assert audit.write_records(path, [_row("abcd1111")]) == 1
-    assert [r.query_id for r in audit.tail(path, 10)] == ["abcd1111"]
-    assert audit.count(path) == (1, 1)
-
-
-def test_a_row_is_found_while_this_process_writer_holds_the_file(tmp_path):
-    """Embedded, the process that just answered a query holds the audit file
-    open for writing (``explain_miss`` right after ``search``): the reader
-    knocks, the writer lets go, and the row is read."""
-    path = tmp_path / "audit.duckdb"
-    writer = audit.AuditWriter(idle_s=600, max_hold_s=600)
-    try:
-        assert writer.write(path, [_row("held0001")]) == 1
-        assert writer.holding
-        assert audit.find(path, "held0001").query_id == "held0001"
-    finally:
-        writer.release()
+    log = _log(tmp_path / "data")
+    Lake.open(log.settings, embedding_model="hash-64", embedding_dim=64).close()
+    assert audit.tail(log, 10) == []
+    assert audit.since(log) == []
+    assert audit.count(log) == (0, 0)
+    assert audit.find(log, "abcd") is None
+    assert audit.write_records(log, [_row("abcd1111")]) == 1
+    assert [r.query_id for r in audit.tail(log, 10)] == ["abcd1111"]
+    assert audit.count(log) == (1, 1)
