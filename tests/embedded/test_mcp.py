@@ -1,7 +1,9 @@
 """``dimple mcp`` as an agent meets it: the MCP SDK's own client talking to a
 ``dimple mcp`` subprocess over stdio and over streamable HTTP, listing the
-tools, calling each and reading their results; bad arguments as tool errors
-naming the field; the bearer token and the loopback rule of ``--http``.
+tools, calling each and reading their results (``search`` with a write's
+version as ``min_version`` and an older one as ``as_of``); bad arguments as
+tool errors naming the field; the bearer token and the loopback rule of
+``--http``.
 
 The store is a real one under a temporary data dir, embedded, with the hash
 embedder (the server process reads ``DIMPLE_EMBEDDING_MODEL=hash-64``).
@@ -136,10 +138,32 @@ async def _every_tool(client: Client) -> dict:
     bad = await client.call_tool("search", {"query": "x" * 10_001})
     assert bad.is_error and "over the limit of 10000" in _text(bad)  # the API's limits
 
+    # read-your-writes and time travel: a write's version as min_version, an earlier one as as_of
+    first = wrote.structured_content["version"]
+    late = await client.call_tool("remember", {"records": [
+        {"id": "freeze-1", "namespace": "plans", "content": "Deploy freeze over the holidays."}]})
+    later = late.structured_content["version"]
+    assert later > first
+    now = await client.call_tool("search", {"query": "deploy freeze holidays", "namespace": "plans",
+                                            "min_version": later})
+    assert not now.is_error, _text(now)
+    assert [r["id"] for r in now.structured_content["results"]] == ["freeze-1"]
+    then = await client.call_tool("search", {"query": "deploy freeze holidays", "as_of": first})
+    assert not then.is_error, _text(then)
+    assert "freeze-1" not in [r["id"] for r in then.structured_content["results"]] and \
+        "deploy-1" in [r["id"] for r in then.structured_content["results"]]
+    bad = await client.call_tool("search", {"query": "deploy", "min_version": -1})
+    assert bad.is_error and "min_version" in _text(bad) and "Traceback" not in _text(bad)
+    bad = await client.call_tool("search", {"query": "deploy", "as_of": later + 1000})
+    assert bad.is_error and "as_of" in _text(bad) and "Traceback" not in _text(bad)
+
     gone = await client.call_tool("forget", {"ids": ["food-1", "nope"], "reason": "asked"})
     assert gone.structured_content["forgotten"] == 1 and gone.structured_content["not_found"] == ["nope"]
     got = await client.call_tool("get", {"ids": "food-1"})
     assert got.structured_content["memories"] == []
+    past = await client.call_tool("search", {"query": "vegetarian Thai", "namespace": "messages", "as_of": first})
+    assert not past.is_error, _text(past)
+    assert past.structured_content["results"] == []  # time travel never brings a forgotten memory back
     return {"search": res}
 
 

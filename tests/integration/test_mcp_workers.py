@@ -53,7 +53,9 @@ def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, sta
                 assert not wrote.is_error, wrote.content
                 out["remember"] = wrote.structured_content
                 out["get"] = (await client.call_tool("get", {"ids": ["mw-1"]})).structured_content
-                found = await client.call_tool("search", {"query": "ZQ_MCP_7", "namespace": NS, "mode": "keyword"})
+                # read-your-writes through the workers: the write's version as min_version
+                found = await client.call_tool("search", {"query": "ZQ_MCP_7", "namespace": NS, "mode": "keyword",
+                                                          "min_version": wrote.structured_content["version"]})
                 out["found"] = found.structured_content
                 qid = out["search"][0]["query_id"]
                 for _ in range(100):  # the audit worker writes the row off the query path
@@ -73,6 +75,7 @@ def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, sta
     assert out["remember"]["ids"] == ["mw-1"] and out["remember"]["inserted"] == 1
     assert [m["id"] for m in out["get"]["memories"]] == ["mw-1"]
     assert [r["id"] for r in out["found"]["results"]] == ["mw-1"]
+    assert out["found"]["store_version"] >= out["remember"]["version"]
     assert not out["explain"].is_error, out["explain"].content
     assert [p["id"] for p in out["explain"].structured_content["results"]] == [r["id"] for r in out["search"][0]["results"]]
     assert out["forget"]["forgotten"] == 1
