@@ -127,26 +127,33 @@ def _write(settings, records, reader=None):
     return time.perf_counter() - t
 
 
-def one_memory(template: Path, scratch: Path, direct: bool) -> dict:
+def one_memory(template: Path, scratch: Path, direct: bool, repeat: int = 1) -> dict:
+    """``repeat`` one-memory writes in a row on one fresh copy, each seen by a
+    poller started (and warm) before it: the p50 of each figure, and each."""
     from pipeline.store.lake.follow import reader_for
 
     settings = _settings(_fresh_lake(template, scratch), direct)
     reader = reader_for(settings)
-    # a first write warms the writer's view; the memory timed is the second write on every side
+    # a first write warms the writer's view; the memories timed are the writes after it on every side
     _write(settings, _records("warm", 1), reader)
-    token = f"zqvis{int(time.time() * 1000) % 10**8}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    poller = subprocess.Popen([sys.executable, "-c", _POLLER, settings.model_dump_json(), token],
-                              stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
-    start = time.time()
-    ack_s = _write(settings, _records("one", 1, token), reader)
-    acked = time.time()
-    seen = float(poller.stdout.readline())
-    poller.wait(30)
+    acks, after, visible = [], [], []
+    for k in range(repeat):
+        token = f"zqvis{k}x{int(time.time() * 1000) % 10**8}"
+        poller = subprocess.Popen([sys.executable, "-c", _POLLER, settings.model_dump_json(), token],
+                                  stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        assert poller.stdout is not None and poller.stdout.readline().strip() == "ready"
+        start = time.time()
+        acks.append(_write(settings, _records(f"one{k}", 1, token), reader))
+        acked = time.time()
+        seen = float(poller.stdout.readline())
+        poller.wait(30)
+        after.append(max(seen - acked, 0.0))
+        visible.append(seen - start)
     reader.close()
-    return {"ack_s": round(ack_s, 4), "visible_after_ack_s": round(max(seen - acked, 0.0), 4),
-            "visible_s": round(seen - start, 4)}
+    return {"writes": repeat, "ack_s": round(statistics.median(acks), 4),
+            "visible_after_ack_s": round(statistics.median(after), 4),
+            "visible_s": round(statistics.median(visible), 4), "visible_each_s": [round(v, 4) for v in visible]}
 
 
 def batch(template: Path, scratch: Path, direct: bool, size: int = 1000) -> float:
@@ -285,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--only-pending", action="store_true", help="run (c) and (e) only")
     p.add_argument("--no-pending", action="store_true", help="skip (c) and (e) (at 1M: minutes of compaction)")
+    p.add_argument("--repeat", type=int, default=1, help="one-memory writes timed in a row (their p50 reported)")
     p.add_argument("--baseline-parts", default="one,batch",
                    help="which of one,batch the whole-store path runs (each costs a whole-store write)")
     args = p.parse_args(argv)
@@ -297,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         for side, direct in () if args.only_pending else (("lake", False), ("whole_store", True)):
             row[side] = {}
             if "one" in parts[side]:
-                row[side]["one_memory"] = one_memory(template, scratch, direct)
+                row[side]["one_memory"] = one_memory(template, scratch, direct, args.repeat)
             if "batch" in parts[side]:
                 row[side]["batch_1000_s"] = batch(template, scratch, direct)
             print(n, side, row[side], flush=True)

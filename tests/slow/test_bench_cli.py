@@ -180,11 +180,12 @@ def test_writes_bench_writes_to_the_lake(tmp_path):
     from ops.bench import writes
 
     out = tmp_path / "writes.json"
-    assert writes.main(["--sizes", "600", "--no-pending", "--baseline-parts", "none",
+    assert writes.main(["--sizes", "600", "--no-pending", "--baseline-parts", "none", "--repeat", "2",
                         "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
     side = json.loads(out.read_text())["600"]["lake"]
     # another process may see the commit before the writer's call returns (its post-commit
     # work), so visibility is bounded below by nothing but the write's start
     one = side["one_memory"]
     assert one["visible_s"] > 0 and one["ack_s"] > 0 and one["visible_after_ack_s"] >= 0
+    assert one["writes"] == 2 and len(one["visible_each_s"]) == 2
     assert side["batch_1000_s"] > 0

@@ -129,3 +129,55 @@ def test_ingest_worker_killed_while_holding_a_write(tmp_path):
             assert twice_applied(reader) == [], "no write applied twice"
         finally:
             reader.close()
+
+
+def test_the_ingest_worker_killed_inside_a_compaction_leaves_the_store_whole_and_its_message_runs_again(tmp_path):
+    """The real ``ingest`` worker SIGKILLed, with its pool, while
+    ``ingest.compact`` builds a base: the store opens and holds every
+    acknowledged write, the compaction's message (acks late) is delivered to
+    the next worker, and there it runs at once: the dead pool process's claim
+    of ``compaction_head`` is taken over, not waited out
+    (``compaction.LEASE``), and the base the killed one was building is
+    deleted."""
+    from pipeline.store.lake import Lake
+    from workers.app import get_app
+
+    rng = random.Random(37)
+    with IngestWorkerKills(tmp_path / "run", tmp_path / "data", rng, store=LAKE) as kills:
+        from workers.api import forget, remember
+
+        for b in range(2):  # 2,000 memories: a base build long enough to be killed inside
+            batch = [{"id": f"c{b}-{i}", "namespace": f"ns{i % 4}", "content": f"note {i} of batch {b} on topic {i % 37}"}
+                     for i in range(1000)]
+            remember(batch)
+            kills.remembered |= {r["id"] for r in batch}
+        remember([{"id": "late", "namespace": "ns0", "content": "a late note"}])
+        kills.remembered.add("late")
+        assert forget(["c0-1"]).forgotten == 1
+        kills.remembered.discard("c0-1")
+        kills.forgotten.add("c0-1")
+        kills.sent |= kills.remembered | kills.forgotten
+
+        index = kills.settings.lake_index_path
+        handle = get_app().tasks["ingest.compact"].apply_async(kwargs={"rebuild": True})
+        deadline = time.monotonic() + 240
+        while not list(index.glob(".base-*.duckdb*")):  # the base being built, under a name of its own
+            assert time.monotonic() < deadline, "the compaction never started its base"
+            time.sleep(0.005)
+        assert kills.where(handle.id) == "held"
+        kills.kill()
+        with Lake.open(kills.settings) as lake:
+            holder = lake.con.execute("SELECT holder FROM compaction_head").fetchone()[0]
+        assert holder is not None, "killed while it held the claim"
+        kills.check()  # the store opens; every acknowledged write is there, the forget stands
+
+        kills.start()  # its lease sweep puts the held message back on the queue
+        report = handle.get(timeout=240)  # the caller's answer, from the next worker's run
+        assert report["ran"] and report["memories"] == len(kills.remembered), report
+        kills.drained()
+        with Lake.open(kills.settings) as lake:
+            assert lake.con.execute("SELECT holder FROM compaction_head").fetchone() == (None,)
+            listed = [r[0] for r in lake.con.execute("SELECT path FROM indexes").fetchall()]
+        assert report["base"] in listed
+        assert sorted(p.name for p in index.iterdir() if p.name.startswith(".")) == []
+        kills.check()
