@@ -294,6 +294,7 @@ class Settings(BaseSettings):
 
     @property
     def audit_path(self) -> Path:
+        """The audit file earlier versions kept (``dimple migrate`` carries its rows into the lake)."""
         return (self.audit_dir or self.data_dir) / "audit.duckdb"
 
     @property

@@ -248,7 +248,7 @@ def _readable_letters(folder: Path, errors: list[str]) -> list[tuple[Path, str, 
 RETRY_BATCH = 1000  # dead letters written per transaction by ``retry_dead_letters``
 
 
-def retry_dead_letters(folder: Path, audit_path: LakeLog, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
+def retry_dead_letters(folder: Path, log: LakeLog, batch: int = RETRY_BATCH) -> tuple[int, int, list[str]]:
     """Write every dead letter (idempotently); returns (written, already there, errors).
 
     ``batch`` letters go in one transaction over one connection. When a batch
@@ -259,7 +259,7 @@ def retry_dead_letters(folder: Path, audit_path: LakeLog, batch: int = RETRY_BAT
     back, for about 2 x log2(batch) more transactions. A letter is removed once
     its row is in the log.
     """
-    retry = _Retry(audit_path)
+    retry = _Retry(log)
     letters = _readable_letters(folder, retry.errors)
     for start in range(0, len(letters), batch):
         retry.write(letters[start : start + batch])
@@ -268,7 +268,7 @@ def retry_dead_letters(folder: Path, audit_path: LakeLog, batch: int = RETRY_BAT
 
 @dataclass
 class _Retry:
-    audit_path: LakeLog
+    log: LakeLog
     written: int = 0
     present: int = 0
     errors: list[str] = field(default_factory=list)
@@ -279,13 +279,13 @@ class _Retry:
             self.errors.extend(f"{record.query_id}: {self.down}" for _, _, record in chunk)
             return
         try:
-            inserted = write_records(self.audit_path, [record for _, _, record in chunk])
+            inserted = write_records(self.log, [record for _, _, record in chunk])
         except AuditWriteError as exc:
             if len(chunk) == 1:
                 self.errors.append(f"{chunk[0][2].query_id}: {exc}")
                 return
             try:
-                check_writable(self.audit_path)
+                check_writable(self.log)
             except AuditWriteError as down:
                 self.down = down
                 self.write(chunk)
