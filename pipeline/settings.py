@@ -209,8 +209,9 @@ class Settings(BaseSettings):
     )
 
     data_dir: Path = Field(Path.home() / ".local" / "share" / "dimple",
-                           description="where the store lives (its base `store.duckdb` and the deltas), and the audit "
-                                       "log unless audit_dir is set")
+                           description="where the store lives: the lake's SQLite catalog and Parquet files (unless "
+                                       "store.catalog and store.data_path say otherwise), the bases and their host "
+                                       "cache, and the audit outbox unless audit_dir is set")
     embedding_model: str = Field(
         PACKAGED_MODEL,
         description="sentence-transformers model folder or cached name; the default is the packaged all-MiniLM-L6-v2. "
