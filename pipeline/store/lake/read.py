@@ -161,16 +161,6 @@ def read_memories(con: duckdb.DuckDBPyConnection, dim: int, snapshot: int,
     if ids is not None:
         where = " WHERE {col} IN (SELECT unnest($ids))"
         params = {**params, "ids": list(ids)}
-    rows, topics, concepts, edges = _memories(con, clause, where, params)
-    vectors = vectors_of([r[6] for r in rows], dim)
-    return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
-                                concepts.get(r[0], []), edges.get(r[0], []))
-            for i, r in enumerate(rows)]
-
-
-def _memories(con: duckdb.DuckDBPyConnection, clause: str, where: str, params: dict[str, Any]) -> tuple[
-        list[tuple], dict[str, list[str]], dict[str, list[str]], dict[str, list[tuple[str, str, str]]]]:
-    """The rows of the four record tables that ``read_memories`` reads."""
     rows = _run(con, "SELECT id, namespace, content, content_type, created_at, content_hash, embedding, "
                      f"metadata::VARCHAR, context, ingested_at FROM memories{clause}{where.format(col='id')} ORDER BY id",
                 params)
@@ -186,7 +176,10 @@ def _memories(con: duckdb.DuckDBPyConnection, clause: str, where: str, params: d
     for src, dst, kind, origin in _run(con, f"SELECT src, dst, kind, origin FROM edges{clause}"
                                             f"{where.format(col='origin')} ORDER BY 4, 1, 2, 3", params):
         edges.setdefault(origin, []).append((src, dst, kind))
-    return rows, topics, concepts, edges
+    vectors = vectors_of([r[6] for r in rows], dim)
+    return [LakeMemory.from_row(dict(zip(TABLES["memories"], r)), vectors[i], topics.get(r[0], []),
+                                concepts.get(r[0], []), edges.get(r[0], []))
+            for i, r in enumerate(rows)]
 
 
 def count(con: duckdb.DuckDBPyConnection, at: At = None) -> int:
