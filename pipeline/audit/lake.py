@@ -29,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.audit.record import AuditRecord, rows_view
+from pipeline.audit.record import VIEW_ROWS, AuditRecord, rows_view
 from pipeline.errors import AuditStoreUnavailable, StoreError
 from pipeline.settings import Settings
 from pipeline.store.database import migrations, utcnow
@@ -181,8 +181,9 @@ def write(log: LakeLog, records: list[AuditRecord]) -> int:
             return 0
         cur.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [COMMIT_MESSAGE])
         cur.execute("UPDATE audit_head SET seq = seq + 1")
-        with rows_view(cur, new) as (names, select, view):
-            cur.execute(f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {view}")
+        for start in range(0, len(new), VIEW_ROWS):  # one commit, a view at a time
+            with rows_view(cur, new[start:start + VIEW_ROWS]) as (names, select, view):
+                cur.execute(f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {view}")
         cur.execute("COMMIT")
         return len(new)
 

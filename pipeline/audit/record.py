@@ -164,12 +164,22 @@ TYPES = {
 _ROWS_VIEW = "dimple_audit_rows"
 
 
+# The most rows one ``rows_view`` takes: DuckDB 1.5.5 analyses a registered
+# column of Python objects by sampling once it is long enough, through a pandas
+# method (``first_valid_index``) a numpy array lacks, and fails (an INSERT of
+# 2,000 rows did; 1,500 did not). A larger batch is inserted a view at a time.
+VIEW_ROWS = 1000
+
+
 @contextmanager
 def rows_view(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> Iterator[tuple[str, str, str]]:
     """``records`` registered on ``con`` as one set of columns, for one
     ``INSERT INTO retrieval_log ({names}) SELECT {select} FROM {view}``:
     yields (names, select, view). ``executemany`` binds row by row (~4 ms a
-    row here, which made ``dimple audit retry`` of a large backlog take minutes)."""
+    row here, which made ``dimple audit retry`` of a large backlog take minutes).
+    At most ``VIEW_ROWS`` records."""
+    if len(records) > VIEW_ROWS:
+        raise ValueError(f"rows_view takes at most {VIEW_ROWS} records, not {len(records)}")
     columns: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     for record in records:
         row = record.model_dump(mode="json")

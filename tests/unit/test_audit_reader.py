@@ -85,3 +85,26 @@ def test_a_lake_no_query_was_logged_in_reads_as_empty_until_the_first_write(tmp_
     assert audit.write_records(log, [_row("abcd1111")]) == 1
     assert [r.query_id for r in audit.tail(log, 10)] == ["abcd1111"]
     assert audit.count(log) == (1, 1)
+
+
+def test_a_batch_larger_than_one_view_is_written_in_one_commit_and_once(tmp_path):
+    """A batch of 2,500 rows (a canvas of that many queries, ``query_batch_size``
+    up to 10,000): DuckDB fails to read one registered view of 2,000 rows,
+    so the write inserts a view at a time, in one commit; written again, it
+    adds nothing."""
+    from pipeline.audit.lake import reading
+    from pipeline.store.lake.catalog import LAKE
+
+    log = _log(tmp_path / "data")
+    rows = [_row(f"big{i:05d}") for i in range(2500)]
+    assert audit.write_records(log, rows[:1]) == 1
+
+    with reading(log) as cur:
+        before = cur.execute(f"SELECT count(*) FROM ducklake_snapshots('{LAKE}')").fetchone()[0]
+    assert audit.write_records(log, rows) == len(rows) - 1
+    with reading(log) as cur:
+        after = cur.execute(f"SELECT count(*) FROM ducklake_snapshots('{LAKE}')").fetchone()[0]
+    assert after == before + 1  # one commit
+    assert audit.count(log) == (len(rows), len(rows))
+    assert audit.write_records(log, rows) == 0
+    assert audit.find(log, "big02499").query_id == "big02499"
