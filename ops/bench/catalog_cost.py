@@ -61,10 +61,9 @@ def _pad(settings, n: int) -> None:
         db.commit()
         db.close()
         return
-    import duckdb
+    from pipeline.store.lake.catalog import connect, load_extensions
 
-    from pipeline.store.lake.catalog import load_extensions
-    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    con = connect()
     load_extensions(con, catalog, settings.data_dir / "duckdb-extensions", ducklake=False)
     con.execute(f"ATTACH '{catalog.target}' AS pg (TYPE postgres)")
     for sql in (f"INSERT INTO ducklake_snapshot SELECT -g, '2026-01-01 00:00:00+00', 0, 0, 0 "

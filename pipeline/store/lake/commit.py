@@ -191,27 +191,29 @@ AUDIT_MESSAGE = "audit"
 def only_audit_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> bool:
     """Whether every snapshot after ``since`` up to ``until`` is an audit commit
     (one question to the catalog, ``catalog.ask``, instead of
-    ``changes_since``'s one a table). Snapshot ids count up by one: a gap is
-    an expired snapshot (an erase or ``store.retain``) whose changes are
-    unknown, so the answer is then no."""
-    messages = _messages(con, since, until)
-    return messages is not None and all(_audit_message(m) for m in messages)
+    ``changes_since``'s one a table): ``only_audit`` of ``messages_since``."""
+    return only_audit(messages_since(con, since, until))
 
 
-def lists_a_base_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> bool:
-    """Whether a snapshot after ``since`` up to ``until`` may have listed a
-    base (``index_message``; an expired one may have), asked of the catalog:
-    a reader looks for a newer base (``indexes``, a lake read) only then."""
-    messages = _messages(con, since, until)
-    return messages is None or any(m is not None and (m == "index" or m.startswith("index ")) for m in messages)
-
-
-def _messages(con: duckdb.DuckDBPyConnection, since: int, until: int) -> list[str | None] | None:
+def messages_since(con: duckdb.DuckDBPyConnection, since: int, until: int) -> list[str | None] | None:
     """The commit messages of the snapshots after ``since`` up to ``until``
-    (``catalog.ask``); None when one of them has expired (ids count up by one)."""
+    (``catalog.ask``). Snapshot ids count up by one: None when one of them
+    has expired (an erase or ``store.retain``), its changes unknown."""
     rows = ask(con, "SELECT commit_message FROM ducklake_snapshot_changes WHERE snapshot_id > ? AND snapshot_id <= ?",
                [since, until])
     return [r[0] for r in rows] if len(rows) == until - since else None
+
+
+def only_audit(messages: list[str | None] | None) -> bool:
+    """Whether ``messages_since``'s snapshots are all audit commits (an expired one: no)."""
+    return messages is not None and all(_audit_message(m) for m in messages)
+
+
+def lists_a_base(messages: list[str | None] | None) -> bool:
+    """Whether one of ``messages_since``'s snapshots may have listed a base
+    (``index_message``; an expired one may have): a reader looks for a newer
+    base (``indexes``, a lake read) only then."""
+    return messages is None or any(m is not None and (m == "index" or m.startswith("index ")) for m in messages)
 
 
 def _audit_message(message: str | None) -> bool:

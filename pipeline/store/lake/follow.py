@@ -59,7 +59,14 @@ from pipeline.store import files, hostcache, segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach, one
-from pipeline.store.lake.commit import index_message, lists_a_base_since, only_audit_since, retrying
+from pipeline.store.lake.commit import (
+    index_message,
+    lists_a_base,
+    messages_since,
+    only_audit,
+    only_audit_since,
+    retrying,
+)
 from pipeline.store.lake.derive import (
     SNAPSHOT_KEY,
     base_snapshot,
@@ -270,7 +277,8 @@ class Follower:
                 return current.extend(latest, deltas_of([own], current.router(), self.settings,
                                                         lake.info.embedding_dim))
             if current is not None and current.store is not None:
-                if only_audit_since(lake.con, current.version, latest):
+                messages = messages_since(lake.con, current.version, latest)  # one question for both uses
+                if only_audit(messages):
                     # audit rows only (every query's row commits one on this engine):
                     # the view stands, no changes read, no overlay rebuilt
                     self._quiet = (current.version, latest)
@@ -287,8 +295,7 @@ class Follower:
                     deltas = deltas_since(changes, current.router(), self.settings, lake.info.embedding_dim)
                     # a snapshot listing a base writes no record: `indexes` (a lake read) is read
                     # only when a new snapshot without records may have listed one (its commit message)
-                    if not set(range(current.version + 1, latest + 1)) <= set(deltas) and \
-                            lists_a_base_since(lake.con, current.version, latest):
+                    if not set(range(current.version + 1, latest + 1)) <= set(deltas) and lists_a_base(messages):
                         held = listed(lake)
                         newest = max((b for b in held if b <= latest), default=None)
                         if newest is not None and newest > self._base_at:
