@@ -169,7 +169,7 @@ def _check(run: Run, name: str, arguments: dict[str, Any], result) -> None:
             assert m["namespace"] in PINS and m["id"] not in OUTSIDE_IDS
             assert not _outside(t for k in LINKS for t in m[k]), m
         count("mcp.pinned", "results checked", len(data["memories"]))
-    elif name == "explain" and "why_not" in arguments:
+    elif name == "explain" and arguments.get("why_not") is not None:  # null: not asked, a plain explain
         assert arguments["query_id"] not in run.queries["outside_queries"]
         assert data["memory_id"] not in OUTSIDE_IDS and not _outside(data["hidden_by"]), (arguments, data)
         assert data["scope"] is None or data["scope"]["namespace"] in PINS
