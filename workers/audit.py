@@ -56,8 +56,9 @@ def emit(app: Celery, batch: Batch) -> None:
     ran_with = retrieval_settings(settings)
     records = [build_record(state, settings.rrf_k, settings.store_query_text, settings=ran_with)
                for state in batch.states]
-    for record in records:
-        search_log.info(log_line(record))
+    if search_log.isEnabledFor(logging.INFO):
+        for record in records:
+            search_log.info(log_line(record))
     if settings.audit_enabled and records:
         send(app, records)
 

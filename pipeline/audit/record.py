@@ -92,7 +92,14 @@ def retrieval_settings(settings: Any) -> dict[str, Any]:
 def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | None = None,
                  settings: dict[str, Any] | None = None) -> AuditRecord:
     """The audit row for a finished query state; ``settings``: the
-    ``retrieval_settings`` the query ran with, kept in ``query_profile``."""
+    ``retrieval_settings`` the query ran with, kept in ``query_profile``.
+
+    Built without validation (``model_construct``): every string in it was
+    checked where it entered (the query at the API, ``check_query`` again
+    in each stage; ids and topics at ingest), and ``_storable`` walking
+    them all again took ~0.3 ms of every query (``ops.bench.latency``,
+    2026-12-05). ``audit.write`` validates each row that arrives on its
+    queue (``workers.audit.valid_records``)."""
     q = state.query
     legs = {}
     for name, leg in sorted(state.legs.items()):
@@ -117,7 +124,7 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         for r in state.results
     ]
     end = now if now is not None else time.time()
-    return AuditRecord(
+    return AuditRecord.model_construct(
         query_id=q.id,
         logged_at=q.started_utc,
         query_hash=q.identity,
@@ -133,7 +140,7 @@ def build_record(state: QueryState, rrf_k: int, store_text: bool, now: float | N
         result_count=len(state.results),
         truncated=state.truncated,
         truncation=state.truncation.model_dump(mode="json") if state.truncation else None,
-        latency_ms=state.timings,
+        latency_ms=dict(state.timings),
         total_ms=round((end - q.started_at) * 1000.0, 3),
         rrf_k=rrf_k,
     )
