@@ -50,9 +50,11 @@ class FulltextSettings(BaseModel):
                         description="regex (RE2) of characters that split tokens: letters (with the marks that "
                         "make them, e.g. Hindi vowel signs) and digits of every script and `_` are kept "
                         "(identifiers; README 'Full text in every script')")
-    k1: float = Field(0.6, gt=0, le=10, description="BM25 term saturation; lower than the usual 1.2: memories are short "
-                      "(BENCHMARKS.md 'Fusion defaults': at least as good on all six judged sets)")
-    b: float = Field(0.5, ge=0, le=1, description="BM25 length normalisation; memories are short, so lower than the usual 0.75")
+    # k1 and b chosen with convex_alpha, leaving one judged set out in turn (BENCHMARKS.md, "Fusion defaults
+    # chosen leave one set out (issue 31)"; ops.bench.fusion_bm25)
+    k1: float = Field(1.2, gt=0, le=10, description="BM25 term saturation (chosen with convex_alpha on six judged sets)")
+    b: float = Field(0.3, ge=0, le=1, description="BM25 length normalisation; lower than the usual 0.75 (chosen with "
+                     "convex_alpha on six judged sets)")
 
     @field_validator("stemmer", "stopwords")
     @classmethod
@@ -249,7 +251,7 @@ class Settings(BaseSettings):
                     "vector share convex_alpha; Bruch et al. 2023) or rrf (the seed's reciprocal rank fusion, "
                     "weights vector_weight/fts_weight, k rrf_k); a query's 'fusion' overrides",
     )
-    convex_alpha: float = Field(0.5, ge=0, le=1,
+    convex_alpha: float = Field(0.45, ge=0, le=1,
                                 description="fusion=convex: the vector leg's share (full text: 1 - alpha)")
     rrf_k: int = Field(10, ge=1, le=100_000, description="fusion=rrf: the RRF constant k")
     vector_weight: float = Field(1.0, ge=0, description="fusion=rrf: hybrid weight of the vector leg")

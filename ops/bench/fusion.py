@@ -70,8 +70,16 @@ def cache(args) -> dict[str, Any]:
                                 store=None, strict=False)
     qset, run_settings = load_source(source, settings)
     workers.configure(run_settings)
-    out: dict[str, Any] = {"set": args.probe or qset.name, "depth": args.depth, "queries": []}
+    bm25 = {"k1": run_settings.fulltext.k1, "b": run_settings.fulltext.b}
+    out: dict[str, Any] = {"set": args.probe or qset.name, "depth": args.depth, "bm25": bm25, "queries": []}
     specs = qset.queries[: args.limit] if args.limit else qset.queries
+    # --reuse-vector: the vector leg's lists from a cache of the same set (they do not depend on
+    # the full-text settings), so a BM25 variant runs the full-text leg alone
+    reused = {q["id"]: q["vector"] for q in json.loads(args.reuse_vector.read_text(encoding="utf-8"))["queries"]} \
+        if args.reuse_vector else None
+    if reused is not None and any(spec.id not in reused for spec in specs):
+        raise SystemExit(f"{args.reuse_vector} is not a cache of {out['set']} (its queries differ)")
+    legs_run = (("fts", FULLTEXT_LEG),) if reused is not None else (("vector", VECTOR_LEG), ("fts", FULLTEXT_LEG))
     t0 = time.perf_counter()
     with resources.current().view() as v:
         postings = v.postings() if v is not None else None
@@ -89,7 +97,7 @@ def cache(args) -> dict[str, Any]:
                 ask.update(mode="hybrid", weights={"vector": 1.0, "fts": 1.0}, top_k=args.depth)
                 states.append(QueryState(query=make_query(text, ask, run_settings)))
             legs = {}
-            for name, stages in (("vector", VECTOR_LEG), ("fts", FULLTEXT_LEG)):
+            for name, stages in legs_run:
                 part = Batch(states=[s.model_copy(deep=True) for s in states])
                 for stage in stages:
                     part = STAGES[stage].run(part, resources.current())
@@ -102,7 +110,8 @@ def cache(args) -> dict[str, Any]:
                     "text": spec.text,
                     "qrels": qset.qrels.get(spec.id, {}),
                     "terms": [[t, int(postings.df[tids[t]]) if t in tids else 0] for t in terms],
-                    **{name: [[h.id, h.score] for h in legs[name].states[i].legs[name].hits] for name in LEG_NAMES},
+                    **{name: [[h.id, h.score] for h in legs[name].states[i].legs[name].hits] for name in legs},
+                    **({"vector": reused[spec.id]} if reused is not None else {}),
                 })
     out["seconds"] = round(time.perf_counter() - t0, 2)
     return out
@@ -476,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--depth", type=int, default=100)
     c.add_argument("--limit", type=int, default=0, help="first N queries only (smoke runs)")
     c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--reuse-vector", type=Path, help="a cache of the same set: its vector lists are taken as they are "
+                   "and the full-text leg alone runs (BM25 variants: DIMPLE_FULLTEXT__K1, DIMPLE_FULLTEXT__B)")
     e = sub.add_parser("evaluate", help="every candidate on every cache, then each chosen leaving one set out")
     e.add_argument("caches", nargs="+", type=Path)
     e.add_argument("--out", type=Path, help="JSON: every candidate's figures and the leave-one-set-out runs")

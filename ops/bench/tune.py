@@ -7,8 +7,8 @@ settings cost a query (``workers.resources.Resources.settings``).
 
 A generated store (hash-64 embedder, 5,000 memories of 20 words from 3,000,
 seed 0) in a temporary folder, embedded, 200 queries of 4 words each drawn
-from one memory; the grid of ``dimple tune`` (11 configurations, the current
-convex alpha 0.5 among them), 100 results each. The hash embedder makes the
+from one memory; the grid of ``dimple tune`` (11 configurations, and the
+current settings' convex alpha 0.45 beside them), 100 results each. The hash embedder makes the
 vector leg cheap, so the re-fusion's gain is the smallest it can be here: a
 real model's leg costs more per query, and is still paid once.
 """

@@ -47,7 +47,8 @@ def test_semantic_mode_is_pure_vector(settings):
 
 
 def test_hybrid_mode_takes_the_weights_from_settings(settings):
-    assert make_query("x", None, settings).weights == {"vector": 0.5, "fts": 0.5}  # convex_alpha
+    convex = settings.model_copy(update={"convex_alpha": 0.3})
+    assert make_query("x", None, convex).weights == {"vector": 0.3, "fts": pytest.approx(0.7)}  # convex_alpha
     s = settings.model_copy(update={"fusion": "rrf", "vector_weight": 0.3, "fts_weight": 2.5})
     assert make_query("x", {"mode": "hybrid"}, s).weights == {"vector": 0.3, "fts": 2.5}
     assert make_query("x", None, s).weights == {"vector": 0.3, "fts": 2.5}  # hybrid is the default

@@ -63,8 +63,8 @@ def _state(options=None, settings=CONVEX):
 
 
 def test_the_default_is_convex_and_resolves_hybrid_weights_to_alpha():
-    assert SETTINGS.fusion == "convex" and SETTINGS.convex_alpha == 0.5
-    assert make_query("deploy window", None, SETTINGS).weights == {"vector": 0.5, "fts": 0.5}
+    assert SETTINGS.fusion == "convex" and SETTINGS.convex_alpha == 0.45
+    assert make_query("deploy window", None, SETTINGS).weights == {"vector": 0.45, "fts": pytest.approx(0.55)}
     s = _state()
     assert s.query.fusion is Fusion.convex and s.query.weights == {"vector": 0.4, "fts": pytest.approx(0.6)}
     fuse_state(s, 60)
