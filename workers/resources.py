@@ -10,6 +10,7 @@ parent's DuckDB connections.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -38,6 +39,64 @@ from .settings import WorkerSettings, get_settings
 TUNED_CHECK_S = 0.2
 
 
+class _Frozen:
+    """This process's use of ``gc.freeze``: what a serving process loaded (the
+    model, a store's base and caches, its modules: ~107,000 tracked objects on
+    the demo store) is long-lived, and every full collection walked it all
+    (65 ms on the demo store, 148 ms on a busy machine, every ~300 queries:
+    ``ops.bench.latency``'s worst queries). Frozen, the collector no longer
+    looks at it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.settled = False  # one full collection and freeze done in this process
+        self.pending = False  # thawed: freeze again after the next full collection
+
+    def settle(self) -> None:
+        """After a process's first base loads, or a worker's warm-up: one full
+        collection, then everything alive is frozen. Nothing where the
+        collector is off (a one-query process:
+        ``workers.cli.commands.one_query_process``)."""
+        if not gc.isenabled():
+            return
+        with self.lock:
+            self.settled, self.pending = True, False
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+    def loaded(self) -> None:
+        """After a load that replaces nothing (an embedder): settled the first
+        time; later, what was loaded joins what is frozen (``gc.freeze`` alone:
+        no collection)."""
+        if not gc.isenabled():
+            return
+        if not self.settled:
+            self.settle()
+        elif not self.pending:  # thawed: the next full collection freezes it all
+            gc.freeze()
+
+    def thaw(self) -> None:
+        """A base replaced by another (a compaction, another data dir): what the
+        old one held must be collectable again. Everything frozen goes back to
+        the collector's oldest generation, and is frozen again right after the
+        next full collection it makes by itself (``after_collection``), so no
+        collection is added here."""
+        if gc.isenabled():
+            with self.lock:
+                gc.unfreeze()
+                self.pending = True
+
+    def after_collection(self, phase: str, info: dict) -> None:
+        if phase == "stop" and info.get("generation") == 2 and self.pending:
+            self.pending = False
+            gc.freeze()
+
+
+_FROZEN = _Frozen()
+gc.callbacks.append(_FROZEN.after_collection)
+
+
 class Resources:
     """One process's resources, each loaded at its first use and kept."""
 
@@ -52,6 +111,7 @@ class Resources:
         self._effective: tuple[WorkerSettings, Any, WorkerSettings] | None = None
         self._tuned_due = 0.0  # monotonic time the tuned file is next looked at
         self._pin = threading.local()  # .snap: the as_of snapshot this thread's stage reads (``pinned``)
+        self._settled_base: int | None = None  # id() of the last base loaded (``_Frozen``)
 
     def configure(self, settings: WorkerSettings) -> None:
         """Use ``settings`` from now on.
@@ -123,6 +183,7 @@ class Resources:
         with self._lock:
             if bulk not in self._embedders:
                 self._embedders[bulk] = make_embedder(self.settings(), bulk=bulk)
+                _FROZEN.loaded()
             return self._embedders[bulk]
 
     def reader(self) -> Reader:
@@ -142,7 +203,15 @@ class Resources:
         merged at once; a new base (after compaction) loads in the background
         while the old one answers.
         """
-        return self.reader().snapshot()
+        snap = self.reader().snapshot()
+        base = id(snap.store) if snap is not None and snap.store is not None else None
+        if base != self._settled_base:  # a base loaded: the process's first is settled, a later one thaws
+            first, self._settled_base = self._settled_base is None, base
+            if base is not None and first:
+                _FROZEN.settle()
+            elif base is not None:
+                _FROZEN.thaw()
+        return snap
 
     def reach(self, batch: Batch | list[Batch]) -> None:
         """Bring this process's store to the highest ``min_version`` the batch's
@@ -239,6 +308,7 @@ class Resources:
                 held = f" and full-text postings ({postings.nbytes / 2**20:,.1f} MiB)" if postings is not None else ""
                 what = f"store version {version} with its vector index ({vectors.size:,} memories){held}"
             loaded.append((what, time.perf_counter() - t0))
+        _FROZEN.settle()  # what was loaded is kept for the process's life: out of the collector's walks
         return loaded
 
     def forget_parent_connections(self) -> None:

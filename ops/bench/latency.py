@@ -39,7 +39,7 @@ machinery). The means add up to the mean wall; the p50s do not.
 
 JSON (``--out``) keys: ``store``, ``queries``, ``rounds``, ``load_before``,
 ``load_after``, ``load_per_round``, ``floor`` (``embed``, ``vector_leg``,
-``fulltext_leg``: ``p50_ms``, ``p95_ms``, ``n``), ``embedded`` (``audit_off``
+``fulltext_leg``: ``p50_ms``, ``p95_ms``, ``p99_ms``, ``max_ms``, ``n``), ``embedded`` (``audit_off``
 and ``audit_on``, each by mode), ``broker`` (by mode; null with
 ``--embedded-only``), ``breakdown`` (by mode), ``ratios``
 (``hybrid_over_embed_p50``: the embedded hybrid p50, audit off, over the
@@ -72,7 +72,8 @@ def _ms(seconds: float) -> float:
 
 def _pct(values: list[float]) -> dict:
     a = np.asarray(values, dtype=float)
-    return {"p50_ms": round(float(np.median(a)), 3), "p95_ms": round(float(np.percentile(a, 95)), 3), "n": len(a)}
+    return {"p50_ms": round(float(np.median(a)), 3), "p95_ms": round(float(np.percentile(a, 95)), 3),
+            "p99_ms": round(float(np.percentile(a, 99)), 3), "max_ms": round(float(a.max()), 3), "n": len(a)}
 
 
 def _load() -> list[float]:

@@ -171,7 +171,9 @@ class Graph:
 
     def superseded_by(self, mid: str) -> list[str]:
         """The live memories that supersede ``mid`` (its edges must be loaded)."""
-        return sorted(m for m in self.links.get(mid, {}).get("superseded_by", ()) if m in self.rows)
+        links = self.links.get(mid)
+        group = links.get("superseded_by") if links else None
+        return sorted(m for m in group if m in self.rows) if group else []  # most candidates: none
 
     def created_at(self, mid: str):
         return self.rows[mid][3]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import json
 import logging
 import os
@@ -417,9 +418,13 @@ def one_query_process() -> None:
       parameters, which a search never binds; marked absent, it is skipped;
     - one BLAS thread: one query's matrices are small, and on a small, busy
       machine one thread embeds it several times faster than one per core
-      (pipeline/minilm.py).
+      (pipeline/minilm.py);
+    - no cyclic garbage collection: the process ends after its query, and a
+      full collection after loading (``workers.resources._Frozen``, what a
+      serving process does) would cost it ~65 ms for nothing.
     """
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
+    gc.disable()
 
     threadpool_limits(limits=1, user_api="blas")
 

@@ -105,13 +105,13 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
         # to the scope stage, which drops and counts them. Promoted successors
         # are in scope and count like any result: budgets apply after promotion.
         scope, cap = state.query.scope, state.query.budget.max_units
-        kept_in_scope = 0
+        kept_in_scope = beyond = 0
         fused_of = {f.id: f for f in state.fused}
         for mid, above in ordered(graph, state):
             facets = graph.facets(mid)
             inside = in_scope(facets, scope)
             if cap is not None and kept_in_scope >= cap and inside:
-                state.beyond_budget += 1
+                beyond += 1  # counted here, set once below (a model's setattr costs ~1 us)
                 continue
             kept_in_scope += inside
             fused = fused_of.get(mid)
@@ -131,6 +131,7 @@ def augment_batch(batch: Batch, con, preview_chars: int, overlay: Overlay | None
                 )
             )
         state.results = results
+        state.beyond_budget += beyond
         state.fused = []
         state.timings["augment"] = ms_since(t0)
     return batch
