@@ -53,8 +53,8 @@ class _Frozen:
         self.pending = False  # thawed: freeze again after the next full collection
 
     def settle(self) -> None:
-        """After a process's first base loads, or a worker's warm-up: one full
-        collection, then everything alive is frozen. Nothing where the
+        """After a process's first base loads (a worker's warm-up loads it): one
+        full collection, then everything alive is frozen. Nothing where the
         collector is off (a one-query process:
         ``workers.cli.commands.one_query_process``)."""
         if not gc.isenabled():
@@ -111,7 +111,7 @@ class Resources:
         self._effective: tuple[WorkerSettings, Any, WorkerSettings] | None = None
         self._tuned_due = 0.0  # monotonic time the tuned file is next looked at
         self._pin = threading.local()  # .snap: the as_of snapshot this thread's stage reads (``pinned``)
-        self._settled_base: int | None = None  # id() of the last base loaded (``_Frozen``)
+        self._settled_base: int | None = None  # id() of the last base loaded, kept once set (``_Frozen``)
 
     def configure(self, settings: WorkerSettings) -> None:
         """Use ``settings`` from now on.
@@ -205,11 +205,11 @@ class Resources:
         """
         snap = self.reader().snapshot()
         base = id(snap.store) if snap is not None and snap.store is not None else None
-        if base != self._settled_base:  # a base loaded: the process's first is settled, a later one thaws
+        if base is not None and base != self._settled_base:  # a base loaded: the first settles, a later one thaws
             first, self._settled_base = self._settled_base is None, base
-            if base is not None and first:
+            if first:
                 _FROZEN.settle()
-            elif base is not None:
+            else:
                 _FROZEN.thaw()
         return snap
 
@@ -308,7 +308,6 @@ class Resources:
                 held = f" and full-text postings ({postings.nbytes / 2**20:,.1f} MiB)" if postings is not None else ""
                 what = f"store version {version} with its vector index ({vectors.size:,} memories){held}"
             loaded.append((what, time.perf_counter() - t0))
-        _FROZEN.settle()  # what was loaded is kept for the process's life: out of the collector's walks
         return loaded
 
     def forget_parent_connections(self) -> None:
