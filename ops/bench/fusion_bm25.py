@@ -36,12 +36,16 @@ def variant(bm25: dict[str, float]) -> str:
 def load(folders: list[Path]) -> dict[str, list[dict]]:
     """The caches of each folder, by BM25 variant; every variant must hold the same sets."""
     out: dict[str, list[dict]] = {}
+    where: dict[str, Path] = {}
     for folder in folders:
         caches = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
         kinds = {variant(c["bm25"]) for c in caches if "bm25" in c}
         if len(kinds) != 1 or any("bm25" not in c for c in caches):
             raise SystemExit(f"{folder}: every cache must record one BM25 variant (found {sorted(kinds) or 'none'})")
-        out[kinds.pop()] = caches
+        kind = kinds.pop()
+        if kind in where:  # e.g. the default caches beside the grid's folder of the settings' own (k1, b)
+            raise SystemExit(f"{where[kind]} and {folder} hold the same BM25 variant ({kind}): give one of them")
+        out[kind], where[kind] = caches, folder
     sets = {name: sorted(c["set"] for c in caches) for name, caches in out.items()}
     if len({tuple(s) for s in sets.values()}) != 1:
         raise SystemExit(f"the variants hold different sets: {sets}")

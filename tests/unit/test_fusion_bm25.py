@@ -39,6 +39,9 @@ def test_variants_are_read_per_folder_and_refused_when_mixed_or_over_other_sets(
     mixed = _write(tmp_path / "mixed", [_cache("a", NOW, False), _cache("b", OTHER, False)])
     with pytest.raises(SystemExit, match="one BM25 variant"):
         fusion_bm25.load([mixed])
+    again = _write(tmp_path / "again", [_cache(s, OTHER, False) for s in "abc"])
+    with pytest.raises(SystemExit, match="hold the same BM25 variant"):
+        fusion_bm25.load([now, other, again])  # one would silently replace the other
     fewer = _write(tmp_path / "fewer", [_cache(s, {"k1": 2.0, "b": 0.1}, False) for s in "ab"])
     with pytest.raises(SystemExit, match="different sets"):
         fusion_bm25.load([now, fewer])
