@@ -16,7 +16,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import uuid4
 
+from celery import states
 from celery.exceptions import ChordError, TaskRevokedError
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult, EagerResult
@@ -46,7 +48,7 @@ from pipeline.store.writes import get as read_live
 from . import broker_epoch, configure, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
 from .audit import flush as flush_audit
-from .canvas import query_canvas
+from .canvas import query_canvas, run_eager
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
@@ -234,8 +236,9 @@ def _dispatch(model: Batch, single: bool):
     batch, embed, legs = model.model_dump(mode="json"), model.needs_embedding(), model.legs()
     app = get_app()
     if app.conf.task_always_eager:
-        res = query_canvas(app, batch, embed=embed, legs=legs).apply()
-        out = EagerSearchResult(res.id, res.get(), res.state)
+        cid = str(uuid4())
+        out = EagerSearchResult(cid, run_eager(app, query_canvas(app, batch, canvas_id=cid, embed=embed, legs=legs)),
+                                states.SUCCESS)
     else:
         budget = resources.current().settings().task_timeout_s
         expires = (datetime.now(UTC) + timedelta(seconds=budget)).isoformat()
