@@ -279,7 +279,7 @@ class Resources:
         write embeds a few texts; a batch of more than ``embed_batch_size`` loads
         the bulk embedder at its first, ``writes._embedder_for``), ``ingest`` and
         ``audit`` what DuckDB loads at its first bound parameter, ``search`` the
-        published store, its vector index and full-text postings (if a store is
+        published store, its vector index, full-text postings and graph (if a store is
         published yet). The embedder embeds one text, so nothing is left to load
         on the first task. Returns (what was loaded, seconds) pairs."""
         wanted = set(queues)
@@ -306,6 +306,8 @@ class Resources:
                 version = snap.version if snap is not None else 0
                 postings = snap.postings() if snap is not None else None
                 held = f" and full-text postings ({postings.nbytes / 2**20:,.1f} MiB)" if postings is not None else ""
+                if snap is not None and snap.graph_part() is not None:
+                    held += " and its graph"
                 what = f"store version {version} with its vector index ({vectors.size:,} memories){held}"
             loaded.append((what, time.perf_counter() - t0))
         return loaded

@@ -4,8 +4,10 @@ memory-maps instead of reading its own.
 
 A base's folder (``<data dir>/cache/<base name>/``, given by its reader)
 holds one folder per part: ``vector`` (``VectorIndex``: the embeddings by
-leaf, ``read_parts`` of ``pipeline.store.vector.index``) and ``postings``
-(``Postings``: the CSR arrays and the per-memory columns). A part holds one
+leaf, ``read_parts`` of ``pipeline.store.vector.index``), ``postings``
+(``Postings``: the CSR arrays and the per-memory columns) and ``graph``
+(``GraphPart``: each memory's row, topics and concepts and the edges, by id,
+for ``search.augment``). A part holds one
 ``.npy`` file per array, ``lists.json`` (the ids, terms and labels, which a
 process holds as Python objects) and ``manifest.json``: the base file it
 was read from (name, bytes, modification time) and each file's bytes and
@@ -51,6 +53,8 @@ from pipeline.errors import StoreError
 from pipeline.folders import private_dir
 from pipeline.store.fulltext.postings import Postings
 from pipeline.store.fulltext.postings import read_parts as read_postings
+from pipeline.store.graph import GraphPart
+from pipeline.store.graph import read_parts as read_graph
 from pipeline.store.vector.index import VectorIndex
 from pipeline.store.vector.index import read_parts as read_vectors
 
@@ -86,6 +90,10 @@ class HostCache:
     def postings(self, con: Any) -> Postings:
         """The base's ``Postings`` over memory-mapped arrays (``con`` reads the base when the part is missing)."""
         return Postings.from_parts(*self.part("postings", lambda: read_postings(con)))
+
+    def graph(self, con: Any) -> GraphPart:
+        """The base's ``GraphPart`` over memory-mapped arrays (``con`` reads the base when the part is missing)."""
+        return GraphPart.from_parts(*self.part("graph", lambda: read_graph(con)))
 
     def part(self, name: str, read: Callable[[], Parts]) -> Parts:
         """The part ``name``: opened when the host holds it whole, else read

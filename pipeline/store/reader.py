@@ -15,6 +15,7 @@ which asks the catalog at most every ``store.poll_ms``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,14 +25,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import duckdb
+
 from pipeline.errors import StoreError, VersionNotReachedError
 from pipeline.store import segments
 from pipeline.store.database import Store, created_at_of
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
-from pipeline.store.graph import BaseGraph
+from pipeline.store.graph import BaseGraph, GraphPart
 from pipeline.store.hostcache import HostCache
 from pipeline.store.overlay import Delta, Overlay
 from pipeline.store.vector import TreeRouter, VectorIndex
+
+log = logging.getLogger("dimple.store")
 
 
 class Source(Protocol):
@@ -72,10 +77,15 @@ class _Uses:
         self.totals = fulltext_totals(store.con) if store is not None else None
         self._router: TreeRouter | None = None
         self.terms: dict[str, tuple[int, int] | None] = {}  # Overlay.base_terms
-        self.graph = BaseGraph()  # what search.augment read of this base, kept for the next queries
+        # what search.augment reads of this base: from its graph part in the host cache where it has a
+        # folder there, else by SQL, kept for the next queries
+        self.graph = BaseGraph(part=self.graph_part if cache is not None else None)
         self._postings: Postings | None = None
         self._postings_read = False
         self._postings_lock = threading.Lock()
+        self._graph_part: GraphPart | None = None
+        self._graph_part_read = False
+        self._graph_part_lock = threading.Lock()
 
     def postings(self) -> Postings | None:
         """The base's full-text postings in memory, read on first use (None
@@ -93,6 +103,23 @@ class _Uses:
                         cur.close()
                 self._postings_read = True
             return self._postings
+
+    def graph_part(self) -> GraphPart | None:
+        """The base's graph part in the host cache (``pipeline.store.graph.GraphPart``), read or
+        mapped on first use; None without a base or a host cache folder, or when it cannot be
+        read (``BaseGraph`` then reads by SQL: the part is an economy, not a need)."""
+        with self._graph_part_lock:  # a first read takes seconds at 1M memories
+            if not self._graph_part_read:
+                if self.store is not None and self.cache is not None:
+                    cur = self.store.cursor()
+                    try:
+                        self._graph_part = self.cache.graph(cur)
+                    except (duckdb.Error, OSError, ValueError, StoreError) as exc:
+                        log.warning("the base's graph is read by SQL: its host cache part failed (%s)", exc)
+                    finally:
+                        cur.close()
+                self._graph_part_read = True
+            return self._graph_part
 
     def router(self) -> TreeRouter | None:
         """The base tree's router for new memories, read on first use (None without a base)."""
@@ -194,6 +221,11 @@ class Snapshot:
         """The base's full-text postings in memory (``pipeline.store.fulltext.postings``), read on first use."""
         assert self._uses is not None
         return self._uses.postings()
+
+    def graph_part(self) -> GraphPart | None:
+        """The base's graph in the host cache (``pipeline.store.graph.GraphPart``), read or mapped on first use."""
+        assert self._uses is not None
+        return self._uses.graph_part()
 
     def router(self) -> TreeRouter | None:
         """The base tree's router for a write's new memories (``pipeline.store.vector.TreeRouter``)."""

@@ -1,5 +1,5 @@
 """The host cache on the lake (docs/LAKE.md, "The host cache";
-``pipeline.store.hostcache``): a base's vector index and postings are written
+``pipeline.store.hostcache``): a base's vector index, postings and graph are written
 once per host as ``.npy`` files and memory-mapped by every process, with the
 answers of a process that reads its own copy (ids, order, scores, both legs);
 a second process maps what the first wrote; a partial or damaged file is
@@ -89,15 +89,17 @@ def test_answers_equal_with_and_without_the_host_cache_and_the_arrays_are_mapped
         assert sum(len(v) for v in without.values()) > 300, "the comparison must not pass on empty answers"
         assert cached == without  # ids, order, scores to the last bit, ranks per leg
         assert not snap.overlay.empty  # the base and the writes over it
-        index, postings = snap.index(), snap.postings()
-        assert index is not None and postings is not None
+        index, postings, graph = snap.index(), snap.postings(), snap.graph_part()
+        assert index is not None and postings is not None and graph is not None
         # read-only views of files in the host cache, not this process's copies
-        for array in (index.emb, index.id_rank, postings.docid, postings.tf, postings.lens):
+        for array in (index.emb, index.id_rank, postings.docid, postings.tf, postings.lens, graph.a["content"],
+                      graph.a["ids"]):
             assert not array.flags.writeable and not array.flags.owndata
         assert plain.index().emb.flags.writeable
-        for part in ("vector", "postings"):
+        assert plain.graph_part() is None  # without the cache, augment reads the base by SQL
+        for part in ("vector", "postings", "graph"):
             assert (_part(embedded, snap, part) / "manifest.json").is_file()
-        assert snap._uses.cache.written == ["vector", "postings"]
+        assert sorted(snap._uses.cache.written) == ["graph", "postings", "vector"]
     finally:
         r1.close()
         r2.close()
@@ -245,7 +247,7 @@ def test_two_processes_starting_at_once_read_each_part_once_and_leave_the_cache_
     got = [json.loads(out.read_text()) for out in outs]
     for theirs in got:
         assert theirs["answers"] == json.loads(json.dumps(ours))
-    for part in ("vector", "postings"):  # each part read by one (the other waits its turn, then maps it)
+    for part in ("vector", "postings", "graph"):  # each part read by one (the other waits its turn, then maps it)
         assert sum(part in theirs["written"] for theirs in got) == 1
         assert sum(part in theirs["read"] for theirs in got) == 1
         assert all(part in theirs["read"] for theirs in got if part in theirs["written"])

@@ -146,3 +146,73 @@ def test_a_query_whose_memories_were_read_before_runs_no_sql(settings):
             assert [r.id for r in again.states[0].results][:2] == ["m5", "m0"]  # the chain's newest, promoted
     finally:
         reader.close()
+
+
+# A base with every kind of graph context: topics, concepts, the three edge kinds (a conflict both
+# ways, one declared by a memory of its own), ids and contents beyond ASCII, a memory without topics.
+GRAPH_RECORDS = [
+    {"id": "a", "namespace": "code", "content": "deploy window moved", "topics": ["deploy", "ops"],
+     "concepts": ["window"]},
+    {"id": "b", "namespace": "notes", "content": "Встреча в Москве перенесена", "topics": ["meetings"],
+     "supersedes": ["a"], "concepts": ["moscow", "window"]},
+    {"id": "c-東京", "namespace": "notes", "content_type": "decision", "content": "東京の会議は金曜日",
+     "conflicts": ["b"], "supported_by": ["a"]},
+    {"id": "d", "namespace": "code", "content": "no topics here", "conflicts": ["c-東京"], "supersedes": ["b"]},
+    {"id": "e", "namespace": "code", "content": "café in München", "topics": ["deploy"], "supported_by": ["d", "a"]},
+]
+ASKED = [["a", "b", "c-東京", "d", "e"], ["e"], ["c-東京", "nowhere"], ["b", "d", "x" * 300], []]
+
+
+def test_the_host_caches_graph_part_answers_as_the_base_does(settings, tmp_path):
+    """Every memory's row, topics and concepts, and every edge touching it,
+    looked up in the part (written to the host cache, then mapped again by a
+    second process's ``HostCache``) are what SQL on the base reads."""
+    import duckdb
+
+    from pipeline.store.graph import read_parts
+    from pipeline.store.hostcache import HostCache
+
+    _write(settings, GRAPH_RECORDS)
+    base = compacted(settings)
+    con = duckdb.connect(str(base), read_only=True)
+    try:
+        written = HostCache(tmp_path / "cache", base).graph(con)
+        mapped = HostCache(tmp_path / "cache", base)
+        again = mapped.graph(con)
+        assert mapped.read == []  # the second one mapped what the first wrote
+        arrays, _ = read_parts(con)
+        assert len(arrays["edge_dst"]) >= 6 and len(arrays["conflict_src"]) == 2
+        for part in (written, again):
+            for ids in ASKED:
+                by_part, by_sql = BaseGraph(part=lambda p=part: p), BaseGraph()
+                assert by_part.memories(con, ids) == by_sql.memories(con, ids)
+                assert by_part.edges(con, ids) == by_sql.edges(con, ids)
+        assert BaseGraph(part=lambda: again).memories(con, ["c-東京"])["c-東京"][0][4] == "東京の会議は金曜日"
+    finally:
+        con.close()
+
+
+def test_a_reader_serves_augment_from_the_graph_part_with_no_sql(settings):
+    """A reader with a host cache (the default) reads a query's graph context
+    from the part: the same answer as SQL on the base, and no statement on
+    the stage's cursor, even for memories no earlier query read."""
+    _write(settings, GRAPH_RECORDS)
+    compacted(settings)
+    reader = reader_for(settings)
+    try:
+        reader.snapshot()
+        reader.wait_ready()
+        with reader.snapshot().view() as v:
+            assert v.graph is not None and v.graph.part() is not None
+            for supersession in ("annotate", "promote", "hide"):
+                order = ["e", "c-東京", "a", "d", "b"]
+                counting = _Counting(v.cursor)
+                state = _state({"max_units": None, "supersession": supersession}, order)
+                served = augment_batch(Batch(states=[state]), counting, 40, v.overlay, BaseGraph(part=v.graph.part))
+                assert counting.statements == 0
+                fresh = augment_batch(Batch(states=[_state({"max_units": None, "supersession": supersession}, order)]),
+                                      v.cursor, 40, v.overlay, None)
+                assert served.states[0].results == fresh.states[0].results
+                assert any(r.conflicts for r in served.states[0].results)
+    finally:
+        reader.close()

@@ -19,9 +19,10 @@ def test_each_queue_loads_what_its_tasks_use(embedded, tmp_path):
     loaded = dict(resources.current().warm(["embed", "search", "audit"]))
     assert set(loaded) == {"query embedder hash-64 (64-d)", "the descent's compiled loops",
                            f"store version {written.version} with its vector index (5 memories) and full-text "
-                           "postings (0.0 MiB)",
+                           "postings (0.0 MiB) and its graph",
                            "DuckDB's parameter binding"}
     assert resources.current().snapshot().postings() is not None  # loaded, held for the first query
+    assert resources.current().snapshot().graph_part() is not None
     assert all(seconds >= 0 for seconds in loaded.values())
     assert [what for what, _ in resources.current().warm(["audit"])] == ["DuckDB's parameter binding"]
     assert resources.current().warm(["other"]) == []
