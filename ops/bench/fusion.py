@@ -192,6 +192,16 @@ class Lists:
         by_id[sorted(range(n), key=self.ids.__getitem__)] = np.arange(n)
         self._keys = (by_id, best)
         self._counted: dict[tuple[float, float], np.ndarray] = {}
+        self._cut: dict[int, Lists] = {}
+
+    def cut(self, depth: int) -> Lists:
+        """These lists as each leg would hand them to fusion with ``leg_top_k`` = ``depth``: its
+        ``depth`` best (each leg's own order; the cache holds ``--depth`` of them)."""
+        if depth >= max(len(self.q["vector"]), len(self.q["fts"])):
+            return self
+        if depth not in self._cut:
+            self._cut[depth] = Lists({**self.q, **{leg: self.q[leg][:depth] for leg in LEG_NAMES}})
+        return self._cut[depth]
 
     def top(self, scores: np.ndarray, n: int = 10) -> list[str]:
         order = np.lexsort((*self._keys, -scores))[:n]
@@ -285,6 +295,14 @@ def convex(alpha: float, norm: str = "minmax") -> Fuse:
     return fuse
 
 
+def convex_at(alpha: float, depth: int) -> Fuse:
+    """Convex min-max over each leg's ``depth`` best (``DIMPLE_LEG_TOP_K`` = ``depth``): how deep the
+    lists go moves min-max's lowest score, and what one leg found below ``depth`` counts 0 there."""
+    def fuse(lists: Lists, sig: dict) -> list[str]:
+        return convex(alpha)(lists.cut(depth), sig)
+    return fuse
+
+
 def adaptive_convex(p: float) -> Fuse:
     """Convex fusion with a per-query alpha = 1 - m ** p (m = ``fts_top_norm``)."""
     def fuse(lists: Lists, s: dict) -> list[str]:
@@ -298,6 +316,7 @@ RRF_VECTOR_WEIGHTS = (0.25, 0.4, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0)  # beside the ful
 ALPHAS = tuple(round(0.1 + 0.05 * i, 2) for i in range(17))  # 0.1 .. 0.9, the vector leg's share
 # TMM measures a cosine from -1: the vector leg's hits all normalise near 1, so its share runs higher
 TMM_ALPHAS = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))  # 0.3 .. 0.95
+LEG_DEPTHS = (20, 30, 50, 70)  # beside the cache's own 100 (``DIMPLE_LEG_TOP_K``'s default)
 OLD_DEFAULT = "rrf lexical_match 8*m^2, ties 0.1, floor 0.5"  # issue 16's default
 
 
@@ -320,6 +339,7 @@ FAMILIES = {
     "convex_z": "convex combination of z-scores, vector share alpha",
     "convex per query": "convex min-max with alpha = 1 - m^p per query",
     "convex_tmm": "convex combination of theoretical-min-max normalised scores (TMM), vector share alpha",
+    "convex depth": "convex min-max over each leg's top d (leg_top_k = d, not 100), vector share alpha",
 }
 
 
@@ -347,6 +367,9 @@ def candidates() -> dict[str, Candidate]:
         out[f"convex_tmm a={alpha:g}"] = Candidate("convex_tmm", convex(alpha, "tmm"))
     for p in (1, 2):
         out[f"convex a=1-m^{p:g}"] = Candidate("convex per query", adaptive_convex(p))
+    for depth in LEG_DEPTHS:
+        for alpha in ALPHAS:
+            out[f"convex a={alpha:g} top {depth}"] = Candidate("convex depth", convex_at(alpha, depth))
     return out
 
 
@@ -417,6 +440,7 @@ POOLS: dict[str, tuple[str, ...]] = {
     "convex min-max or z-score": ("convex", "convex_z"),
     "convex TMM (alpha)": ("convex_tmm",),
     "convex min-max or TMM": ("convex", "convex_tmm"),
+    "convex min-max, alpha and depth": ("convex", "convex depth"),
     "rrf or convex min-max": ("rrf", "convex"),
     "everything": tuple(f for f in FAMILIES if f != "leg"),
 }

@@ -3,9 +3,19 @@ model and the legs, and how much is everything around them.
 
     python -m ops.bench.latency --work /tmp/dimple-latency --rounds 4 --out latency.json
     python -m ops.bench.latency --work /tmp/dimple-latency --rounds 2 --embedded-only
+    python -m ops.bench.latency --work /tmp/dimple-latency --synthetic 100000 --rounds 2 --embedded-only
 
 On the demo store under ``--work`` (built on first use, real model), single
-queries (the demo's queries, ``--queries`` of them), in rounds; in each round
+queries (the demo's queries, ``--queries`` of them), in rounds; or, with
+``--synthetic N``, on a synthetic store of N memories (``ops.bench.synth``,
+migrated into a lake under ``--work`` on first use, as ``ops.bench.writes``
+builds them: 384-d hash embeddings, so the floor's ``embed`` is the hash
+embedder's and only the differences to it mean anything), with queries of 1-6
+of its own words (``synth.queries_from_texts``, ``--queries`` per block, 75
+by default), over the whole store, each side's block of each round (and of
+the warm-up and the breakdown) new queries, asked by no other block: no side
+is answered from what an earlier side's same queries read, as a large store
+with varied queries is not; in each round
 every side runs the whole query set, the sides' order rotating from round to
 round so drift hits all alike, ``--warmup`` untimed queries per side first:
 
@@ -219,14 +229,61 @@ def _breakdown(queries: list[dict], mode: str) -> dict:
                 "p50_ms": round(statistics.median(row.get(k, 0.0) for row in rows), 3)} for k in keys}
 
 
-def run(work: Path, rounds: int, n_queries: int | None, warmup: int, embedded_only: bool) -> dict:
+SYNTHETIC_QUERIES = 75  # what a synthetic store is asked, by default (the demo has 75)
+
+
+def synthetic_store(work: Path, n: int, n_queries: int):
+    """``--synthetic``: quiet logs, the process pointed at a synthetic lake of ``n``
+    memories under ``work`` (built if absent); ``(settings, queries)``, ``n_queries`` of them."""
+    import logging
+
+    import workers
+    from ops.bench import synth
+    from ops.bench.writes import bench_settings, synthetic_lake
+
+    logging.getLogger("dimple").setLevel(logging.WARNING)
+    logging.getLogger("celery").setLevel(logging.WARNING)
+    settings = bench_settings(synthetic_lake(work, n), direct=False)
+    workers.configure(settings)
+    texts = synth.queries_from_texts(synth.texts(n), n_queries)
+    return settings, [{"text": t} for t in texts]
+
+
+class Queries:
+    """The query blocks the sides ask, each query with its place in ``pool``
+    (``i``: the floor's prepared batches). The demo store: every block is the
+    same set (``repeat``). A synthetic store: each block is the pool's next
+    queries, asked nowhere else, so no side answers from what an earlier
+    block read (a large store's candidates are mostly read for the first time)."""
+
+    def __init__(self, pool: list[dict], repeat: bool):
+        self.pool = [dict(q, i=i) for i, q in enumerate(pool)]
+        self.repeat, self.at = repeat, 0
+
+    def take(self, n: int) -> list[dict]:
+        if self.repeat:
+            return self.pool[:n]
+        block, self.at = self.pool[self.at:self.at + n], self.at + n
+        assert len(block) == n, "the pool is smaller than the blocks asked of it"
+        return block
+
+
+def run(work: Path, rounds: int, n_queries: int | None, warmup: int, embedded_only: bool,
+        synthetic: int | None = None) -> dict:
     import workers
     from workers import audit
     from workers.api import search
 
-    embedded, queries = embedded_demo(work)
-    queries = queries[:n_queries] if n_queries else queries
-    floor = Floor(queries)
+    n_sides = len(FLOOR) + 2 * len(MODES) + (0 if embedded_only else len(MODES))
+    if synthetic:
+        per = n_queries or SYNTHETIC_QUERIES
+        embedded, pool = synthetic_store(work, synthetic, per * (rounds * n_sides + len(MODES)) + warmup * n_sides)
+        blocks = Queries(pool, repeat=False)
+    else:
+        embedded, pool = embedded_demo(work)
+        per = min(n_queries or len(pool), len(pool))
+        blocks = Queries(pool[:per], repeat=True)
+    floor = Floor(blocks.pool)
     off, on = embedded.replace(audit_enabled=False), embedded.replace(audit_enabled=True)
     sides: list[tuple[str, str, object]] = [("floor", f, off) for f in FLOOR]
     sides += [(f"embedded.{a}", m, s) for a, s in (("audit_off", off), ("audit_on", on)) for m in MODES]
@@ -241,39 +298,40 @@ def run(work: Path, rounds: int, n_queries: int | None, warmup: int, embedded_on
             broker = off.replace(broker_url=stack.broker_url)
             workers.configure(broker)  # the pings go through it
             stack.start_query_workers(app, "lat", {"DIMPLE_DATA_DIR": str(embedded.data_dir),
+                                                   "DIMPLE_EMBEDDING_MODEL": embedded.embedding_model,
                                                    "DIMPLE_AUDIT_ENABLED": "false"})
             sides += [("broker", m, broker) for m in MODES]
-        out: dict = {"store": str(embedded.data_dir), "queries": len(queries), "rounds": rounds,
+        out: dict = {"store": str(embedded.data_dir), "synthetic": synthetic, "queries": per, "rounds": rounds,
                      "load_before": _load(), "load_per_round": []}
         acc: dict[tuple[str, str], dict] = {(g, m): _new() for g, m, _ in sides}
         floor_lat: dict[str, list[float]] = {f: [] for f in FLOOR}
         for group, what, settings in sides:  # warm-up: model, store, index, workers
             workers.configure(settings)
             if group == "floor":
-                for i, q in enumerate(queries[:warmup]):
-                    getattr(floor, what)(i, q["text"])
+                for q in blocks.take(warmup):
+                    getattr(floor, what)(q["i"], q["text"])
             else:
-                _whole(queries[:warmup], what, _new(), search)
+                _whole(blocks.take(warmup), what, _new(), search)
         for r in range(rounds):
             turn = r % len(sides)
             for group, what, settings in sides[turn:] + sides[:turn]:
                 workers.configure(settings)  # also drains the previous side's audit rows
                 if group == "floor":
-                    for i, q in enumerate(queries):
-                        floor_lat[what].append(_ms(getattr(floor, what)(i, q["text"])))
+                    for q in blocks.take(per):
+                        floor_lat[what].append(_ms(getattr(floor, what)(q["i"], q["text"])))
                     continue
                 t0 = time.perf_counter()
-                _whole(queries, what, acc[(group, what)], search)
+                _whole(blocks.take(per), what, acc[(group, what)], search)
                 if settings is on:
                     audit.flush(300)  # this block's rows written inside its time
                 acc[(group, what)]["block_s"].append(time.perf_counter() - t0)
             out["load_per_round"].append(_load())
         workers.configure(off)
         out["floor"] = {f: _pct(v) for f, v in floor_lat.items()}
-        out["embedded"] = {a: {m: _summary(acc[(f"embedded.{a}", m)], len(queries)) for m in MODES}
+        out["embedded"] = {a: {m: _summary(acc[(f"embedded.{a}", m)], per) for m in MODES}
                            for a in ("audit_off", "audit_on")}
-        out["broker"] = None if embedded_only else {m: _summary(acc[("broker", m)], len(queries)) for m in MODES}
-        out["breakdown"] = {m: _breakdown(queries, m) for m in MODES}
+        out["broker"] = None if embedded_only else {m: _summary(acc[("broker", m)], per) for m in MODES}
+        out["breakdown"] = {m: _breakdown(blocks.take(per), m) for m in MODES}
     finally:
         workers.configure(embedded)
         if stack is not None:
@@ -304,14 +362,18 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--work", type=Path, default=Path("/tmp/dimple-latency"), help="the demo store's folder")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--queries", type=int, default=0, help="the first N demo queries (0: all)")
+    p.add_argument("--queries", type=int, default=0,
+                   help=f"the first N demo queries (0: all), or N synthetic ones (0: {SYNTHETIC_QUERIES})")
+    p.add_argument("--synthetic", type=int, default=0, metavar="N",
+                   help="a synthetic store of N memories under --work instead of the demo store")
     p.add_argument("--warmup", type=int, default=10, help="untimed queries per side before the rounds")
     p.add_argument("--embedded-only", action="store_true", help="skip the broker side")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
-    if args.rounds < 1 or args.queries < 0 or args.warmup < 0:
-        p.error("--rounds must be at least 1; --queries and --warmup at least 0")
-    emit(run(args.work, args.rounds, args.queries or None, args.warmup, args.embedded_only), args.out)
+    if args.rounds < 1 or args.queries < 0 or args.warmup < 0 or args.synthetic < 0:
+        p.error("--rounds must be at least 1; --queries, --warmup and --synthetic at least 0")
+    emit(run(args.work, args.rounds, args.queries or None, args.warmup, args.embedded_only, args.synthetic or None),
+         args.out)
     return 0
 
 

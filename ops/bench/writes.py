@@ -62,14 +62,14 @@ while True:
 """
 
 
-def _settings(data_dir: Path, direct: bool):
+def bench_settings(data_dir: Path, direct: bool):
     from workers.settings import WorkerSettings  # the settings workers.configure takes
 
     extra = {"compact_delta_memories": 1} if direct else {}
     return WorkerSettings(data_dir=data_dir, embedding_model="hash-384", _env_file=None, **extra)
 
 
-def _template(work: Path, n: int) -> Path:
+def synthetic_lake(work: Path, n: int) -> Path:
     """A synthetic store of ``n`` memories (one base file, as ``ops.bench.synth``
     writes it) migrated into a lake (``dimple migrate``: catalog and data files
     in the data dir, a base built at its snapshot), once per size."""
@@ -81,11 +81,11 @@ def _template(work: Path, n: int) -> Path:
     if Marker.read(folder) is None:
         if not (synthetic / "store.duckdb").exists():
             synthetic.mkdir(parents=True, exist_ok=True)
-            build_store(synthetic / "store.duckdb", n, _settings(synthetic, False), embedding_model="hash-384",
+            build_store(synthetic / "store.duckdb", n, bench_settings(synthetic, False), embedding_model="hash-384",
                         log=lambda *a: None)
         _fresh(synthetic, folder)
         t = time.perf_counter()
-        migrate(_settings(folder, False))
+        migrate(bench_settings(folder, False))
         print(f"migrated {synthetic.name} into a lake in {time.perf_counter() - t:.1f} s", flush=True)
     return folder
 
@@ -132,7 +132,7 @@ def one_memory(template: Path, scratch: Path, direct: bool, repeat: int = 1) -> 
     poller started (and warm) before it: the p50 of each figure, and each."""
     from pipeline.store.lake.follow import reader_for
 
-    settings = _settings(_fresh_lake(template, scratch), direct)
+    settings = bench_settings(_fresh_lake(template, scratch), direct)
     reader = reader_for(settings)
     # a first write warms the writer's view; the memories timed are the writes after it on every side
     _write(settings, _records("warm", 1), reader)
@@ -159,7 +159,7 @@ def one_memory(template: Path, scratch: Path, direct: bool, repeat: int = 1) -> 
 def batch(template: Path, scratch: Path, direct: bool, size: int = 1000) -> float:
     from pipeline.store.lake.follow import reader_for
 
-    settings = _settings(_fresh_lake(template, scratch), direct)
+    settings = bench_settings(_fresh_lake(template, scratch), direct)
     reader = reader_for(settings)
     _write(settings, _records("warm", 1), reader)
     took = _write(settings, _records("batch", size), reader)
@@ -262,7 +262,7 @@ def pending_deltas(template: Path, scratch: Path) -> dict:
     from pipeline.store.maintenance import compact
     from workers import resources
 
-    settings = _settings(_fresh_lake(template, scratch), False).replace(compact_max_deltas=10_000)
+    settings = bench_settings(_fresh_lake(template, scratch), False).replace(compact_max_deltas=10_000)
     qs = synth_queries(100)
     vecs = HashEmbedder(384).embed(qs)
     _write(settings, _records("warm", 1))
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     report: dict = {"load_before": os.getloadavg()}
     for n in args.sizes:
-        template = _template(args.work, n)
+        template = synthetic_lake(args.work, n)
         scratch = args.work / f"scratch-{n}"
         row: dict = {}
         parts = {"lake": {"one", "batch"}, "whole_store": set(args.baseline_parts.split(","))}

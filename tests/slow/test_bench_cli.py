@@ -149,9 +149,9 @@ def _stages_by_mode(side: dict) -> None:
 @pytest.mark.slow
 def test_latency_bench_runs_embedded(latency_work, tmp_path):
     report = _latency_report(latency_work, tmp_path, "--embedded-only")
-    assert set(report) == {"store", "queries", "rounds", "load_before", "load_after", "load_per_round", "floor",
-                           "embedded", "broker", "breakdown", "ratios"}
-    assert report["queries"] == 3 and report["broker"] is None
+    assert set(report) == {"store", "synthetic", "queries", "rounds", "load_before", "load_after", "load_per_round",
+                           "floor", "embedded", "broker", "breakdown", "ratios"}
+    assert report["queries"] == 3 and report["broker"] is None and report["synthetic"] is None
     assert len(report["load_before"]) == 3 and len(report["load_per_round"]) == 2
     assert set(report["floor"]) == {"embed", "vector_leg", "fulltext_leg"}
     assert all(f["n"] == 2 * 3 and f["p50_ms"] > 0 for f in report["floor"].values())
@@ -164,6 +164,15 @@ def test_latency_bench_runs_embedded(latency_work, tmp_path):
                                      "audit_on_over_off_p50", "audit_on_over_off_block"}
     # a ratio of two p50s over 3 queries x 2 rounds: its value is the bench's to report, not this test's
     assert report["ratios"]["hybrid_over_embed_p50"] > 0
+
+
+@pytest.mark.slow
+def test_latency_bench_runs_on_a_synthetic_store(tmp_path):
+    """``--synthetic N``: a synthetic lake of N memories (hash embedder), each side asked its own queries."""
+    report = _latency_report(tmp_path / "work", tmp_path, "--embedded-only", "--synthetic", "600")
+    assert report["synthetic"] == 600 and report["store"].endswith("lake-store-600") and report["queries"] == 3
+    _stages_by_mode(report["embedded"]["audit_off"])
+    assert report["floor"]["embed"]["n"] == 2 * 3
 
 
 @pytest.mark.slow

@@ -99,6 +99,21 @@ def test_the_array_candidates_order_as_the_engines_functions_do():
             engine = [f.id for f in convex({leg: [(d, x) for d, x in q[leg]] for leg in fusion.LEG_NAMES},
                                            {"vector": alpha, "fts": 1 - alpha})][:10]
             assert fusion.convex(alpha)(lists, {}) == engine
+            # with leg_top_k = 30 the engine fuses each leg's 30 best
+            engine = [f.id for f in convex({leg: [(d, x) for d, x in q[leg][:30]] for leg in fusion.LEG_NAMES},
+                                           {"vector": alpha, "fts": 1 - alpha})][:10]
+            assert fusion.convex_at(alpha, 30)(lists, {}) == engine
+
+
+def test_a_shallower_cut_moves_min_max_and_drops_what_one_leg_found_below_it():
+    q = _cache()["queries"][1]  # vector d7 0.6, d8 0.55, d9 0.1; fts d9 9, d7 1
+    lists = fusion.Lists(q)
+    assert fusion.convex_at(0.5, 100)(lists, {}) == fusion.convex(0.5)(lists, {})  # the cache's own depth
+    # a=0.7, all three deep: vector d7 1, d8 0.9, d9 0; fts d9 1, d7 0: d7 0.7, d8 0.63, d9 0.3
+    assert fusion.convex(0.7)(lists, {}) == ["d7", "d8", "d9"]
+    # two deep: vector d7 1, d8 0 (the lowest now; d9 below the cut); fts d9 1, d7 0: d7 0.7, d9 0.3, d8 0
+    assert fusion.convex_at(0.7, 2)(lists, {}) == ["d7", "d9", "d8"]
+    assert fusion.convex_at(0.5, 1)(lists, {}) == ["d7", "d9"]  # each leg's best, both 1: tied, then by id
 
 
 def test_issue_16s_rules_as_they_were():
