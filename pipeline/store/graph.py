@@ -18,7 +18,7 @@ SQL (each DuckDB statement costs 0.2-4 ms, even on a store of 398 memories).
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -216,8 +216,10 @@ class BaseGraph:
                  part: Callable[[], GraphPart | None] | None = None) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._memories: dict[str, Memory | None] = {}  # None: not in the base
-        self._edges: dict[str, tuple[Edge, ...]] = {}
+        # oldest read first: dropping it is O(1) (a plain dict's first key, after many dropped before
+        # it, is found by walking their empty slots: 0.4 ms a query at 100,000 memories)
+        self._memories: OrderedDict[str, Memory | None] = OrderedDict()  # None: not in the base
+        self._edges: OrderedDict[str, tuple[Edge, ...]] = OrderedDict()
         self._part = part
 
     def part(self) -> GraphPart | None:
@@ -277,11 +279,11 @@ class BaseGraph:
             found = {m: known[m] for m in ids if m in known}
         return found, sorted({m for m in ids if m not in found})
 
-    def _keep(self, known: dict, fresh: dict) -> None:
+    def _keep(self, known: OrderedDict, fresh: dict) -> None:
         with self._lock:
             known.update(fresh)
             while len(known) > self.capacity:
-                del known[next(iter(known))]
+                known.popitem(last=False)
 
 
 class Graph:
