@@ -31,6 +31,11 @@ minor version pyproject pins (``celery>=5.7,<5.8``);
   no task accepts, which Celery logs and deletes ("Received and deleted
   unknown message"); the item is logged at ERROR. Everywhere else (the
   restore of unacked messages) ``loads`` is kombu's own.
+- ``canvas_classes`` / ``eager_tracer``: the classes ``chain(...)`` and
+  ``chord(...)`` build (``celery.canvas._chain``, ``_chord``) and the tracer
+  ``Task.apply`` runs a task with (``celery.app.trace.build_tracer``), for
+  ``workers.canvas.run_eager``, which walks an embedded canvas and runs each
+  stage through a tracer built once per task instead of once per call.
 - ``tell_senders_of_refused``: a message Celery cannot decode (a pickle, a
   body that is not JSON) is logged and rejected (Celery's public
   ``task_rejected`` signal), and an item the guard refuses is dropped; in
@@ -54,6 +59,8 @@ from typing import Any
 
 import kombu.transport.redis as transport
 from celery import Celery, signals
+from celery import canvas as celery_canvas
+from celery.app import trace as celery_trace
 from celery.backends.redis import RedisBackend, ResultConsumer
 from celery.result import AsyncResult
 from kombu.transport.virtual.base import QoS
@@ -67,6 +74,19 @@ RESULT_METHODS = ("_maybe_reraise_parent_error",)
 BACKEND_ATTRIBUTES = ("_pending_results",)
 RESULT_CONSUMER_ATTRIBUTES = ("subscribed_to",)  # the Redis result backend's consumer
 QOS_ATTRIBUTES = ("_delivered", "_dirty")  # kombu.transport.virtual.QoS
+CANVAS_CLASSES = ("_chain", "_chord")  # celery.canvas: what chain(...) and chord(...) build
+TRACE_FUNCTIONS = ("build_tracer",)  # celery.app.trace: what Task.apply runs a task with
+
+
+def canvas_classes() -> tuple[Any, Any]:
+    """``celery.canvas``'s chain and chord classes (what ``workers.canvas.run_eager`` walks)."""
+    return celery_canvas._chain, celery_canvas._chord
+
+
+def eager_tracer(app: Celery, name: str) -> Any:
+    """Celery's tracer of task ``name`` as ``Task.apply`` builds it under
+    ``task_eager_propagates``: eager, a task's exception raised to the caller."""
+    return celery_trace.build_tracer(name, app.tasks[name], eager=True, propagate=True, app=app)
 
 
 def reset_connections(app: Celery) -> None:
@@ -188,6 +208,8 @@ def has_private_api() -> dict[str, bool]:
         found[f"redis.Channel.{name}"] = hasattr(transport.Channel, name)
     found |= {f"redis.Channel.{m}": callable(getattr(transport.Channel, m, None)) for m in TRANSPORT_METHODS}
     found["redis.loads"] = callable(getattr(transport, "loads", None))
+    found |= {f"celery.canvas.{c}": isinstance(getattr(celery_canvas, c, None), type) for c in CANVAS_CLASSES}
+    found |= {f"celery.app.trace.{f}": callable(getattr(celery_trace, f, None)) for f in TRACE_FUNCTIONS}
 
     return found
 
