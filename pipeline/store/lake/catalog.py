@@ -233,8 +233,10 @@ def attach(settings: Settings, *, attempts: int = 5,
     raise AssertionError("unreachable")
 
 
+# "transaction is aborted": a statement of this transaction failed on a conflict before this one ran; a
+# streamed result (a maintenance function's) reports it when fetched, as an InvalidInputException
 _CONFLICT = re.compile(r"conflict|database is locked|could not serialize|already exists|duplicate key|"
-                       r"unique constraint", re.IGNORECASE)
+                       r"unique constraint|transaction is aborted", re.IGNORECASE)
 
 
 def _is_conflict(exc: BaseException) -> bool:
