@@ -139,10 +139,6 @@ class GraphPart:
     def __init__(self, arrays: dict[str, np.ndarray], lists: dict[str, list]):
         self.a, self.lists = arrays, lists
 
-    @classmethod
-    def from_parts(cls, arrays: dict[str, np.ndarray], lists: dict[str, list]) -> GraphPart:
-        return cls(arrays, lists)
-
     @staticmethod
     def _find(sorted_values: np.ndarray, wanted: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Where each of ``wanted`` is in ``sorted_values``: its first and one past its last position."""

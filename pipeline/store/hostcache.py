@@ -93,7 +93,7 @@ class HostCache:
 
     def graph(self, con: Any) -> GraphPart:
         """The base's ``GraphPart`` over memory-mapped arrays (``con`` reads the base when the part is missing)."""
-        return GraphPart.from_parts(*self.part("graph", lambda: read_graph(con)))
+        return GraphPart(*self.part("graph", lambda: read_graph(con)))
 
     def part(self, name: str, read: Callable[[], Parts]) -> Parts:
         """The part ``name``: opened when the host holds it whole, else read
