@@ -8,6 +8,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import duckdb
+import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -202,17 +204,42 @@ def test_a_reader_serves_augment_from_the_graph_part_with_no_sql(settings):
     try:
         reader.snapshot()
         reader.wait_ready()
+        order = ["e", "c-東京", "a", "d", "b"]
+        served = {}
         with reader.snapshot().view() as v:
             assert v.graph is not None and v.graph.part() is not None
             for supersession in ("annotate", "promote", "hide"):
-                order = ["e", "c-東京", "a", "d", "b"]
                 counting = _Counting(v.cursor)
                 state = _state({"max_units": None, "supersession": supersession}, order)
-                served = augment_batch(Batch(states=[state]), counting, 40, v.overlay, BaseGraph(part=v.graph.part))
+                served[supersession] = augment_batch(Batch(states=[state]), counting, 40, v.overlay,
+                                                     BaseGraph(part=v.graph.part))
                 assert counting.statements == 0
+            assert not v.cursor.opened  # nor was a cursor on the base opened for them
+        with reader.snapshot().view() as v:
+            for supersession, out in served.items():
                 fresh = augment_batch(Batch(states=[_state({"max_units": None, "supersession": supersession}, order)]),
                                       v.cursor, 40, v.overlay, None)
-                assert served.states[0].results == fresh.states[0].results
-                assert any(r.conflicts for r in served.states[0].results)
+                assert out.states[0].results == fresh.states[0].results
+                assert any(r.conflicts for r in out.states[0].results)
+    finally:
+        reader.close()
+
+
+def test_a_view_opens_its_cursor_on_first_use_and_closes_it_with_the_view(settings):
+    """A stage's view opens a cursor on the base only when the stage asks the
+    base something, and it is closed when the stage's view ends."""
+    _write(settings, GRAPH_RECORDS)
+    compacted(settings)
+    reader = reader_for(settings)
+    try:
+        with reader.snapshot().view() as v:
+            lazy = v.cursor
+            assert not lazy.opened
+            assert lazy.execute("SELECT count(*) FROM memories").fetchone()[0] == len(GRAPH_RECORDS)
+            assert lazy.opened
+            real = lazy._cur
+        assert not lazy.opened
+        with pytest.raises(duckdb.ConnectionException):
+            real.execute("SELECT 1")
     finally:
         reader.close()
