@@ -108,3 +108,39 @@ def test_a_batch_larger_than_one_view_is_written_in_one_commit_and_once(tmp_path
     assert audit.count(log) == (len(rows), len(rows))
     assert audit.write_records(log, rows) == 0
     assert audit.find(log, "big02499").query_id == "big02499"
+
+
+def test_a_row_reads_back_as_it_was_written(tmp_path):
+    """Every column comes back as the record held it: text in any script, JSON
+    nested, floats small and large, nulls, an empty latency map."""
+    log = _log(tmp_path / "data")
+    full = _row("full").model_copy(update={
+        "query_text": "Встреча в Москве — 東京の会議 \"quoted\" \\ back",
+        "options": {"scope": {"namespace": "работа", "topics": ["a/b"]}, "now": "2026-01-01T00:00:00"},
+        "query_profile": {"legs": {"fts": {"ran": True, "top_scores": [1e-07, 12345.678901, 0.0]}},
+                          "store_version": None},
+        "sources": [{"id": "m-東京", "rank": 1, "ranks": {"fts": 1}, "rrf": 0.016393, "recency_factor": None}],
+        "truncated": True, "truncation": {"by": "maxUnits", "left_out": 3, "limit": 2, "detail": None},
+        "latency_ms": {"fulltext": 0.25, "budget": 0.0125}, "total_ms": 3.5, "rrf_k": 60,
+        "logged_at": datetime(2026, 1, 1, 12, 30, 45, 123456)})
+    bare = _row("bare").model_copy(update={"query_text": None, "latency_ms": {}})
+    assert audit.write_records(log, [full, bare]) == 2
+    assert audit.get(log, "full") == full
+    assert audit.get(log, "bare") == bare
+
+
+def test_a_row_sent_again_among_new_ones_is_stored_once_whatever_else_the_log_holds(tmp_path):
+    """A row sent again (same query id, same logged_at) among new rows, with
+    rows logged long before and after it in other commits, is found and not
+    stored twice; only the new ones go in."""
+    log = _log(tmp_path / "data")
+    at = datetime(2026, 6, 1, 12, 0, 0)
+    old = [_row(f"old{i}").model_copy(update={"logged_at": datetime(2026, 1, 1 + i)}) for i in range(3)]
+    late = [_row(f"late{i}").model_copy(update={"logged_at": datetime(2026, 12, 1 + i)}) for i in range(3)]
+    sent = _row("sent").model_copy(update={"logged_at": at})
+    for batch in (old, [sent], late):  # three commits, three data files or inlined groups
+        assert audit.write_records(log, batch) == len(batch)
+    new = [_row(f"new{i}").model_copy(update={"logged_at": datetime(2026, 6, 1, 11, 59, i)}) for i in range(2)]
+    assert audit.write_records(log, new + [sent]) == 2
+    assert audit.write_records(log, [sent]) == 0
+    assert audit.count(log) == (9, 9)
