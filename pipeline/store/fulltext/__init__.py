@@ -1,7 +1,8 @@
 """The full-text leg's data side, and its face: what other packages may use.
 
 ``terms`` (how text becomes terms: ``analyze``, the index's PRAGMA, ``QueryTerms``,
-the writer's ``tokenize``), ``bm25`` (the one formula: numpy, SQL, IDF),
+the writer's ``tokenize``), ``porter`` (the default stemmer, as DuckDB's),
+``bm25`` (the one formula: numpy, SQL, IDF),
 ``index`` (building the FTS index and its postings table; base totals),
 ``postings`` (a base's postings in memory, scored with numpy) and
 ``ranking`` (BM25 over base and deltas as one corpus: ``search``; ``query_idf``).
