@@ -14,6 +14,7 @@ import pytest
 from pipeline.settings import FulltextSettings
 from pipeline.store.database import fts_extension_path
 from pipeline.store.fulltext import QueryTerms, porter
+from tests.unit.test_base_graph import _Counting
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +85,6 @@ def test_query_terms_with_the_default_stemmer_run_no_sql():
     assert fts.stemmer == "porter"
     rule = QueryTerms(fts.ignore, fts.stemmer, frozenset({"the"}))
     assert rule(_NoSQL(), "The running connections, CONNECTED again") == ["run", "connect", "again"]
-
-
-class _Counting:
-    def __init__(self, con):
-        self.con, self.statements = con, 0
-
-    def execute(self, *args, **kwargs):
-        self.statements += 1
-        return self.con.execute(*args, **kwargs)
 
 
 def test_another_stemmer_asks_duckdb_once_per_new_word(duck):
