@@ -270,7 +270,7 @@ class LazyCursor:
     __slots__ = ("_open", "_cur")
 
     def __init__(self, open_cursor: Callable[[], duckdb.DuckDBPyConnection]):
-        self._open = open_cursor
+        self._open: Callable[[], duckdb.DuckDBPyConnection] | None = open_cursor
         self._cur: duckdb.DuckDBPyConnection | None = None
 
     @property
@@ -279,10 +279,13 @@ class LazyCursor:
 
     def __getattr__(self, name: str) -> Any:
         if self._cur is None:
+            if self._open is None:  # as a closed cursor refuses: its base may be retired since
+                raise duckdb.ConnectionException("this stage's view of the store has ended")
             self._cur = self._open()
         return getattr(self._cur, name)
 
     def close(self) -> None:
+        self._open = None
         if self._cur is not None:
             self._cur.close()
             self._cur = None

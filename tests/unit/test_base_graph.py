@@ -241,5 +241,11 @@ def test_a_view_opens_its_cursor_on_first_use_and_closes_it_with_the_view(settin
         assert not lazy.opened
         with pytest.raises(duckdb.ConnectionException):
             real.execute("SELECT 1")
+        with pytest.raises(duckdb.ConnectionException):  # nor does the view's own open again
+            lazy.execute("SELECT 1")
+        with reader.snapshot().view() as v:
+            unused = v.cursor
+        with pytest.raises(duckdb.ConnectionException):  # one never opened is as closed
+            unused.execute("SELECT 1")
     finally:
         reader.close()
