@@ -244,8 +244,9 @@ class Snapshot:
 
     @contextmanager
     def view(self) -> Iterator[View]:
-        """This snapshot for one stage of one thread: a cursor on its base (None
-        without one), its deltas and its vector index, all of the same state."""
+        """This snapshot for one stage of one thread: a cursor on its base
+        (``LazyCursor``: opened at first use; None without a base), its deltas
+        and its vector index, all of the same state."""
         assert self._uses is not None
         self._uses.enter()
         try:
@@ -295,7 +296,7 @@ class LazyCursor:
 class View:
     """One snapshot as one stage of one thread reads it."""
 
-    cursor: Any
+    cursor: LazyCursor | None  # on the base, opened at first use
     overlay: Overlay
     index: Callable[[], VectorIndex | None]
     postings: Callable[[], Postings | None]
