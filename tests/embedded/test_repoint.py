@@ -28,9 +28,11 @@ RECORDS = [{"id": f"m{i}", "namespace": "alpha", "content": f"note {i} about the
 
 
 def _written(tmp_path):
-    """A lake of RECORDS (two commits, the second a forget: two snapshots kept), closed."""
+    """A lake of RECORDS (two commits, the second a forget: two snapshots kept), closed: this
+    process's store released and its erase check (started by the first write) stopped, as a
+    host's processes are before its data dir is moved."""
     import workers
-    from workers import resources
+    from workers import resources, upkeep
     from workers.api import forget, remember
 
     # audit off: a drain thread of this process would log the moved lake's error (with its trace) on its own
@@ -41,13 +43,15 @@ def _written(tmp_path):
         first = remember({"id": "late", "namespace": "alpha", "content": "the harbour crane moved"}).version
         forget("m3")
     finally:
+        upkeep.stop()
         resources.current().close_store()
     return settings, first
 
 
 def _moved(settings, tmp_path):
     after = store_settings(tmp_path / "after")
-    shutil.move(settings.data_dir, after.data_dir)
+    after.data_dir.parent.mkdir(parents=True)
+    os.rename(settings.data_dir, after.data_dir)  # a move within one file system, as `mv` does it
     return after
 
 
