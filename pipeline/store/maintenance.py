@@ -30,6 +30,7 @@ from typing import Any
 from pipeline import errors
 from pipeline.settings import Settings
 from pipeline.store.compact import CompactReport
+from pipeline.store.lake.compaction import compact_lake
 
 log = logging.getLogger("dimple.lake")
 
@@ -82,8 +83,6 @@ def _answer(returncode: int, stdout: str) -> CompactReport:
 
 
 def _child(request: dict[str, Any]) -> dict[str, Any]:
-    from pipeline.store.lake.compaction import compact_lake
-
     settings = Settings.model_validate(request["settings"])  # as sent: no environment or .env read here
     try:
         report = compact_lake(settings, wait=request["wait"], rebuild=request["rebuild"])
