@@ -50,13 +50,15 @@ from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
 from .audit import flush as flush_audit
 from .canvas import query_canvas, run_eager
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
+from .tasks import HandedOn
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
 
 
 def _decode(value: Any) -> list[Results]:
-    return [Results.from_state(s) for s in Batch.model_validate(value).states]
+    batch = value.batch if isinstance(value, HandedOn) else Batch.model_validate(value)
+    return [Results.from_state(s) for s in batch.states]
 
 
 # While a caller waits, it looks this often whether the broker lost the query (broker_epoch).

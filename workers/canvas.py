@@ -99,7 +99,8 @@ def run_eager(app: Celery, sig: Any, previous: tuple = ()) -> Any:
     chord's body gets the list of its header's results, and a task's
     exception is raised here. Each task runs through Celery's tracer (its
     request context, ``task_prerun`` / ``task_postrun`` signals and success
-    log), with the request ``Task.apply`` gives it."""
+    log), with the request ``Task.apply`` gives it, and ``hand_on``: a stage
+    returns its batch as it is (``tasks.HandedOn``), not as JSON."""
     chain_class, chord_class = canvas_classes()
     if isinstance(sig, chain_class):
         for step in sig.tasks:
@@ -119,5 +120,6 @@ def run_eager(app: Celery, sig: Any, previous: tuple = ()) -> Any:
                "is_eager": True, "logfile": None, "loglevel": 0, "hostname": gethostname(),
                "callbacks": None, "errbacks": None, "headers": None, "timelimit": None,
                "ignore_result": sig.options.get("ignore_result", task.ignore_result),
-               "delivery_info": {"is_eager": True, "exchange": None, "routing_key": None, "priority": None}}
+               "delivery_info": {"is_eager": True, "exchange": None, "routing_key": None, "priority": None},
+               "hand_on": True}
     return _tracer(app, sig.task)(task_id, args, dict(sig.kwargs), request).retval

@@ -1,6 +1,8 @@
 """Embedded, the query canvas runs in this process through ``run_eager``:
 every stage a Celery task run by Celery's tracer, with what ``apply()`` gives
-it, and the answer, failures included, the one ``canvas.apply().get()`` gives."""
+it, and the answer, failures included, the one ``canvas.apply().get()`` gives,
+although each stage hands its batch to the next as it is (``HandedOn``), where
+under ``apply()`` it goes as JSON that the next stage validates again."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pipeline.errors import StageError
 from workers import api
 from workers.app import get_app
 from workers.canvas import query_canvas, run_eager
+from workers.tasks import HandedOn
 
 MEMORIES = [
     {"id": f"m{i}", "content": text, "namespace": "ops", "topics": ["deploys"]}
@@ -33,9 +36,29 @@ def _timeless(value):
     return value
 
 
+def _json(handed: HandedOn) -> dict:
+    """What the canvas's last stage handed on, as the JSON it sends on workers."""
+    assert isinstance(handed, HandedOn)
+    return handed.batch.model_dump(mode="json")
+
+
 def _batch(mode: str, **options) -> tuple[dict, bool, tuple]:
     model = api._batch([("when is the deploy window", {"mode": mode, **options})])
     return model.model_dump(mode="json"), model.needs_embedding(), model.legs()
+
+
+# beside MEMORIES: every kind of link, a supersession chain, two namespaces and types,
+# so that the answers compared carry graph context, promotions and budgets
+LINKED = [
+    {"id": f"n{i}", "namespace": "ops" if i % 3 else "notes", "content_type": "code" if i % 2 else "text",
+     "topics": ["deploys", f"t{i % 4}"], "concepts": [f"c{i % 3}"],
+     "content": f"deploy window note {i}: the window is {['thursday', 'friday', 'monday'][i % 3]} night, "
+                f"host db-{i % 5}",
+     **({"supersedes": [f"n{i - 1}"]} if i % 6 == 5 else {}),
+     **({"conflicts": [f"n{i - 2}"]} if i % 7 == 3 else {}),
+     **({"supported_by": [f"n{i - 3}"]} if i % 5 == 4 else {})}
+    for i in range(30)
+]
 
 
 @pytest.fixture
@@ -44,16 +67,29 @@ def store(embedded):
     return embedded
 
 
-@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
-def test_the_answer_is_the_one_celerys_apply_gives(store, mode):
+@pytest.fixture
+def linked(store):
+    api.remember(LINKED)
+    return store
+
+
+@pytest.mark.parametrize("mode,options", [
+    ("keyword", {}), ("semantic", {}), ("hybrid", {}),
+    ("hybrid", {"max_units": 3, "namespace": "ops"}), ("keyword", {"max_chars": 120, "content_type": "code"}),
+    ("hybrid", {"supersession": "hide", "concepts": ["c1"]}), ("keyword", {"supersession": "annotate"}),
+])
+def test_the_answer_is_the_one_celerys_apply_gives(linked, mode, options):
     app = get_app()
-    batch, embed, legs = _batch(mode)
+    batch, embed, legs = _batch(mode, **options)
     applied = query_canvas(app, batch, canvas_id="a", embed=embed, legs=legs).apply().get()
-    ran = run_eager(app, query_canvas(app, batch, canvas_id="b", embed=embed, legs=legs))
+    ran = _json(run_eager(app, query_canvas(app, batch, canvas_id="b", embed=embed, legs=legs)))
     assert ran["states"][0]["results"], "the query found nothing: the comparison would prove little"
+    if not options:  # graph context among the answers compared
+        assert any(r["superseded_by"] or r["conflicts"] or r["supported_by"] for r in ran["states"][0]["results"])
     assert _timeless(ran) == _timeless(applied)
     # and again, with every tracer already built
-    assert _timeless(run_eager(app, query_canvas(app, batch, canvas_id="c", embed=embed, legs=legs))) == _timeless(applied)
+    again = _json(run_eager(app, query_canvas(app, batch, canvas_id="c", embed=embed, legs=legs)))
+    assert _timeless(again) == _timeless(applied)
 
 
 @pytest.mark.parametrize("mode,stages", [
