@@ -38,8 +38,10 @@ further, per query, mean and p50 in ms: ``make_batch`` (validating the query,
 ``workers.api``), each stage task's wall in the eager canvas (Celery's
 ``task_prerun`` to ``task_postrun``) against the stage's recorded time, and,
 timed again on the same messages, what the task adds around the stage:
-``validate`` (the message into a ``Batch``, as ``workers.tasks`` does it),
-``serialise`` (its output to JSON) and, for the last stage, ``audit_emit``
+``validate`` (the message into a ``Batch``, as ``workers.tasks`` does it;
+a batch an earlier stage handed on as it is, ``HandedOn``, is only unwrapped),
+``serialise`` (its output to JSON; 0 when it hands its batch on) and, for the
+last stage, ``audit_emit``
 (the audit row built and logged, sent when on: ``workers.audit.emit``);
 ``task_other`` (the task's wall less its recorded time and those: Celery's
 tracer around the task, and the stage's own work outside its recorded time);
@@ -162,7 +164,7 @@ def _breakdown(queries: list[dict], mode: str) -> dict:
     from workers import audit
     from workers.api import _batch, _decode, search
     from workers.app import get_app
-    from workers.tasks import LAST, _in
+    from workers.tasks import LAST, HandedOn, _in
 
     app = get_app()
     tasks: list[tuple[str, float, object, object]] = []  # (name, wall s, message, returned)
@@ -203,10 +205,14 @@ def _breakdown(queries: list[dict], mode: str) -> dict:
                 else:
                     _in(message, name)
                 row[f"validate.{stage}"] = _ms(time.perf_counter() - t)
-                batch = Batch.model_validate(returned)
-                t = time.perf_counter()
-                batch.model_dump(mode="json")
-                row[f"serialise.{stage}"] = _ms(time.perf_counter() - t)
+                if isinstance(returned, HandedOn):  # handed to the next stage as it is: no JSON made
+                    batch = returned.batch
+                    row[f"serialise.{stage}"] = 0.0
+                else:
+                    batch = Batch.model_validate(returned)
+                    t = time.perf_counter()
+                    batch.model_dump(mode="json")
+                    row[f"serialise.{stage}"] = _ms(time.perf_counter() - t)
                 if name == LAST:
                     final = returned
                     t = time.perf_counter()
