@@ -87,6 +87,11 @@ class _Connections:
                     con = attach(log.settings)[0]
                 except StoreError as exc:
                     raise AuditStoreUnavailable(f"cannot open {log}: {exc}") from exc
+                # one core for the audit's DuckDB: its writes are a few dozen rows a
+                # transaction, and a second thread only takes the core the queries
+                # run on (the demo bench's keyword block, audit on over off: 2.06,
+                # 2.10, 2.22 -> 1.91, 1.96, 1.93; BENCHMARKS.md, Latency floor)
+                con.execute("SET threads = 1")
                 self.open[log] = con
             cur = con.cursor()
             cur.execute(f"USE {LAKE}")
