@@ -176,10 +176,20 @@ def write(log: LakeLog, records: list[AuditRecord]) -> int:
     cur = _CONNECTIONS.cursor(log, create=True)
     assert cur is not None
 
+    # A row sent again is the same row: its logged_at too. Asked within the batch's
+    # logged_at span (cast as the insert casts it), DuckLake reads only the files
+    # whose logged_at range meets it (the newest, as the log grows in time order),
+    # where the query ids alone read the whole log's: a write's check cost what
+    # the log holds.
+    # ordered as stored: DuckDB's cast to TIMESTAMP keeps an offset's clock digits and drops the offset
+    by_time = sorted(unique.values(), key=lambda r: r.logged_at.replace(tzinfo=None))
+    first, last = (r.model_dump(mode="json", include={"logged_at"})["logged_at"] for r in (by_time[0], by_time[-1]))
+
     def once() -> int:
         cur.execute("BEGIN TRANSACTION")
         present = {r[0] for r in cur.execute(
-            "SELECT query_id FROM retrieval_log WHERE query_id IN (SELECT unnest(?))", [list(unique)]).fetchall()}
+            "SELECT query_id FROM retrieval_log WHERE logged_at BETWEEN ?::TIMESTAMP AND ?::TIMESTAMP "
+            "AND query_id IN (SELECT unnest(?))", [first, last, list(unique)]).fetchall()}
         new = [r for qid, r in unique.items() if qid not in present]
         if not new:
             cur.execute("ROLLBACK")

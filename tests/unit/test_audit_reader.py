@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -144,3 +144,10 @@ def test_a_row_sent_again_among_new_ones_is_stored_once_whatever_else_the_log_ho
     assert audit.write_records(log, new + [sent]) == 2
     assert audit.write_records(log, [sent]) == 0
     assert audit.count(log) == (9, 9)
+    # a row whose time carries an offset (a producer of its own on the audit queue), sent twice
+    # among naive ones: found again, however the batch's times compare
+    offset = _row("offset").model_copy(update={"logged_at": datetime(2026, 6, 1, 13, 0, tzinfo=timezone(timedelta(hours=5)))})
+    assert audit.write_records(log, [offset, _row("n1").model_copy(update={"logged_at": at})]) == 2
+    assert audit.write_records(log, [_row("n2").model_copy(update={"logged_at": datetime(2026, 6, 1, 12, 30)}),
+                                     offset]) == 1
+    assert audit.count(log) == (12, 12)
