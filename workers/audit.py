@@ -230,12 +230,12 @@ def install(app: Celery) -> None:
 
 
 # -- embedded: a background thread writes the rows ----------------------------------------
-# A write's transaction costs ~10 ms of CPU whatever it holds, a row ~0.4 ms
-# more (BENCHMARKS.md, Audit): the thread lingers this long after a row for
-# the rows behind it and writes them together, so a stream of queries pays per
-# batch, not per row (at ~16 ms a keyword query, ~60 rows a write: ~0.6 ms a
-# row, against ~11 ms written one by one). ``flush`` cuts the wait short;
-# a row waits at most this long in memory (a SIGKILL loses it, as before).
+# A write's transaction costs tens of milliseconds whatever it holds (DuckLake's
+# metadata read and commit: 19-37 ms for 75 rows in a log of 400-2,000 commits,
+# BENCHMARKS.md, Audit): the thread lingers this long after a row for the rows
+# behind it and writes them together, so a stream of queries pays per batch,
+# not per row. ``flush`` cuts the wait short; a row waits at most this long in
+# memory (a SIGKILL loses it, as before).
 EMBEDDED_LINGER_S = 1.0
 EMBEDDED_MAX_ROWS = 1000
 
