@@ -216,7 +216,26 @@ class SearchAsyncResult(_DecodesResults, ThrottledParentCheck, AsyncResult):
 
 
 class EagerSearchResult(_DecodesResults, EagerResult):
-    """The embedded counterpart: already done when returned."""
+    """The embedded counterpart: already done when returned. Its last stage
+    handed its batch on in this process (``tasks.HandedOn``): ``get()``
+    decodes that batch itself, and Celery's ``result`` and ``info`` give its
+    JSON, as the handle of a query on workers does."""
+
+    @property
+    def result(self) -> Any:
+        value = self._result
+        return value.batch.model_dump(mode="json") if isinstance(value, HandedOn) else value
+
+    info = result
+
+    def _get_task_meta(self) -> dict:
+        return {**self._cache, "result": self.result}
+
+    def get(self, timeout: float | None = None, **kwargs: Any):
+        if not isinstance(self._result, HandedOn):  # e.g. revoked: Celery's answer
+            return super().get(timeout, **kwargs)
+        results = _decode(self._result)
+        return results[0] if self.single else results
 
 
 def _batch(items: Iterable[tuple[str, Any]]) -> Batch:

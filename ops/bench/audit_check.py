@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    if args.work.exists():
+        p.error(f"--work: {args.work} exists; name a folder to make")
     args.work.mkdir(parents=True)
     emit(run(args.work, args.writes, args.rows, args.repeats), args.out)
     return 0

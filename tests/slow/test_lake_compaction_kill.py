@@ -67,8 +67,9 @@ def _write(settings, acknowledged: set[str], tag: str) -> None:
 
 def _building(settings, proc: subprocess.Popen) -> int:
     """The pid of the process building the compaction's base, once it builds
-    (a file of its own, ``.base-<snapshot>.<pid>.<nonce>.duckdb.work`` while
-    DuckDB writes it, then renamed until it is linked into place)."""
+    (a file of its own, named as ``derive._BUILD`` reads it: its snapshot,
+    host, pid and thread, ``.work`` while DuckDB writes it, then renamed
+    until it is linked into place)."""
     deadline = time.monotonic() + 240
     while True:
         found = [m for p in settings.lake_index_path.glob(".base-*") if (m := _BUILD.fullmatch(p.name))]

@@ -6,6 +6,8 @@ under ``apply()`` it goes as JSON that the next stage validates again."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from celery import signals
 
@@ -143,6 +145,9 @@ def test_an_embedded_search_answers_under_its_canvas_id(store):
     assert handle.state == "SUCCESS" and handle.ready()
     results = handle.get()
     assert results.results and results.results[0].id == "m0"
+    # Celery's own attributes give the answer's JSON, as a handle of a query on workers does
+    assert handle.result == handle.info == handle._get_task_meta()["result"]
+    assert json.loads(json.dumps(handle.result))["states"][0]["results"][0]["id"] == "m0"
     assert handle.id and handle.id != api.search_async("deploy window", mode="keyword").id
 
 
