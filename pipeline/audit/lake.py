@@ -90,7 +90,9 @@ class _Connections:
                 # one core for the audit's DuckDB: its writes are a few dozen rows a
                 # transaction, and a second thread only takes the core the queries
                 # run on (the demo bench's keyword block, audit on over off: 2.06,
-                # 2.10, 2.22 -> 1.91, 1.96, 1.93; BENCHMARKS.md, Latency floor)
+                # 2.10, 2.22 -> 1.91, 1.96, 1.93; BENCHMARKS.md, Latency floor). The
+                # setting is the database's: this process's reads of the log
+                # (``pipeline.audit.reader``) run on one core too.
                 con.execute("SET threads = 1")
                 self.open[log] = con
             cur = con.cursor()
@@ -176,12 +178,12 @@ def write(log: LakeLog, records: list[AuditRecord]) -> int:
     cur = _CONNECTIONS.cursor(log, create=True)
     assert cur is not None
 
-    # A row sent again is the same row: its logged_at too. Asked within the batch's
-    # logged_at span (cast as the insert casts it), DuckLake reads only the files
-    # whose logged_at range meets it (the newest, as the log grows in time order),
-    # where the query ids alone read the whole log's: a write's check cost what
-    # the log holds.
-    # ordered as stored: DuckDB's cast to TIMESTAMP keeps an offset's clock digits and drops the offset
+    # A row sent again is the same row, its logged_at included: asked within the
+    # batch's logged_at span (cast as the insert casts it), DuckLake reads only the
+    # files whose logged_at range meets it, the newest as the log grows in time
+    # order; by query id alone it read every file, so each write's check grew with
+    # the log. Ordered as stored: DuckDB's cast to TIMESTAMP keeps a time's clock
+    # digits and drops its offset.
     by_time = sorted(unique.values(), key=lambda r: r.logged_at.replace(tzinfo=None))
     first, last = (r.model_dump(mode="json", include={"logged_at"})["logged_at"] for r in (by_time[0], by_time[-1]))
 
