@@ -257,19 +257,17 @@ class _EmbeddedWriter:
         self.queue.put((settings, records))
 
     def _take(self) -> list[tuple[WorkerSettings, list[AuditRecord]]]:
-        """The next item, and those that arrive within the linger (up to the row cap)."""
-        items = [self.queue.get()]
-        rows = len(items[0][1])
-        deadline = time.monotonic() + EMBEDDED_LINGER_S
-        while rows < EMBEDDED_MAX_ROWS:
-            remaining = 0.0 if self.hurry.is_set() else deadline - time.monotonic()
-            try:  # a ``flush`` wakes this wait with an empty item (``wake``)
-                item = self.queue.get(timeout=remaining) if remaining > 0 else self.queue.get_nowait()
+        """The next item, and every one that arrived within the linger. The
+        thread sleeps through the linger rather than waiting on the queue, so
+        a query's ``put`` wakes no thread (each wake-up took the GIL from the
+        queries); ``flush`` ends the sleep (``hurry``)."""
+        items = [self.queue.get()]  # a ``flush`` wakes this wait with an empty item (``wake``)
+        self.hurry.wait(EMBEDDED_LINGER_S)
+        while True:
+            try:
+                items.append(self.queue.get_nowait())
             except queue.Empty:
-                break
-            items.append(item)
-            rows += len(item[1])
-        return items
+                return items
 
     def wake(self) -> None:
         """End a linger now (``flush``): an item without rows, if the thread runs."""
@@ -285,15 +283,17 @@ class _EmbeddedWriter:
             for settings, records in items:
                 if not records:  # a wake-up (``wake``), or a batch without rows
                     continue
-                if groups and log_of(groups[-1][0]) == log_of(settings):
+                if groups and (groups[-1][0] is settings or log_of(groups[-1][0]) == log_of(settings)):
                     groups[-1][1].extend(records)
                 else:
                     groups.append((settings, list(records)))
             for settings, records in groups:
-                try:
-                    write_embedded(settings, records)
-                except Exception:  # never let one row stop the writer
-                    log.exception("embedded audit writer failed on a batch of %d row(s)", len(records))
+                for start in range(0, len(records), EMBEDDED_MAX_ROWS):  # one transaction per so many rows
+                    batch = records[start:start + EMBEDDED_MAX_ROWS]
+                    try:
+                        write_embedded(settings, batch)
+                    except Exception:  # never let one row stop the writer
+                        log.exception("embedded audit writer failed on a batch of %d row(s)", len(batch))
             for _ in items:
                 self.queue.task_done()
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import duckdb
 
-from pipeline.audit.record import VIEW_ROWS, AuditRecord, rows_view
+from pipeline.audit.record import AuditRecord, insert_rows
 from pipeline.errors import AuditStoreUnavailable, StoreError
 from pipeline.settings import Settings
 from pipeline.store.database import migrations, utcnow
@@ -198,9 +198,7 @@ def write(log: LakeLog, records: list[AuditRecord]) -> int:
             return 0
         cur.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [COMMIT_MESSAGE])
         cur.execute("UPDATE audit_head SET seq = seq + 1")
-        for start in range(0, len(new), VIEW_ROWS):  # one commit, a view at a time
-            with rows_view(cur, new[start:start + VIEW_ROWS]) as (names, select, view):
-                cur.execute(f"INSERT INTO retrieval_log ({names}) SELECT {select} FROM {view}")
+        insert_rows(cur, new)
         cur.execute("COMMIT")
         return len(new)
 

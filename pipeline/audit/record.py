@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import duckdb
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.contracts import TOP_HITS, QueryState, text_problem
@@ -156,47 +153,36 @@ def log_line(record: AuditRecord) -> str:
         f"latency_ms={record.total_ms:.1f}"
     )
 
+
 # -- the audit store ------------------------------------------------------------
 COLUMNS = list(AuditRecord.model_fields)
 
 JSON_COLUMNS = {"options", "query_profile", "sources", "truncation", "latency_ms"}
 
-# DuckDB types of the retrieval_log columns (schema/lake), for the casts in ``rows_view``
+# DuckDB types of the retrieval_log columns (schema/lake), for the casts in ``insert_rows``
 TYPES = {
     "query_id": "VARCHAR", "logged_at": "TIMESTAMP", "query_hash": "VARCHAR", "hash_of": "VARCHAR", "mode": "VARCHAR",
     "requested_mode": "VARCHAR", "query_text": "VARCHAR", "options": "JSON", "query_profile": "JSON",
     "sources": "JSON", "result_count": "INTEGER", "truncated": "BOOLEAN", "truncation": "JSON",
     "latency_ms": "JSON", "total_ms": "DOUBLE", "rrf_k": "INTEGER",
 }
-_ROWS_VIEW = "dimple_audit_rows"
+
+# ``insert_rows``: each row as its JSON text (pydantic-core writes it), read into
+# the columns by DuckDB (``from_json``). Python touches a row once; building
+# the columns in Python (``model_dump``, ``json.dumps`` per JSON column, a
+# registered view of object arrays that DuckDB scans holding the GIL) took
+# ~80 ms of GIL time per 1,000 rows, which the embedded writer thread took from
+# the queries of its process (ops.bench.audit). ``logged_at`` is read as text and
+# cast as a bound time is: DuckDB's cast keeps a time's clock digits and drops
+# any offset.
+_SHAPE = json.dumps({c: "JSON" if c in JSON_COLUMNS else "VARCHAR" if c == "logged_at" else TYPES[c]
+                     for c in COLUMNS})
+INSERT_ROWS = (f"INSERT INTO retrieval_log ({', '.join(COLUMNS)}) "
+               f"SELECT {', '.join(f'r.{c}::{TYPES[c]}' for c in COLUMNS)} "
+               f"FROM (SELECT from_json(j::JSON, '{_SHAPE}') AS r FROM (SELECT unnest(?::VARCHAR[]) AS j))")
 
 
-# The most rows one ``rows_view`` takes: DuckDB 1.5.5 analyses a registered
-# column of Python objects by sampling once it is long enough, through a pandas
-# method (``first_valid_index``) a numpy array lacks, and fails (an INSERT of
-# 2,000 rows did; 1,500 did not). A larger batch is inserted a view at a time.
-VIEW_ROWS = 1000
-
-
-@contextmanager
-def rows_view(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> Iterator[tuple[str, str, str]]:
-    """``records`` registered on ``con`` as one set of columns, for one
-    ``INSERT INTO retrieval_log ({names}) SELECT {select} FROM {view}``:
-    yields (names, select, view). ``executemany`` binds row by row (~4 ms a
-    row here, which made ``dimple audit retry`` of a large backlog take minutes).
-    At most ``VIEW_ROWS`` records."""
-    if len(records) > VIEW_ROWS:
-        raise ValueError(f"rows_view takes at most {VIEW_ROWS} records, not {len(records)}")
-    columns: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-    for record in records:
-        row = record.model_dump(mode="json")
-        for c in COLUMNS:
-            value = row[c]
-            columns[c].append(json.dumps(value) if c in JSON_COLUMNS and value is not None else value)
-    # typed casts: a column of Nones (query_text when texts are not stored) has no type of its own
-    select = ", ".join(f"{c}::{TYPES[c]}" for c in COLUMNS)
-    con.register(_ROWS_VIEW, {c: np.array(v, dtype=object) for c, v in columns.items()})
-    try:
-        yield ", ".join(COLUMNS), select, _ROWS_VIEW
-    finally:
-        con.unregister(_ROWS_VIEW)
+def insert_rows(con: duckdb.DuckDBPyConnection, records: list[AuditRecord]) -> None:
+    """INSERT ``records`` into ``retrieval_log`` over ``con`` (in the caller's
+    transaction). A JSON null becomes SQL NULL (``query_text``, ``truncation``)."""
+    con.execute(INSERT_ROWS, [[r.model_dump_json() for r in records]])

@@ -82,9 +82,10 @@ def test_audit_bench_runs(tmp_path):
     assert audit.main(["--n", "4", "--rounds", "2", "--warmup", "2", "--work", str(tmp_path / "work"),
                        "--out", str(out)]) == 0
     report = json.loads(out.read_text())
+    (mode,) = report["modes"].values()  # hybrid unless told
     for side in ("off", "on", "broken"):
-        assert len(report[side]["block_ms_per_query"]) == 2 and report[side]["all_drained"]
-    assert report["orders"][0] != report["orders"][1]  # the blocks' order rotates
+        assert len(mode[side]["block_ms_per_query"]) == 2 and mode[side]["all_drained"]
+    assert mode["orders"][0] != mode["orders"][1]  # the blocks' order rotates
     assert report["dead_letters_from_broken_side"] == 2 + 2 * 4  # warm-up and both rounds, every row
 
 

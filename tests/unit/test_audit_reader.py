@@ -87,11 +87,11 @@ def test_a_lake_no_query_was_logged_in_reads_as_empty_until_the_first_write(tmp_
     assert audit.count(log) == (1, 1)
 
 
-def test_a_batch_larger_than_one_view_is_written_in_one_commit_and_once(tmp_path):
+def test_a_large_batch_is_written_in_one_commit_and_once(tmp_path):
     """A batch of 2,500 rows (a canvas of that many queries, ``query_batch_size``
-    up to 10,000): DuckDB fails to read one registered view of 2,000 rows,
-    so the write inserts a view at a time, in one commit; written again, it
-    adds nothing."""
+    up to 10,000) is one commit (one list of JSON texts bound to one INSERT;
+    a registered view of Python objects failed in DuckDB past ~1,500 rows);
+    written again, it adds nothing."""
     from pipeline.audit.lake import reading
     from pipeline.store.lake.catalog import LAKE
 
