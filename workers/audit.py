@@ -2,9 +2,10 @@
 
 On workers, ``search.budget`` first keeps the batch's rows in the outbox
 (``pipeline.audit.letters``: a file in the audit dir, before the answer goes
-back), then sends them to the ``audit`` queue, where ``audit.write`` (acks
+back); the process sends them, with its other rows of the last second
+(``SEND_LINGER_S``), as one message to the ``audit`` queue, where ``audit.write`` (acks
 late, rejected on worker loss, retried with exponential backoff and jitter,
-idempotent by query id) writes them and removes the file. The audit worker
+idempotent by query id) writes them and removes their files. The audit worker
 also writes, every second or so, the outbox files whose message has not done
 so after ``DIMPLE_AUDIT_OUTBOX_AFTER_S`` (it was lost with Redis, or with a
 killed worker): a row once answered is written whatever dies, and once. Embedded,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import random
 import threading
@@ -107,25 +109,102 @@ def send(app: Celery, records: list[AuditRecord]) -> None:
     payload = [r.model_dump(mode="json") for r in records]
     try:
         name: str | None = outbox_put(settings.audit_outbox_dir, payload)
-        kept = {"outbox": name, "host": outbox_id(settings.audit_outbox_dir)}
     except OSError as exc:  # a read-only audit dir: the message alone carries the rows
-        name, kept = None, {}
+        name = None
         log.error("cannot keep audit rows in the outbox %s (%s): they depend on the broker alone",
                   settings.audit_outbox_dir, exc)
-    try:
-        # by name: the task is registered in workers.tasks, routed to the audit queue
-        app.send_task("audit.write", args=[payload], kwargs=kept)
-    except Exception as exc:
-        if name is None:
-            raise
-        log.warning("audit.write could not be sent (%s: %s); the audit worker writes the rows from the outbox",
-                    type(exc).__name__, exc)
+    _SENDER.add(app, settings, name, payload)
+
+
+# -- on workers: one message a linger per process -------------------------------------
+# A message per query cost the audit worker a Celery task and a lake
+# transaction per query (ops.bench.audit on workers, demo keyword: +55% per
+# block). A search process sends its rows as one ``audit.write`` a linger after
+# the first of them, naming their outbox files; each file is kept before its
+# answer goes back, so a process that dies before sending leaves its rows to
+# the host's outbox drain (``DIMPLE_AUDIT_OUTBOX_AFTER_S``), as a lost message did.
+SEND_LINGER_S = 1.0
+
+
+class _Sender:
+    """This process's audit rows answered and not yet sent, and the thread
+    sending them (started again in a forked child, which never sends its
+    parent's)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pending: list[tuple[Celery, WorkerSettings, str | None, list[dict]]] = []
+        self.rows = 0
+        self.waiting = threading.Event()  # set while rows are pending
+        self.full = threading.Event()  # set once ``BATCH_ROWS`` are pending: no lingering
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+
+    def add(self, app: Celery, settings: WorkerSettings, name: str | None, payload: list[dict]) -> None:
+        with self.lock:
+            if self.pid != os.getpid():
+                self.pid, self.pending, self.rows, self.thread = os.getpid(), [], 0, None
+            self.pending.append((app, settings, name, payload))
+            self.rows += len(payload)
+            self.waiting.set()
+            if self.rows >= BATCH_ROWS:
+                self.full.set()
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="dimple-audit-sender", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.waiting.wait()
+            self.full.wait(SEND_LINGER_S)
+            self.send_now()
+
+    def send_now(self) -> None:
+        """Send every pending row now: one message per app and outbox."""
+        with self.lock:
+            if self.pid != os.getpid():
+                return
+            taken, self.pending, self.rows = self.pending, [], 0
+            self.waiting.clear()
+            self.full.clear()
+        groups: dict[tuple[int, Path], list[tuple[Celery, WorkerSettings, str | None, list[dict]]]] = {}
+        for item in taken:
+            groups.setdefault((id(item[0]), item[1].audit_outbox_dir), []).append(item)
+        for items in groups.values():
+            app, settings = items[-1][0], items[-1][1]
+            rows = [row for _, _, _, payload in items for row in payload]
+            names = [name for _, _, name, _ in items if name is not None]
+            kept = {"outbox": names, "host": outbox_id(settings.audit_outbox_dir)} if names else {}
+            try:
+                # by name: the task is registered in workers.tasks, routed to the audit queue
+                app.send_task("audit.write", args=[rows], kwargs=kept)
+            except Exception as exc:
+                if len(names) < len(items):
+                    log.error("audit.write could not be sent (%s: %s); %d row(s) kept nowhere else are lost",
+                              type(exc).__name__, exc, sum(len(p) for _, _, n, p in items if n is None))
+                log.warning("audit.write could not be sent (%s: %s); the audit worker writes the rows from the "
+                            "outbox", type(exc).__name__, exc)
+
+
+_SENDER = _Sender()
+
+
+def send_pending() -> None:
+    """Send this process's pending audit rows now (a pool process ending)."""
+    _SENDER.send_now()
+
+
+def _names(outbox: object) -> list:
+    """The outbox file names a message carries: a list (one message a linger), or one name (earlier dimple)."""
+    if isinstance(outbox, list):
+        return outbox
+    return [] if outbox is None else [outbox]
 
 
 def done(settings: WorkerSettings, outbox: object) -> None:
-    """The rows of outbox file ``outbox`` (from a message) are in the log or dead-lettered."""
-    if outbox is not None:
-        outbox_done(settings.audit_outbox_dir, outbox)
+    """The rows of the outbox files ``outbox`` names (from a message) are in the log or dead-lettered."""
+    for name in _names(outbox):
+        outbox_done(settings.audit_outbox_dir, name)
 
 
 # Rows an ``audit.write`` takes from its host's outbox besides its own, in the same transaction.
@@ -134,16 +213,18 @@ BATCH_ROWS = 1000
 
 def written_with_another(settings: WorkerSettings, outbox: object, host: object) -> bool:
     """Whether a message's rows were already written by another message's
-    batch (``batch_of``): its outbox file is this host's (``host``, the
-    outbox's id) and gone. A file goes only once its rows are in the log,
+    batch (``batch_of``): its outbox files are this host's (``host``, the
+    outbox's id) and all gone. A file goes only once its rows are in the log,
     dead-lettered or purged; another host's message is written as it comes."""
-    if not isinstance(outbox, str) or not OUTBOX_NAME.match(outbox) or not isinstance(host, str):
+    names = _names(outbox)
+    if not names or not all(isinstance(n, str) and OUTBOX_NAME.match(n) for n in names) \
+            or not isinstance(host, str):
         return False
     try:
         ours = host == outbox_id(settings.audit_outbox_dir)
     except OSError:
         return False
-    return ours and not (settings.audit_outbox_dir / outbox).exists()
+    return ours and not any((settings.audit_outbox_dir / n).exists() for n in names)
 
 
 def batch_of(settings: WorkerSettings, outbox: object) -> list[tuple[Path, list[AuditRecord]]]:
@@ -154,7 +235,7 @@ def batch_of(settings: WorkerSettings, outbox: object) -> list[tuple[Path, list[
     their files gone (``written_with_another``) and write nothing."""
     try:
         return outbox_batch(settings.audit_outbox_dir, settings.dead_letter_dir, BATCH_ROWS,
-                            skip=outbox if isinstance(outbox, str) else None)
+                            skip={n for n in _names(outbox) if isinstance(n, str)})
     except OSError:
         return []
 
@@ -220,13 +301,19 @@ def _drain_forever() -> None:
 
 
 def install(app: Celery) -> None:
-    """Each pool process of ``app``'s workers that consume the audit queue drains the outbox."""
+    """Each pool process of ``app``'s workers that consume the audit queue
+    drains the outbox; every worker process sends its pending rows as it ends."""
 
     def drain_in_audit_workers(**_: Any) -> None:
         if "audit" in (app.amqp.queues.consume_from or app.amqp.queues):  # queue names, as workers.warmup reads them
             start_drainer()
 
+    def send_at_end(**_: Any) -> None:
+        send_pending()
+
     signals.worker_process_init.connect(drain_in_audit_workers, weak=False)
+    signals.worker_process_shutdown.connect(send_at_end, weak=False)  # a pool process
+    signals.worker_shutdown.connect(send_at_end, weak=False)  # the worker (solo and threads pools run tasks there)
 
 
 # -- embedded: a background thread writes the rows ----------------------------------------

@@ -132,11 +132,12 @@ def _register(app: Celery, stage: Stage) -> Task:
     return app.task(name=stage.name, ignore_result=stage.name != LAST, resultrepr_maxsize=RESULT_REPR_CHARS)(run)
 
 
-def audit_write(self, records: list[dict], outbox: str | None = None, host: str | None = None) -> dict:
+def audit_write(self, records: list[dict], outbox: list[str] | str | None = None, host: str | None = None) -> dict:
     """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed.
-    ``outbox`` names the file keeping the same rows (``workers.audit``), removed once they are in;
-    ``host`` the outbox it is in. The rows of this host's other outbox files waiting now go in the
-    same transaction (``audit.batch_of``), and a message whose rows went so writes nothing."""
+    ``outbox`` names the files keeping the same rows (``workers.audit``: a search process's rows of
+    a second; one name from an earlier dimple), removed once they are in; ``host`` the outbox they
+    are in. The rows of this host's other outbox files waiting now go in the same transaction
+    (``audit.batch_of``), and a message whose rows all went so writes nothing."""
     res = resources.current()
     settings = res.settings()
     audit.start_drainer()  # pools without worker_process_init (solo, threads) drain too

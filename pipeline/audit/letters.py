@@ -19,7 +19,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,9 +101,9 @@ def _read_outbox(path: Path, dead_letter_dir: Path) -> list[AuditRecord] | None:
         return None
 
 
-def outbox_batch(folder: Path, dead_letter_dir: Path, rows: int, skip: str | None = None
+def outbox_batch(folder: Path, dead_letter_dir: Path, rows: int, skip: Collection[str] = ()
                  ) -> list[tuple[Path, list[AuditRecord]]]:
-    """The outbox files waiting now (any age, oldest first, ``skip`` left out)
+    """The outbox files waiting now (any age, oldest first, those named in ``skip`` left out)
     up to about ``rows`` rows, with their rows: what an ``audit.write`` writes
     with its own rows, in the same transaction (issue 33: the audit worker's
     cost is per batch, not per message)."""
@@ -112,7 +112,7 @@ def outbox_batch(folder: Path, dead_letter_dir: Path, rows: int, skip: str | Non
     for path in outbox_pending(folder):
         if taken >= rows:
             break
-        if path.name == skip:
+        if path.name in skip:
             continue
         records = _read_outbox(path, dead_letter_dir)
         if records is not None:

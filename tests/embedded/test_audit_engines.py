@@ -317,3 +317,70 @@ def test_on_workers_an_audit_write_takes_its_host_waiting_rows_in_one_transactio
     assert out["inserted"] == 1 and calls == [30, 1]
     assert pa.count(pa.log_of(embedded)) == (31, 31)
     assert _audit_commits(embedded) == 2
+
+
+def test_on_workers_a_search_process_sends_its_rows_of_a_linger_as_one_message(embedded, monkeypatch):
+    """Issue 33: a search process keeps each batch's rows in the outbox as it
+    answers (``workers.audit.send``) and sends them, a linger after the
+    first, as one ``audit.write`` naming every file; that message writes them
+    in one transaction and removes the files, and sent again it writes nothing."""
+    import time
+
+    from pipeline.audit.letters import outbox_id, outbox_pending
+    from workers import audit
+    from workers.app import get_app
+
+    embedded.audit_outbox_after_s = 3600.0  # the outbox drain thread stays out of it
+    sent: list[tuple[list, dict]] = []
+
+    class Broker:  # the process's app as a search worker has it: sending, not running, its messages
+        conf = type("conf", (), {"task_always_eager": False})()
+
+        @staticmethod
+        def send_task(name, args, kwargs):
+            assert name == "audit.write"
+            sent.append((json.loads(json.dumps(args[0])), kwargs))  # as JSON on the wire
+
+    monkeypatch.setattr(audit, "SEND_LINGER_S", 0.5)
+    rows = [_row(i) for i in range(12)]
+    t0 = time.monotonic()
+    for i in range(0, 12, 3):  # four answered batches of three queries
+        audit.send(Broker, rows[i:i + 3])
+    folder = embedded.audit_outbox_dir
+    assert len(outbox_pending(folder)) == 4 and sent == []  # kept, not sent yet
+    while not sent and time.monotonic() - t0 < 10:
+        time.sleep(0.02)
+    assert time.monotonic() - t0 >= 0.5
+    ((payload, kept),) = sent
+    assert [r["query_id"] for r in payload] == [r.query_id for r in rows]
+    assert sorted(kept["outbox"]) == sorted(p.name for p in outbox_pending(folder)) and kept["host"] == outbox_id(folder)
+
+    task = get_app().tasks["audit.write"]
+    out = task.apply(args=[payload], kwargs=kept).get()
+    assert out["inserted"] == 12 and "with_others" not in out
+    assert outbox_pending(folder) == [] and _audit_commits(embedded) == 1
+    assert task.apply(args=[payload], kwargs=kept).get()["batched"]  # redelivered: its files are gone
+    assert pa.count(pa.log_of(embedded)) == (12, 12) and _audit_commits(embedded) == 1
+
+
+def test_a_message_naming_some_files_still_there_writes_its_rows_once_and_skips_those_files(embedded):
+    """A message whose files were partly written by another batch writes its
+    rows (the ones already in are found and left), takes none of its own files
+    as the host's others, and removes them all."""
+    from pipeline.audit.letters import outbox_id, outbox_pending, outbox_put
+    from workers.app import get_app
+
+    embedded.audit_outbox_after_s = 3600.0
+    folder = embedded.audit_outbox_dir
+    rows = [_row(i).model_dump(mode="json") for i in range(6)]
+    names = [outbox_put(folder, [row]) for row in rows]
+    other = outbox_put(folder, [_row(50).model_dump(mode="json")])  # a later query's, not in the message
+    host = outbox_id(folder)
+    task = get_app().tasks["audit.write"]
+    assert task.apply(args=[rows[:2]], kwargs={"outbox": names[:2], "host": host}).get()["inserted"] == 2 + 4 + 1
+    assert outbox_pending(folder) == []  # the message's two, and the host's five others, written at once
+    assert pa.count(pa.log_of(embedded)) == (7, 7)
+    again = [outbox_put(folder, [rows[0]])]  # sent again as a new file, with one already gone
+    out = task.apply(args=[rows[:2]], kwargs={"outbox": again + names[1:2], "host": host}).get()
+    assert out["inserted"] == 0 and outbox_pending(folder) == [] and other not in again
+    assert pa.count(pa.log_of(embedded)) == (7, 7)
