@@ -210,6 +210,32 @@ def done(settings: WorkerSettings, outbox: object) -> None:
 # Rows an ``audit.write`` takes from its host's outbox besides its own, in the same transaction.
 BATCH_ROWS = 1000
 
+# An audit worker process commits at most one audit transaction this often: a
+# message that comes sooner waits out the rest (``pace``), then takes with its
+# own rows every file its host's search processes kept meanwhile
+# (``batch_of``). A transaction costs tens of milliseconds whatever it holds
+# (BENCHMARKS.md, Audit), so a host pays about one a second, not one per search
+# process; the messages of the files it took then write nothing.
+WRITE_EVERY_S = 1.0
+
+
+class _Pace:
+    """When this process last committed an audit transaction."""
+
+    def __init__(self) -> None:
+        self.last = float("-inf")
+
+    def wait(self) -> None:
+        rest = self.last + WRITE_EVERY_S - time.monotonic()
+        if rest > 0:
+            time.sleep(rest)
+
+    def wrote(self) -> None:
+        self.last = time.monotonic()
+
+
+PACE = _Pace()
+
 
 def written_with_another(settings: WorkerSettings, outbox: object, host: object) -> bool:
     """Whether a message's rows were already written by another message's
