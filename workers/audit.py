@@ -118,8 +118,8 @@ def send(app: Celery, records: list[AuditRecord]) -> None:
 
 # -- on workers: one message a linger per process -------------------------------------
 # A message per query cost the audit worker a Celery task and a lake
-# transaction per query (ops.bench.audit on workers, demo keyword: +55% per
-# block). A search process sends its rows as one ``audit.write`` a linger after
+# transaction per query (ops.bench.audit --workers, demo keyword: the stack's
+# CPU a query +75-87% with audit on; BENCHMARKS.md, Audit). A search process sends its rows as one ``audit.write`` a linger after
 # the first of them, naming their outbox files; each file is kept before its
 # answer goes back, so a process that dies before sending leaves its rows to
 # the host's outbox drain (``DIMPLE_AUDIT_OUTBOX_AFTER_S``), as a lost message did.
@@ -179,11 +179,13 @@ class _Sender:
                 # by name: the task is registered in workers.tasks, routed to the audit queue
                 app.send_task("audit.write", args=[rows], kwargs=kept)
             except Exception as exc:
-                if len(names) < len(items):
-                    log.error("audit.write could not be sent (%s: %s); %d row(s) kept nowhere else are lost",
-                              type(exc).__name__, exc, sum(len(p) for _, _, n, p in items if n is None))
-                log.warning("audit.write could not be sent (%s: %s); the audit worker writes the rows from the "
-                            "outbox", type(exc).__name__, exc)
+                lost = sum(len(payload) for _, _, name, payload in items if name is None)
+                if lost:
+                    log.error("audit.write could not be sent (%s: %s); %d row(s) kept in no outbox are lost",
+                              type(exc).__name__, exc, lost)
+                if names:
+                    log.warning("audit.write could not be sent (%s: %s); the audit worker writes the rows of "
+                                "%d outbox file(s) from there", type(exc).__name__, exc, len(names))
 
 
 _SENDER = _Sender()
@@ -211,7 +213,7 @@ def done(settings: WorkerSettings, outbox: object) -> None:
 BATCH_ROWS = 1000
 
 # An audit worker process commits at most one audit transaction this often: a
-# message that comes sooner waits out the rest (``pace``), then takes with its
+# message that comes sooner waits out the rest (``PACE.wait``), then takes with its
 # own rows every file its host's search processes kept meanwhile
 # (``batch_of``). A transaction costs tens of milliseconds whatever it holds
 # (BENCHMARKS.md, Audit), so a host pays about one a second, not one per search

@@ -10,8 +10,8 @@ is empty, the audit worker having written each row and removed its file),
 so no row spills into the next block.
 
 A block lasts ``--block-s`` seconds of audit-off queries (3 s unless told:
-``--n`` is then set from the off side's warm-up, the same for every side of
-that mode). A stream of queries pays one audit write per writer's linger
+``--n`` is then how many queries the path's off side answers in that long,
+warm, counted once per mode and used by every side of that path). A stream of queries pays one audit write per writer's linger
 (``workers.audit.EMBEDDED_LINGER_S``, 1 s) or per batch of waiting outbox
 files, whatever the query rate; a block shorter than the linger would force
 a write the stream never makes, and time its wall (tens of milliseconds,
