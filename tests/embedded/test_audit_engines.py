@@ -384,3 +384,31 @@ def test_a_message_naming_some_files_still_there_writes_its_rows_once_and_skips_
     out = task.apply(args=[rows[:2]], kwargs={"outbox": again + names[1:2], "host": host}).get()
     assert out["inserted"] == 0 and outbox_pending(folder) == [] and other not in again
     assert pa.count(pa.log_of(embedded)) == (7, 7)
+
+
+def test_rows_a_search_process_cannot_send_stay_in_the_outbox_and_it_says_so(embedded, caplog):
+    """The broker down when a search process sends: its rows stay in the
+    outbox for the host's drain (a WARNING names how many files), and rows
+    kept in no outbox are reported lost at ERROR."""
+    import logging
+
+    from pipeline.audit.letters import outbox_pending
+    from workers import audit
+
+    class Down:
+        conf = type("conf", (), {"task_always_eager": False})()
+
+        @staticmethod
+        def send_task(name, args, kwargs):
+            raise ConnectionError("redis is down")
+
+    caplog.set_level(logging.WARNING, logger="dimple.audit")
+    audit.send(Down, [_row(1), _row(2)])
+    audit._SENDER.add(Down, embedded, None, [_row(3).model_dump(mode="json")])  # its outbox could not be written
+    audit.send_pending()
+    assert len(outbox_pending(embedded.audit_outbox_dir)) == 1
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert ("WARNING", "audit.write could not be sent (ConnectionError: redis is down); the audit worker writes "
+                       "the rows of 1 outbox file(s) from there") in said
+    assert ("ERROR", "audit.write could not be sent (ConnectionError: redis is down); 1 row(s) kept in no "
+                     "outbox are lost") in said
