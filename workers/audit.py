@@ -174,8 +174,8 @@ class _Sender:
             app, settings = items[-1][0], items[-1][1]
             rows = [row for _, _, _, payload in items for row in payload]
             names = [name for _, _, name, _ in items if name is not None]
-            kept = {"outbox": names, "host": outbox_id(settings.audit_outbox_dir)} if names else {}
             try:
+                kept = {"outbox": names, "host": outbox_id(settings.audit_outbox_dir)} if names else {}
                 # by name: the task is registered in workers.tasks, routed to the audit queue
                 app.send_task("audit.write", args=[rows], kwargs=kept)
             except Exception as exc:

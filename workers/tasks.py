@@ -151,13 +151,13 @@ def audit_write(self, records: list[dict], outbox: list[str] | str | None = None
     try:
         inserted = write_records(log_of(settings), rows + [r for _, batch in others for r in batch])
     except AuditWriteError as exc:
-        audit.PACE.wrote()
         if self.request.retries >= settings.audit_max_retries:
             error = audit.give_up(settings, rows, exc, self.request.retries)
             audit.done(settings, outbox)
             raise error from None
         raise self.retry(countdown=audit.backoff_s(settings, self.request.retries), max_retries=None) from None
-    audit.PACE.wrote()
+    finally:
+        audit.PACE.wrote()
     audit.done(settings, outbox)
     for path, _ in others:
         audit.done(settings, path.name)
