@@ -19,8 +19,11 @@ library) and ``model.safetensors`` (no executable weight format) and never
 downloads. It imports numpy, tokenizers and safetensors only -- not torch,
 transformers or sentence_transformers -- so a cold start costs well under a
 second instead of ~7 s of imports. Matrix products go to numpy's BLAS; on a
-small, busy machine one BLAS thread (OPENBLAS_NUM_THREADS=1, or threadpoolctl)
-is faster for single queries than the default of one per core.
+small, busy machine one BLAS thread (``limit_blas_threads``) is faster for
+single queries than the default of one per core: with the other core busy,
+one query's vector in 11 ms p50 / 13 ms p95 on one thread against 19 / 131 ms
+on two (BENCHMARKS.md, Query embedder); on an idle machine two threads win
+(7.3 against 10.4 ms).
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ _ERF_P = np.array([-2.72614225801306e-10, 2.77068142495902e-08, -2.1010240208250
                    -1.60960333262415e-02], dtype=np.float32)  # x^13 ... x^1
 _ERF_Q = np.array([-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
                    -7.37332916720468e-03, -1.42647390514189e-02], dtype=np.float32)  # x^8 ... x^0
+
+
+def limit_blas_threads(threads: int) -> None:
+    """At most ``threads`` BLAS threads for this process's matrix products from
+    now on (0: the library's default, one per core). Applies to the BLAS numpy
+    has loaded, so numpy is imported first."""
+    if threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads, user_api="blas")
 
 
 def _horner(z2: np.ndarray, coeffs: np.ndarray) -> np.ndarray:

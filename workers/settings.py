@@ -66,6 +66,13 @@ class WorkerSettings(Settings):
     flower_address: str = Field("127.0.0.1", description="interface Flower listens on")
     flower_port: int = Field(5555, ge=1, le=65535, description="port Flower listens on")
     worker_concurrency: int = Field(0, ge=0, description="processes per `dimple worker`; 0: one per core")
+    # Celery spreads a host's cores over processes (--concurrency); a pool process
+    # that also spread its matrix products over every core would wait on its
+    # own threads while the host's other processes hold the cores (pipeline/minilm.py).
+    worker_blas_threads: int = Field(
+        1, ge=0, le=256,
+        description="BLAS threads of each worker process for its matrix products (embedding); 0: one per core",
+    )
     worker_prefetch_multiplier: int = Field(
         1, ge=1, le=64, description="messages each worker process reserves ahead (1: a long batch never holds a query back)"
     )

@@ -56,7 +56,11 @@ def _load(queues: tuple[str, ...]) -> dict[str, Any]:
     """Load ``queues``' resources here; a failure is reported, not raised (the
     tasks that need the resource will raise it themselves, to their callers)."""
     try:
-        return {"pid": os.getpid(), "loaded": resources.current().warm(queues)}
+        from pipeline.minilm import limit_blas_threads  # numpy, tokenizers: not in every importer of the app
+
+        res = resources.current()
+        limit_blas_threads(res.settings().worker_blas_threads)
+        return {"pid": os.getpid(), "loaded": res.warm(queues)}
     except Exception as exc:  # noqa: BLE001 - reported in the worker's log and ready line
         log.error("process %s could not load what queues %s need: %s: %s",
                   os.getpid(), ",".join(queues), type(exc).__name__, exc)

@@ -13,7 +13,7 @@ from workers.settings import WorkerSettings
 
 WORKER_FIELDS = {
     "broker_url", "broker_password", "result_backend", "task_timeout_s", "ingest_batch_timeout_s", "flower_user", "flower_password",
-    "flower_address", "flower_port", "worker_concurrency", "worker_prefetch_multiplier", "worker_warmup_timeout_s",
+    "flower_address", "flower_port", "worker_concurrency", "worker_blas_threads", "worker_prefetch_multiplier", "worker_warmup_timeout_s",
     "task_soft_time_limit_s", "task_time_limit_s", "visibility_timeout_s", "log_level", "audit_max_retries",
     "audit_backoff_base_s", "audit_backoff_max_s", "audit_outbox_after_s",
     "mcp",

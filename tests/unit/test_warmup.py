@@ -141,3 +141,22 @@ def test_the_worker_own_process_closes_the_startup_pipe_once(monkeypatch):
         os.close(other)
     assert loads == [("ingest",)]  # loaded once, by the step
     assert warmup._STARTUP.ready == (logging.INFO, "w@h ready: queues ingest; 1 process, nothing to load")
+
+
+def test_a_worker_process_does_its_matrix_products_on_the_blas_threads_it_is_given(embedded):
+    import numpy  # noqa: F401  (the BLAS threadpoolctl sees is the one numpy loaded)
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import workers
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):  # as a 2-core host starts it; restored on leaving
+        assert blas_threads() == {2}
+        assert "error" not in warmup._load(())  # a pool process at its start, default settings
+        assert blas_threads() == {1}
+        workers.configure(embedded.replace(worker_blas_threads=0))
+        threadpool_limits(limits=2, user_api="blas")
+        warmup._load(())
+        assert blas_threads() == {2}  # 0: left at the library's default

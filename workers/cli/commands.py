@@ -19,9 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy  # noqa: F401  (threadpoolctl limits the BLAS numpy loads: one_query_process)
 from pydantic import ValidationError
-from threadpoolctl import threadpool_limits
 
 from pipeline import audit
 from pipeline.audit.letters import drain_outbox
@@ -426,7 +424,9 @@ def one_query_process() -> None:
     sys.modules.setdefault("pandas", None)  # type: ignore[arg-type]
     gc.disable()
 
-    threadpool_limits(limits=1, user_api="blas")
+    from pipeline.minilm import limit_blas_threads  # numpy with it
+
+    limit_blas_threads(1)
 
 
 def cmd_search(args) -> int:
