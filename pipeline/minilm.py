@@ -55,7 +55,7 @@ def limit_blas_threads(threads: int) -> None:
     now on (0: the library's default, one per core). Applies to the BLAS numpy
     has loaded, so numpy is imported first."""
     if threads:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # only a process that sets a limit reads its libraries
 
         threadpool_limits(limits=threads, user_api="blas")
 

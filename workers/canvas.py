@@ -6,10 +6,13 @@ The full-text leg does not wait for the embedding, and a batch that needs no
 embedding (queries given with their vectors) leaves ``search.embed`` out, so
 it never waits on the ``embed`` queue. A leg no query of the batch wants
 (``Batch.legs``: the vector leg of a keyword batch, the full-text leg of a
-semantic one) is left out too: the chord's header is then the other leg
-alone, and fusion records the missing leg as not run, as the leg's own stage
-would have. The order is the one ``pipeline.stages.registry`` declares (and
-``run_local`` runs in-process, every leg).
+semantic one) is left out too, and fusion records the missing leg as not
+run, as the leg's own stage would have. With one leg there is nothing to
+join: the canvas is one chain, the leg's stages then fusion's and those
+after it, and ``search.fuse`` gets the leg's batch alone (the chord's
+bookkeeping in the result backend cost a keyword query ~2 ms through Redis,
+``ops.bench.latency``). The order is the one ``pipeline.stages.registry``
+declares (and ``run_local`` runs in-process, every leg).
 
 Embedded (``task_always_eager``), ``run_eager`` runs the same canvas in this
 process: each stage through Celery's own tracer, as ``Signature.apply`` runs
@@ -59,16 +62,17 @@ def query_canvas(app: Celery, batch: dict, expires: str | None = None, canvas_id
         # one ``|`` at a time: ~0.2 ms of a query, ``ops.bench.latency``)
         return chain(sigs, app=app)
 
-    def leg(names: tuple[str, ...]):
+    def leg(names: tuple[str, ...]) -> list:
         first, *rest = names
-        sigs = [sig(first, batch)] + [sig(n) for n in rest]
-        return steps(sigs) if rest else sigs[0]
+        return [sig(first, batch)] + [sig(n) for n in rest]
 
     header = [leg(names) for name, names in (("vector", vector_leg), ("fts", FULLTEXT_LEG)) if name in legs]
+    body = [sig(FUSION), *(sig(name) for name in AFTER_FUSION)]
+    if len(header) == 1:  # chain(*leg, fuse, augment, scope, budget)
+        return steps(header[0] + body)
     # chain(chord(group(*header), fuse), augment, scope, budget), as Celery folds it:
     # one chord whose body is the stages from fusion on
-    body = steps([sig(FUSION), *(sig(name) for name in AFTER_FUSION)])
-    return steps([chord(group(*header), body)])
+    return steps([chord(group(*(steps(sigs) if len(sigs) > 1 else sigs[0] for sigs in header)), steps(body))])
 
 
 # Each app's tracers by task name: ``Task.apply`` builds one per call

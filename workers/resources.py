@@ -228,7 +228,7 @@ class Resources:
         queries ask for with ``as_of`` (``Reader.as_of``), none asked: the newest."""
         batches = batch if isinstance(batch, list) else [batch]
         wanted = {s.query.options.as_of for b in batches for s in b.states}
-        if wanted == {None}:
+        if wanted <= {None}:  # none asked (or a batch of no queries): the newest
             yield
             return
         reader = self.reader()

@@ -108,10 +108,8 @@ def _register(app: Celery, stage: Stage) -> Task:
             log.info("%s delivered again after its query was answered: not run again", stage.name)
             raise Ignore()
         batch: Batch | list[Batch]
-        if stage.fan_in:
-            if not isinstance(payload, list):
-                raise StageError(f"{stage.name} got a malformed message: a list of leg batches expected")
-            batch = [_in(p, stage.name) for p in payload]
+        if stage.fan_in:  # the chord's list of leg batches, or a lone leg's batch (workers.canvas)
+            batch = [_in(p, stage.name) for p in (payload if isinstance(payload, list) else [payload])]
         else:
             batch = _in(payload, stage.name)
         res = resources.current()

@@ -41,4 +41,4 @@ class Stage:
 
     name: str
     run: Callable[[Any, Resources], Batch]
-    fan_in: bool = False  # takes the list of the chord's leg batches
+    fan_in: bool = False  # takes the list of the chord's leg batches (one leg's alone: a list of one)

@@ -49,7 +49,8 @@ def test_the_canvas_is_the_one_its_expression_folds_to(embed, legs, expires):
     """``query_canvas`` builds the canvas in the shape Celery folds
     ``chain(chord(group(*legs), fuse), augment, scope, budget)`` to, without
     folding it (~0.2 ms a query): the same message, task for task, for every
-    shape a batch can take."""
+    shape a batch can take; with one leg, no chord: ``chain(*leg, fuse,
+    augment, scope, budget)``."""
     import json
 
     from celery import chain, chord, group
@@ -69,11 +70,20 @@ def test_the_canvas_is_the_one_its_expression_folds_to(embed, legs, expires):
 
     vector_leg = VECTOR_LEG if embed else VECTOR_LEG[1:]
     header = [leg(names) for name, names in (("vector", vector_leg), ("fts", FULLTEXT_LEG)) if name in legs]
-    folded = chain(chord(group(*header), sig(FUSION)), *(sig(n) for n in AFTER_FUSION))
+    if len(header) > 1:
+        folded = chain(chord(group(*header), sig(FUSION)), *(sig(n) for n in AFTER_FUSION))
+    else:
+        leg_names = vector_leg if legs == ("vector",) else FULLTEXT_LEG
+        folded = chain(*(sig(n, batch) if i == 0 else sig(n) for i, n in enumerate(leg_names)), sig(FUSION),
+                       *(sig(n) for n in AFTER_FUSION))
 
     def as_json(canvas):
         return json.loads(json.dumps(canvas, default=lambda o: dict(o) if isinstance(o, dict) else list(o)))
 
     built = query_canvas(app, batch, expires, "c1", embed=embed, legs=legs)
     assert as_json(built) == as_json(folded)
-    assert as_json(built)["kwargs"]["tasks"][0]["subtask_type"] == "chord"
+    first = as_json(built)["kwargs"]["tasks"][0]
+    assert first["subtask_type"] == ("chord" if len(legs) > 1 else None)
+    assert first["task"] == ("celery.chord" if len(legs) > 1 else
+                                 ("search.embed" if embed else "search.descend") if legs == ("vector",) else
+                                 "search.fulltext")

@@ -36,10 +36,25 @@ def test_a_malformed_batch_is_a_stage_error_naming_stage_and_field(name, payload
     assert field in str(err.value)
 
 
-@pytest.mark.parametrize("payload", [{"states": []}, "legs", None, [{"states": [{"query": {}}]}]])
-def test_fusion_wants_a_list_of_leg_batches(payload):
+@pytest.mark.parametrize("payload", ["legs", None, [{"states": [{"query": {}}]}], {"states": [{"query": {}}]}])
+def test_fusion_wants_leg_batches(payload):
     with pytest.raises(StageError, match="search.fuse got a malformed"):
         STAGE_TASKS[FUSION](payload)
+
+
+def test_fusion_takes_a_lone_legs_batch_as_the_list_of_that_one(embedded):
+    """A one-leg canvas is a chain (workers.canvas): fusion gets the leg's
+    batch itself, and answers as the chord's list of one would have it."""
+    def fused(payload) -> dict:
+        out = STAGE_TASKS[FUSION](payload)
+        for state in out["states"]:
+            assert state["timings"].pop("fuse") >= 0  # the one thing that differs: how long it took
+        return out
+
+    leg = STAGE_TASKS["search.fulltext"](_message(embedded))
+    assert leg["states"][0]["legs"]["fts"]["ran"]
+    assert fused(leg) == fused([leg])
+    assert STAGE_TASKS[FUSION]({"states": []}) == {"states": []}  # no queries: nothing to fuse, no error
 
 
 def test_a_well_formed_batch_goes_through_json_unchanged_in_shape(settings):
