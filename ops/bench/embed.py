@@ -11,6 +11,14 @@ encode: what a cold ``dimple search`` pays), the warm per-query latency
 thread count (numpy's and torch's defaults on this machine, printed). The
 baseline runs as its authors recommend: ``SentenceTransformer.encode`` with
 ``convert_to_numpy`` and ``normalize_embeddings``.
+
+    python -m ops.bench.embed --blas --rounds 2 --queries 300
+
+``--blas`` compares instead the numpy embedder on one BLAS thread (what a
+worker process uses, ``DIMPLE_WORKER_BLAS_THREADS``) against numpy's default
+(one per core), the baseline: single queries and batches, with every other
+core idle, then with one core held by a spinning process (a host whose other
+worker processes are busy). The sides alternate round by round.
 """
 
 from __future__ import annotations
@@ -47,6 +55,53 @@ def _cold(side: str) -> float:
     return time.perf_counter() - t0
 
 
+def _pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 2)
+
+
+def blas(rounds: int, n_queries: int, batch_size: int) -> dict:
+    """``--blas``: one BLAS thread against the default, other cores idle and one busy."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from pipeline.minilm import MiniLMEmbedder
+
+    emb = MiniLMEmbedder()
+    texts = _queries(max(n_queries, batch_size * 4))
+    default = max(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+    sides = {"one thread": 1, f"default ({default} threads)": default}
+    out: dict = {"load_average_before": os.getloadavg()}
+    for other in ("idle", "busy"):
+        spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if other == "busy" else None
+        try:
+            single: dict[str, list[float]] = {s: [] for s in sides}
+            batch: dict[str, list[float]] = {s: [] for s in sides}
+            for r in range(rounds):
+                for side in (list(sides) if r % 2 == 0 else list(reversed(sides))):
+                    with threadpool_limits(limits=sides[side], user_api="blas"):
+                        emb.embed(texts[:8])  # warm: the threads started
+                        for text in texts[:n_queries]:
+                            t0 = time.perf_counter()
+                            emb.embed([text])
+                            single[side].append((time.perf_counter() - t0) * 1000)
+                        t0 = time.perf_counter()
+                        for i in range(0, batch_size * 4, batch_size):
+                            emb.embed(texts[i:i + batch_size])
+                        batch[side].append(batch_size * 4 / (time.perf_counter() - t0))
+        finally:
+            if spinner is not None:
+                spinner.kill()
+                spinner.wait()
+        out[other] = {side: {"single_p50_ms": _pct(single[side], 50), "single_p95_ms": _pct(single[side], 95),
+                             "batch_queries_per_s": round(float(np.median(batch[side])), 1)} for side in sides}
+        one, base = out[other]["one thread"], out[other][list(sides)[1]]
+        out[other]["ratios_one_over_default"] = {
+            "single_p50_time": round(one["single_p50_ms"] / base["single_p50_ms"], 3),
+            "single_p95_time": round(one["single_p95_ms"] / base["single_p95_ms"], 3),
+            "batch_throughput": round(one["batch_queries_per_s"] / base["batch_queries_per_s"], 3)}
+    out["load_average_after"] = os.getloadavg()
+    return out
+
+
 def main(argv=None) -> int:
     from pipeline.embedders import SentenceTransformerEmbedder
     from pipeline.minilm import MiniLMEmbedder
@@ -56,7 +111,11 @@ def main(argv=None) -> int:
     p.add_argument("--queries", type=int, default=200, help="single queries per side and round")
     p.add_argument("--batch", type=int, default=64, help="queries per batch for the throughput figure")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--blas", action="store_true", help="one BLAS thread against the default (numpy side only)")
     args = p.parse_args(argv)
+    if args.blas:
+        print(json.dumps(blas(args.rounds, args.queries, args.batch), indent=2))
+        return 0
 
     import torch
 
