@@ -199,3 +199,20 @@ def test_writes_bench_writes_to_the_lake(tmp_path):
     assert one["visible_s"] > 0 and one["ack_s"] > 0 and one["visible_after_ack_s"] >= 0
     assert one["writes"] == 2 and len(one["visible_each_s"]) == 2
     assert side["batch_1000_s"] > 0
+
+
+@pytest.mark.slow
+def test_the_blas_bench_compares_one_thread_with_the_default_idle_and_busy():
+    """``ops.bench.embed --blas``: both sides, both hosts, and no spinning process left behind."""
+    done = subprocess.run([sys.executable, "-m", "ops.bench.embed", "--blas", "--rounds", "2", "--queries", "3",
+                           "--batch", "2"], capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads(done.stdout)
+    for host in ("idle", "busy"):
+        sides = {k: v for k, v in report[host].items() if k != "ratios_one_over_default"}
+        assert len(sides) == 2 and "one thread" in sides
+        for figures in sides.values():
+            assert figures["single_p95_ms"] >= figures["single_p50_ms"] > 0 and figures["batch_queries_per_s"] > 0
+        assert set(report[host]["ratios_one_over_default"]) == {"single_p50_time", "single_p95_time",
+                                                                "batch_throughput"}
+    spinning = subprocess.run(["pgrep", "-f", "while True: pass"], capture_output=True, text=True)
+    assert spinning.stdout.strip() == ""
