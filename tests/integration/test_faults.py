@@ -218,30 +218,36 @@ def test_a_query_its_caller_gave_up_on_never_runs_later(demo_store, bare_broker,
 
 
 @pytest.mark.parametrize("mode", ["keyword", "hybrid"])
-def test_a_caller_still_waiting_learns_its_stages_expired_unrun(demo_store, bare_broker, tmp_path, mode):
-    """The same, asked again after a worker came up: the caller learns that
+def test_a_caller_still_waiting_learns_its_stages_expired_unrun(demo_store, tmp_path, mode):
+    """The same, asked again after workers came up: the caller learns that
     its stages expired unrun, whether its canvas is one chain (one leg:
     the discarded stage is a parent of the answer it waits for) or a chord
-    (two legs: the discarded part fails the chord's body)."""
+    (two legs: the discarded parts fail the chord's body). A redis-server
+    of its own: no worker an earlier test started may take the stages."""
     import workers
     from workers.api import search_async
-    from workers.app import app
+    from workers.app import app, reconfigure
 
     data = tmp_path / "data"
     data.mkdir()
-    workers.configure(WorkerSettings(data_dir=data, broker_url=bare_broker.broker_url, task_timeout_s=2,
-                                     _env_file=None))
-    handle = search_async("deploy window", mode=mode)
-    with pytest.raises(QueryTimeoutError, match="no answer"):
-        handle.get(timeout=2)
-    time.sleep(1)  # past its deadline
-    names = ["gone-search"] + (["gone-embed"] if mode == "hybrid" else [])
-    for name in names:
-        bare_broker.start_worker(name, name.partition("-")[2], env={"DIMPLE_DATA_DIR": str(data)})
-    bare_broker.wait_for_workers(app, names, timeout=120)
-    with pytest.raises(QueryTimeoutError, match="expired unrun at the query's deadline"):
-        handle.get(timeout=30)
-    assert _nothing_left(bare_broker.broker_url) == {"unacked": 0, "embed": 0, "search": 0}
+    run = Stack(tmp_path / "stack")
+    run.start_redis()
+    try:
+        workers.configure(WorkerSettings(data_dir=data, broker_url=run.broker_url, task_timeout_s=2, _env_file=None))
+        handle = search_async("deploy window", mode=mode)
+        with pytest.raises(QueryTimeoutError, match="no answer"):
+            handle.get(timeout=2)
+        time.sleep(1)  # past its deadline
+        names = ["gone-search"] + (["gone-embed"] if mode == "hybrid" else [])
+        for name in names:
+            run.start_worker(name, name.partition("-")[2], env={"DIMPLE_DATA_DIR": str(data)})
+        run.wait_for_workers(app, names, timeout=120)
+        with pytest.raises(QueryTimeoutError, match="expired unrun at the query's deadline"):
+            handle.get(timeout=30)
+        assert _nothing_left(run.broker_url) == {"unacked": 0, "embed": 0, "search": 0}
+    finally:
+        reconfigure(demo_store.settings)
+        run.stop_all()
 
 
 def test_a_write_lost_with_redis_fails_at_once(demo_store, fault_stack):
