@@ -21,9 +21,9 @@ transformers or sentence_transformers -- so a cold start costs well under a
 second instead of ~7 s of imports. Matrix products go to numpy's BLAS; on a
 small, busy machine one BLAS thread (``limit_blas_threads``) is faster for
 single queries than the default of one per core: with the other core busy,
-one query's vector in 11 ms p50 / 13 ms p95 on one thread against 19 / 131 ms
-on two (BENCHMARKS.md, Query embedder); on an idle machine two threads win
-(7.3 against 10.4 ms).
+one query's vector in 10.9 ms p50 / 13.5 ms p95 on one thread against 17.5 /
+123.5 ms on two (BENCHMARKS.md, Query embedder); on an idle machine two
+threads win (6.9 against 10.4 ms p50).
 """
 
 from __future__ import annotations

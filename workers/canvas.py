@@ -10,8 +10,8 @@ semantic one) is left out too, and fusion records the missing leg as not
 run, as the leg's own stage would have. With one leg there is nothing to
 join: the canvas is one chain, the leg's stages then fusion's and those
 after it, and ``search.fuse`` gets the leg's batch alone (the chord's
-bookkeeping in the result backend cost a keyword query ~2 ms through Redis,
-``ops.bench.latency``). The order is the one ``pipeline.stages.registry``
+bookkeeping in the result backend cost a keyword query 2-3 ms through
+Redis: BENCHMARKS.md, Latency floor). The order is the one ``pipeline.stages.registry``
 declares (and ``run_local`` runs in-process, every leg).
 
 Embedded (``task_always_eager``), ``run_eager`` runs the same canvas in this
