@@ -119,10 +119,11 @@ def send(app: Celery, records: list[AuditRecord]) -> None:
 # -- on workers: one message a linger per process -------------------------------------
 # A message per query cost the audit worker a Celery task and a lake
 # transaction per query (ops.bench.audit --workers, demo keyword: the stack's
-# CPU a query +75-87% with audit on; BENCHMARKS.md, Audit). A search process sends its rows as one ``audit.write`` a linger after
-# the first of them, naming their outbox files; each file is kept before its
-# answer goes back, so a process that dies before sending leaves its rows to
-# the host's outbox drain (``DIMPLE_AUDIT_OUTBOX_AFTER_S``), as a lost message did.
+# CPU a query +75-87% with audit on; BENCHMARKS.md, Audit). A search process
+# sends its rows as one ``audit.write`` a linger after the first of them,
+# naming their outbox files; each file is kept before its answer goes back,
+# so a process that dies before sending leaves its rows to the host's outbox
+# drain (``DIMPLE_AUDIT_OUTBOX_AFTER_S``), as a lost message did.
 SEND_LINGER_S = 1.0
 
 

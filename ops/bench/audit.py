@@ -11,7 +11,8 @@ so no row spills into the next block.
 
 A block lasts ``--block-s`` seconds of audit-off queries (3 s unless told:
 ``--n`` is then how many queries the path's off side answers in that long,
-warm, counted once per mode and used by every side of that path). A stream of queries pays one audit write per writer's linger
+warm, counted once per mode and used by every side of that path). A stream
+of queries pays one audit write per writer's linger
 (``workers.audit.EMBEDDED_LINGER_S``, 1 s) or per batch of waiting outbox
 files, whatever the query rate; a block shorter than the linger would force
 a write the stream never makes, and time its wall (tens of milliseconds,

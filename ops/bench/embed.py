@@ -55,10 +55,6 @@ def _cold(side: str) -> float:
     return time.perf_counter() - t0
 
 
-def _pct(values: list[float], q: float) -> float:
-    return round(float(np.percentile(values, q)), 2)
-
-
 def blas(rounds: int, n_queries: int, batch_size: int) -> dict:
     """``--blas``: one BLAS thread against the default, other cores idle and one busy."""
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -91,7 +87,7 @@ def blas(rounds: int, n_queries: int, batch_size: int) -> dict:
             if spinner is not None:
                 spinner.kill()
                 spinner.wait()
-        out[other] = {side: {"single_p50_ms": _pct(single[side], 50), "single_p95_ms": _pct(single[side], 95),
+        out[other] = {side: {**{f"single_p{q}_ms": round(float(np.percentile(single[side], q)), 2) for q in (50, 95)},
                              "batch_queries_per_s": round(float(np.median(batch[side])), 1)} for side in sides}
         one, base = out[other]["one thread"], out[other][list(sides)[1]]
         out[other]["ratios_one_over_default"] = {
