@@ -29,10 +29,14 @@ class CompactReport:
     removed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ran: bool = True  # False: another compaction was running, or there was nothing to do
+    # UTC, ISO 8601: files a compaction that died left may hold forgotten bytes; the
+    # forgets stay listed, erased by the first compaction from then (erase.cut)
+    erase_held_until: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"version": self.version, "base": self.base, "memories": self.memories, "forgotten": self.forgotten,
-                "removed": self.removed, "seconds": round(self.seconds, 3), "ran": self.ran}
+                "removed": self.removed, "seconds": round(self.seconds, 3), "ran": self.ran,
+                "erase_held_until": self.erase_held_until}
 
 
 def fresh_base(target: Path, records: list[MemoryRecord], vectors: dict[str, np.ndarray], settings: Settings, *,

@@ -8,21 +8,33 @@ dir holds its text or its id. More of the lake's erase is tested in
 from __future__ import annotations
 
 import json
+import os
 import random
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from pipeline import audit as pa
 from pipeline.errors import InputError
+from pipeline.store.database import utcnow
+from pipeline.store.lake import Lake
+from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.follow import reader_for
 from pipeline.store.maintenance import compact
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import parse_records, write
 from tests.conftest import store_settings, write_jsonl
 from tests.embedded.test_cli import cli_env  # noqa: F401 (a fixture)
-from tests.lakes import age_forgets
+from tests.lakes import age_forgets, compact_erasing, pass_the_wait
 from workers.cli import main
+from workers.cli.render import format_compacted
 
 SECRET_ID = "forgettable-q7zx"
 TOKEN = "ZEBRAQUOKKA91"
@@ -40,6 +52,21 @@ def traces(root: Path, *needles: str) -> list[str]:
     wanted = [n.lower().encode() for n in needles]
     return sorted(f"{p.relative_to(root)}: {n.decode()}" for p in root.rglob("*") if p.is_file()
                   for n in wanted if n in p.read_bytes().lower())
+
+
+def _compact_erasing(settings, capsys) -> str:
+    """What ``dimple compact`` printed, with an erase due. Should a DuckLake
+    crash have killed one of its tries, and the files it left made the erase
+    wait (``test_an_erase_waits_for_files_a_compaction_that_died_left``), it
+    says so, and runs again once the wait has passed."""
+    capsys.readouterr()
+    assert main(["compact"]) == 0
+    out = capsys.readouterr().out
+    if pass_the_wait(settings):
+        assert "the erase waits for files a compaction that died left" in out, out
+        assert main(["compact"]) == 0
+        out = capsys.readouterr().out
+    return out
 
 
 def _stats_edges(capsys) -> dict:
@@ -88,17 +115,14 @@ def test_one_compaction_and_a_purge_leave_no_trace_of_a_forgotten_memory_in_any_
     assert api.search(TOKEN, mode="keyword").results == []
 
     age_forgets(cli_env)
-    capsys.readouterr()
-    assert main(["compact"]) == 0
-    out = capsys.readouterr().out
+    out = _compact_erasing(cli_env, capsys)
     assert "1 forget(s) erased" in out, out
     assert worker_audit.flush()
     assert main(["audit", "purge", SECRET_ID, "--text", TOKEN]) == 0
     assert "purged 3 audit row(s)" in capsys.readouterr().out  # the two that served it, the one that quoted it
     # the purged rows' bytes stay in the lake's files until the next erase, as a forget's do
     age_forgets(cli_env)
-    assert main(["compact"]) == 0
-    out = capsys.readouterr().out
+    out = _compact_erasing(cli_env, capsys)
     assert "1 forget(s) erased" in out, out
 
     assert traces(cli_env.data_dir, TOKEN, SECRET_ID) == []
@@ -168,7 +192,7 @@ def test_audit_purge_clears_log_outbox_and_dead_letters_and_the_log_stays_whole(
     # the rows' bytes stay in the lake's files until the next erase, as a forget's do
     pa.lake.release(log)
     age_forgets(settings)
-    assert compact(settings, wait=True).forgotten == 1
+    assert compact_erasing(settings).forgotten == 1
     assert traces(tmp_path, TOKEN, SECRET_ID) == []
     assert [r["query_id"] for r in json.loads(box.read_text())["records"]] == ["q-kept"]
     assert [p.name for p in letters.glob("*.json")] == ["q-other.json"]
@@ -192,3 +216,55 @@ def test_audit_purge_takes_an_id_whole_and_never_matches_query_ids(tmp_path):
     assert [r.query_id for r in pa.tail(log, 10)] == ["77777777"]
     pa.lake.release(log)
 
+
+def test_an_erase_waits_for_files_a_compaction_that_died_left_and_then_completes(tmp_path):
+    """A compaction that dies midway (DuckLake's maintenance calls crash now
+    and then) leaves the files it wrote and never committed, and its flush
+    writes a forgotten memory's inlined row too. Such a file is deleted only
+    once an hour old (a younger one may be a write in progress). The erase
+    after it says so and leaves the forget listed, and the next one, due once
+    the file can go, deletes it and completes: no forget is called erased
+    while a file holds its bytes. A file written after the dead compaction was
+    found (a write in progress) neither holds the erase nor is deleted."""
+    settings = store_settings(tmp_path)
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(10, "ops")], settings))
+    write(settings, forget=[SECRET_ID])
+    # what a compaction killed inside its flush leaves: a Parquet file no commit
+    # lists, holding the row, and its claim, held by a process of this host now gone
+    folder = settings.lake_data_path / "main" / "memories"
+    left, writing = folder / f"ducklake-{uuid.uuid4()}.parquet", folder / f"ducklake-{uuid.uuid4()}.parquet"
+    duckdb.sql(f"COPY (SELECT '{SECRET_ID}' AS id, '{TOKEN} opens it' AS content) TO '{left}' (FORMAT parquet)")
+    duckdb.sql(f"COPY (SELECT 'in-progress' AS id, 'a batch being written' AS content) TO '{writing}' "
+               "(FORMAT parquet)")
+    ahead = time.time() + 600  # written after the dead compaction is found, by more than the clock slack
+    os.utime(writing, (ahead, ahead))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    with Lake.open(settings) as lake:
+        lake.con.execute("UPDATE compaction_head SET holder = ?, claimed_at = ?",
+                         [f"{socket.gethostname()}:{int(dead.stdout)}:deadbeef", utcnow()])
+    age_forgets(settings)
+
+    held = compact(settings, wait=True)
+    assert held.ran and held.forgotten == 0 and held.erase_held_until is not None
+    assert "the erase waits for files a compaction that died left" in format_compacted(held)
+    assert traces(tmp_path, TOKEN, SECRET_ID) == sorted(f"{left.relative_to(tmp_path)}: {n.lower()}"
+                                                       for n in (SECRET_ID, TOKEN))
+    until = datetime.fromisoformat(held.erase_held_until)
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)  # not called erased
+        # not due again until the file can be deleted (no erase a minute meanwhile)
+        assert not erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
+        assert erasing.erase_due(lake.con, settings.store.erase_within, until)
+    assert not compact(settings, wait=True).ran  # nothing written since, no erase due
+
+    assert pass_the_wait(settings)  # the hour goes by
+    done = compact(settings, wait=True)
+    assert done.forgotten == 1 and done.erase_held_until is None
+    assert traces(tmp_path, TOKEN, SECRET_ID) == []
+    assert writing.is_file()  # a write in progress keeps its file
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (0,)
+        assert lake.con.execute("SELECT count(*) FROM dead_compactions").fetchone() == (0,)
+    assert not pass_the_wait(settings)

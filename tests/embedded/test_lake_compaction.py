@@ -28,7 +28,7 @@ from pipeline.store.database import utcnow
 from pipeline.store.lake import Lake
 from pipeline.store.lake import erase as erasing
 from tests.conftest import store_settings
-from tests.lakes import age_forgets, files_holding
+from tests.lakes import age_forgets, files_holding, pass_the_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "ZQX vault code 7341"
@@ -231,6 +231,8 @@ def test_a_forget_not_yet_due_is_hidden_at_once_and_erased_only_when_due(embedde
     assert embedded.store.erase_within == timedelta(hours=1)
     age_forgets(embedded, timedelta(hours=1))
     assert check(get_app())  # the ingest process's periodic check: compacts (here, in this process)
+    if pass_the_wait(embedded):  # a DuckLake crash left files its erase waited for: the next check
+        assert check(get_app())
     assert files_holding(SECRET.encode(), *folders) == []
     assert files_holding(b"vault code", *folders) == []
     with pytest.raises(InputError, match="^as_of: "):

@@ -11,7 +11,7 @@ import pytest
 
 from pipeline.settings import Settings
 from pipeline.store.lake import LakeWrite
-from tests.lakes import age_forgets, files_holding, find_postgres, memory, open_lake, polling, writers
+from tests.lakes import age_forgets, compact_erasing, files_holding, find_postgres, memory, open_lake, polling, writers
 
 PROCESSES = ["p0", "p1", "p2"]
 OWN = 12  # writes of its own per process
@@ -156,7 +156,6 @@ def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_l
     path): one host compacts with an erase due; no file and no catalog row keeps
     the text, and the other host's reader loads the base it listed."""
     from pipeline.store.lake.follow import reader_for
-    from pipeline.store.maintenance import compact
     from pipeline.store.writes import parse_records, write
     from tests.conftest import store_settings
 
@@ -177,7 +176,7 @@ def test_compaction_on_a_postgres_catalog_erases_a_due_forget_and_another_host_l
         assert reader.snapshot() is not None
         write(one, forget=["s1", "s2"])
         age_forgets(one)  # as if forgotten an hour ago (the default store.erase_within)
-        report = compact(one, wait=True)
+        report = compact_erasing(one)
         assert report.ran and report.forgotten == 1
         assert files_holding(secret.encode(), tmp_path) == []
         assert "vault code" not in postgres.dump(pg_catalog)

@@ -155,5 +155,8 @@ def format_compacted(report) -> str:
         return f"nothing to compact (store version {report.version}){removed}"
     erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
               if report.forgotten else "")
+    if report.erase_held_until:
+        erased = (f"; the erase waits for files a compaction that died left (they may hold forgotten bytes): "
+                  f"the forgets stay listed, erased by the first compaction from {report.erase_held_until} UTC")
     return (f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
             f"{report.seconds:.1f}s (store version {report.version}){removed}")

@@ -97,6 +97,8 @@ def claim(lake: Lake, holder: str) -> bool:
             return False
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'compaction')")
         con.execute("UPDATE compaction_head SET seq = seq + 1, holder = ?, claimed_at = ?", [holder, now])
+        if held_by is not None:  # files it wrote and never committed may hold what an erase removes
+            con.execute("INSERT INTO dead_compactions VALUES (?, ?, false)", [held_by, now])
         con.execute("COMMIT")
         if held_by is not None:
             log.warning("compaction: took over the claim of %s (claimed at %s): it died midway", held_by, at)
@@ -160,9 +162,6 @@ def release(lake: Lake, holder: str) -> None:
     retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what="ending the compaction")
 
 
-def erase_due(lake: Lake) -> bool:
-    """Whether a forget has waited long enough that compaction must erase it now."""
-    return erasing.due(erasing.oldest_forget(lake.con), lake.settings.store.erase_within, utcnow())
 
 
 def _changed_since(lake: Lake, snapshot: int) -> bool:
@@ -220,7 +219,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) 
     deadline = settings.write_wait_s
     held = listed(lake)
     newest = max(held, default=None)
-    erase = erase_due(lake)
+    erase = erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
     if newest is not None and not erase and not rebuild and not _changed_since(lake, newest):
         removed = _drop_bases(lake, keep=newest, everything_older=False)
         return CompactReport(version=lake.latest_snapshot(), base=held[newest].name, removed=removed, ran=False)
@@ -238,15 +237,17 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) 
         lake.expire()
     snapshot = lake.latest_snapshot()
     path = follower.build(snapshot)
+    waits = None
     if erase:
         # history cut only now that the new base is listed: a reader whose base
         # snapshot expires finds this one in `indexes` and loads it (never builds)
-        erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered, keep=snapshot,
-                    deadline_s=deadline)
+        waits = erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered, keep=snapshot,
+                           deadline_s=deadline).held_until
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
     sweep_builds(index_dir(settings))  # what builders killed midway left (a base's size each)
-    return CompactReport(version=lake.latest_snapshot(), base=path.name,
-                         memories=lake.count(at=snapshot), forgotten=forgotten, removed=removed)
+    return CompactReport(version=lake.latest_snapshot(), base=path.name, memories=lake.count(at=snapshot),
+                         forgotten=0 if waits else forgotten, removed=removed,
+                         erase_held_until=waits.isoformat(timespec="seconds") if waits else None)
 
 
 def _drop_bases(lake: Lake, *, keep: int, everything_older: bool) -> list[str]:

@@ -14,10 +14,19 @@ listed (a writer killed mid-write, ``ducklake_delete_orphaned_files``), and
 (5) has the catalog database drop the deleted rows' pages (SQLite ``VACUUM``;
 PostgreSQL ``VACUUM FULL`` of the lake's tables). Steps 1-2 are ``rewrite``,
 3-5 ``cut``: compaction builds and lists its base between them.
+
+A compaction that died midway (DuckLake's maintenance calls crash now and
+then) may have left a file no commit lists holding rows the erase must
+remove (its flush writes the deleted inlined rows too), and such a file is
+deleted only once ``LONGEST_TRANSACTION`` old. While one remains, ``cut``
+leaves the forgets listed and the next erase waits until it can be deleted
+(``erase_due``): the bound is then passed, not broken in silence.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,6 +38,8 @@ import duckdb
 from pipeline.errors import StoreError
 from pipeline.store.lake.catalog import LAKE, META, Catalog, _quote, load_extensions, one
 from pipeline.store.lake.commit import latest_snapshot, retrying
+
+log = logging.getLogger("dimple.lake")
 
 # The longest a transaction on the lake may run (a base built at 1M reads for
 # ~9 min). A Parquet file no commit lists is deleted once it is this old:
@@ -43,6 +54,11 @@ LONGEST_TRANSACTION = timedelta(hours=1)
 # for one table's lock, SQLite's VACUUM and WAL checkpoint for readers to let go
 # (readers' transactions are short; a longer wait would hold writers up behind it).
 LOCK_WAIT = timedelta(seconds=30)
+# A dead compaction's files carry the clock of the host that wrote them (or of
+# the file server), its ``found_at`` the clock of the host that took its claim
+# over: a file up to this much younger than ``found_at`` still counts as the
+# dead one's.
+CLOCK_SLACK = timedelta(minutes=5)
 
 
 # An erase is due once the oldest forget not yet erased is this share of
@@ -58,11 +74,15 @@ EXPIRE_BATCH = 5000
 
 @dataclass
 class Purged:
-    """What ``purge`` did: the snapshot the lake is left at, snapshots expired, files deleted."""
+    """What ``purge`` did: the snapshot the lake is left at, snapshots expired,
+    files deleted; ``held_until`` (naive UTC): set when files a dead compaction
+    left may hold erased bytes, so the forgets stay listed for an erase then
+    (``cut``)."""
 
     snapshot: int
     expired: int = 0
     files_deleted: int = 0
+    held_until: datetime | None = None
 
 
 def _call(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> int:
@@ -129,9 +149,54 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
     deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
     deleted += _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
                                       "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
+    found, suspects = _left_by_the_dead(con)
     vacuum_catalog(catalog, extensions_dir)
-    retrying(con, lambda: _erased(con, covered), deadline_s=deadline_s, what="purge")
+    if found is not None and suspects:
+        retrying(con, lambda: _hold(con, found), deadline_s=deadline_s, what="purge")
+        until = (_waits_until(found) + timedelta(microseconds=999_999)).replace(microsecond=0)  # a whole second
+        log.warning("erase: %d file(s) a compaction that died midway left may hold erased bytes (%s); they can "
+                    "be deleted, and the erase completed, from %s UTC: the forgets stay listed until then",
+                    len(suspects), ", ".join(suspects[:3]), until.isoformat(timespec="seconds"))
+        return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted, held_until=until)
+    retrying(con, lambda: _erased(con, covered, found), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def _waits_until(found: datetime) -> datetime:
+    """When files a compaction found dead at ``found`` left can be deleted (step 4): an erase waits until then."""
+    return found + LONGEST_TRANSACTION + CLOCK_SLACK
+
+
+def _left_by_the_dead(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, list[str]]:
+    """The latest ``found_at`` of ``dead_compactions`` (None: none recorded)
+    and the files no commit lists that are older than it (``CLOCK_SLACK``
+    allowed): what a compaction that died may have left. Younger ones are
+    writes in progress, or files a later writer left: they hold no row a
+    commit had."""
+    row = one(con.execute("SELECT max(found_at) FROM dead_compactions"))
+    found = row[0] if row else None
+    if found is None:
+        return None, []
+    before = (found + CLOCK_SLACK).replace(tzinfo=UTC).timestamp()
+    orphans = [str(r[0]) for r in con.execute(f"SELECT path FROM ducklake_delete_orphaned_files('{LAKE}', "
+                                              "cleanup_all => true, dry_run => true)").fetchall()]
+    return found, [p for p in orphans if _modified(p, before)]
+
+
+def _modified(path: str, before: float) -> bool:
+    """Whether ``path`` was last written before ``before`` (seconds since the epoch); False once gone."""
+    try:
+        return os.stat(path).st_mtime <= before
+    except FileNotFoundError:
+        return False
+
+
+def _hold(con: duckdb.DuckDBPyConnection, found: datetime) -> None:
+    """The dead compactions found up to ``found`` left files an erase waits for."""
+    con.execute("BEGIN TRANSACTION")
+    con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'erase held')")
+    con.execute("UPDATE dead_compactions SET held = true WHERE found_at <= ?", [found])
+    con.execute("COMMIT")
 
 
 def _expire(con: duckdb.DuckDBPyConnection, ids: list[int], deadline_s: float, what: str = "purge") -> int:
@@ -149,11 +214,14 @@ def head_seq(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def _erased(con: duckdb.DuckDBPyConnection, covered: int) -> None:
-    """The forgets of writes up to seq ``covered`` are erased: their rows go."""
+def _erased(con: duckdb.DuckDBPyConnection, covered: int, found: datetime | None) -> None:
+    """The forgets of writes up to seq ``covered`` are erased: their rows go,
+    and so do the dead compactions found up to ``found`` (nothing they left remains)."""
     con.execute("BEGIN TRANSACTION")
     con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'erased')")
     con.execute("DELETE FROM forgets WHERE seq <= ?", [covered])
+    if found is not None:
+        con.execute("DELETE FROM dead_compactions WHERE found_at <= ?", [found])
     con.execute("COMMIT")
 
 
@@ -163,11 +231,21 @@ def oldest_forget(con: duckdb.DuckDBPyConnection) -> datetime | None:
     return row[0] if row else None
 
 
-def due(oldest: datetime | None, erase_within: timedelta, now: datetime) -> bool:
+def erase_due(con: duckdb.DuckDBPyConnection, erase_within: timedelta, now: datetime) -> bool:
+    """Whether the lake ``con`` reads has an erase due (``due``), in one read of
+    its catalog: the oldest forget, and the dead compactions an erase waits
+    for (``cut``, ``_waits_until``)."""
+    oldest, found = one(con.execute("SELECT (SELECT min(forgotten_at) FROM forgets), "
+                                    "(SELECT max(found_at) FROM dead_compactions WHERE held)")) or (None, None)
+    return due(oldest, erase_within, now, None if found is None else _waits_until(found))
+
+
+def due(oldest: datetime | None, erase_within: timedelta, now: datetime, held: datetime | None = None) -> bool:
     """Whether an erase is due: the oldest un-erased forget (``oldest``) is
     ``ERASE_AT`` of ``erase_within`` old, so that the erase, begun at the next
-    check (``check_every``) and done within a compaction, ends inside the bound."""
-    return oldest is not None and now - oldest >= erase_within * ERASE_AT
+    check (``check_every``) and done within a compaction, ends inside the bound;
+    and no erase waits (until ``held``) for a dead compaction's files."""
+    return oldest is not None and now - oldest >= erase_within * ERASE_AT and (held is None or now >= held)
 
 
 def check_every(erase_within: timedelta) -> timedelta:

@@ -563,7 +563,7 @@ class Follower:
             lake = self.lake()
             if lake is None:
                 return False
-            due = erasing.due(erasing.oldest_forget(lake.con), self.settings.store.erase_within, utcnow())
+            due = erasing.erase_due(lake.con, self.settings.store.erase_within, utcnow())
         self._erase_checked = float("-inf") if due else now
         return due
 
