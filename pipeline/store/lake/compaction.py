@@ -7,7 +7,9 @@ One at a time across processes and hosts: a compaction claims the one row of
 update it: the catalog commits one, the other finds it held) and gives it
 back when done. A running compaction renews its claim every ``HEARTBEAT``; a
 claim not renewed for ``LEASE`` (its compaction died), or held by a process
-of this host that is gone, is taken over. Holding it, a compaction
+of this host that is gone, is taken over, and the dead one recorded in
+``dead_compactions``: files it wrote and never committed may hold bytes an
+erase must remove (``erase.cut`` waits for them). Holding it, a compaction
 
 1. moves inlined rows to Parquet and merges small files
    (``ducklake_flush_inlined_data``, ``ducklake_merge_adjacent_files``);
