@@ -207,8 +207,9 @@ def forget_task(self, ids: list[str], reason: str | None = None) -> dict:
 
 
 def compact_task(rebuild: bool = False) -> dict:
-    """Merge the deltas into a new base (``pipeline.store.compact``); returns at
-    once when another compaction is running."""
+    """Compact the lake (``pipeline.store.maintenance.compact``: a base at the
+    latest snapshot, the erase when one is due); returns at once when another
+    compaction is running."""
     return compact(resources.current().settings(), rebuild=rebuild).as_dict()
 
 

@@ -154,12 +154,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="validate here, then send batches to the ingest queue (edges must point to earlier lines or the store)")
     s.set_defaults(func=cmd_ingest)
 
-    s = sub.add_parser("forget", help="forget memories by id: gone from results and links at once, from the files at the next compaction")
+    s = sub.add_parser("forget", help="forget memories by id: gone from results and links at once, from every file within DIMPLE_STORE__ERASE_WITHIN")
     s.add_argument("ids", nargs="+", metavar="ID", help="memory ids to forget")
-    s.add_argument("--reason", help="why (kept in the delta until compaction)")
+    s.add_argument("--reason", help="why: checked, and carried in the ingest.forget message (Flower shows it); the store keeps no reason, which could name what was forgotten")
     s.set_defaults(func=cmd_forget)
 
-    s = sub.add_parser("compact", help="merge the pending deltas into a new base now")
+    s = sub.add_parser("compact", help="compact the lake now: a new base at the latest snapshot, and the erase of the forgets due")
     s.set_defaults(func=cmd_compact)
 
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
