@@ -473,14 +473,20 @@ def _writer() -> None:
 def _probe() -> None:
     """A host's own searches, in-process (embedded) against its data dir."""
     import workers
+    from pipeline.minilm import limit_blas_threads
     from pipeline.store.vector import compile_kernels
     from workers.api import search
     from workers.settings import WorkerSettings
 
-    workers.configure(WorkerSettings())
+    settings = WorkerSettings()
+    workers.configure(settings)
     # as a search worker does at start: the compiled descent's float32 sums may
     # differ from numpy's in the last bit, and this process answers for its host
     compile_kernels()
+    # and as an embed worker embeds: on its BLAS threads (DIMPLE_WORKER_BLAS_THREADS, 1);
+    # OpenBLAS sums a product in another order on two threads, and a query's vector
+    # differs in the last bits (~1e-7), enough to move a score's last digits
+    limit_blas_threads(settings.worker_blas_threads)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
