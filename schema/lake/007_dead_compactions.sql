@@ -5,8 +5,8 @@
 -- are deleted only once erase.LONGEST_TRANSACTION old (a younger one may be a
 -- write in progress). An erase that finds an orphan from before found_at
 -- leaves its forgets listed and marks the rows held: the next erase waits
--- until found_at + LONGEST_TRANSACTION, when such files are deleted. The rows
--- go with the first erase that finds no such orphan.
+-- until found_at + LONGEST_TRANSACTION + CLOCK_SLACK, when such files are
+-- deleted. The rows go with the first erase that finds no such orphan.
 CREATE TABLE dead_compactions (
     holder   VARCHAR NOT NULL,            -- host:pid:nonce of the compaction that died
     found_at TIMESTAMP NOT NULL,          -- UTC, the taking-over host's clock: every file it wrote is older

@@ -263,7 +263,7 @@ def test_purge_removes_the_rows_and_on_the_lake_the_next_erase_takes_their_bytes
     # listed for the erase as a forget is: due once as old as store.erase_within (the default, an hour)
     with Lake.open(embedded) as lake:
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
-        assert not erase.due(erase.oldest_forget(lake.con), embedded.store.erase_within, utcnow())
+        assert not erase.erase_due(lake.con, embedded.store.erase_within, utcnow())
     age_forgets(embedded)
     done = subprocess.run([sys.executable, "-m", "workers.cli", "compact"], cwd=embedded.data_dir.parent,
                           env=_env(embedded), capture_output=True, text=True, timeout=300)

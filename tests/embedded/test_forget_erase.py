@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -268,3 +268,35 @@ def test_an_erase_waits_for_files_a_compaction_that_died_left_and_then_completes
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (0,)
         assert lake.con.execute("SELECT count(*) FROM dead_compactions").fetchone() == (0,)
     assert not pass_the_wait(settings)
+
+
+def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_naming_it(tmp_path, monkeypatch):
+    """Once the wait is over, step 4 should have deleted what a dead compaction
+    left. A file still there (step 4 could not delete it: permissions, a clock
+    ahead) is not waited for again, every minute: the erase fails naming it,
+    and the forget stays listed."""
+    from pipeline.errors import StoreError
+    from pipeline.store.lake.catalog import extensions_dir
+
+    settings = store_settings(tmp_path)
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(10, "ops")], settings))
+    write(settings, forget=[SECRET_ID])
+    left = settings.lake_data_path / "main" / "memories" / f"ducklake-{uuid.uuid4()}.parquet"
+    duckdb.sql(f"COPY (SELECT '{SECRET_ID}' AS id, '{TOKEN} opens it' AS content) TO '{left}' (FORMAT parquet)")
+    found = utcnow() - erasing.LONGEST_TRANSACTION - erasing.CLOCK_SLACK - timedelta(minutes=1)
+    stamp = found.replace(tzinfo=UTC).timestamp() - 60
+    os.utime(left, (stamp, stamp))
+    real = erasing._step
+
+    def step(con, deadline_s, sql, params=None, what="purge"):  # step 4 deletes no file no commit lists
+        return 0 if "delete_orphaned_files" in sql else real(con, deadline_s, sql, params, what)
+
+    monkeypatch.setattr(erasing, "_step", step)
+    with Lake.open(settings) as lake:
+        lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:1:aa', ?, true)", [found])
+        covered = erasing.rewrite(lake.con, deadline_s=30)
+        with pytest.raises(StoreError, match=f"over 1:00:00 old and still there .*{left.name}"):
+            erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered,
+                        keep=lake.latest_snapshot(), deadline_s=30)
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)

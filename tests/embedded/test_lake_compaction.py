@@ -174,6 +174,9 @@ def test_the_claim_of_compaction_head_is_renewed_and_taken_over_only_from_the_de
         assert not compaction.claim(lake, "me:1:bb")
         hold(f"{here}:{int(dead.stdout)}:dd", timedelta(0))  # this host, a process that is gone
         assert compaction.claim(lake, "me:1:bb") and held_at()[0] == "me:1:bb"
+        # each takeover recorded: what the dead left may hold bytes an erase must remove (erase.cut)
+        assert sorted(r[0] for r in lake.con.execute("SELECT holder FROM dead_compactions").fetchall()) == \
+            sorted(["elsewhere:1:aa", f"{here}:{int(dead.stdout)}:dd"])
 
         hold("me:1:bb", compaction.LEASE - timedelta(seconds=10))
         before = held_at()[1]
@@ -184,6 +187,29 @@ def test_the_claim_of_compaction_head_is_renewed_and_taken_over_only_from_the_de
             assert not beat.renew() and held_at()[0] == "elsewhere:2:ee"  # taken over: not renewed back
         finally:
             beat.cur.close()
+
+
+def test_a_compaction_whose_claim_was_taken_over_stops_before_its_next_step(embedded, monkeypatch):
+    """Its taker recorded it dead when it took the claim over: files it wrote
+    after that would escape an erase's wait for what the dead left, so a
+    compaction that finds its claim gone goes no further."""
+    from pipeline.store.lake import compaction
+    from workers.api import remember
+
+    remember({"id": "a", "namespace": "n", "content": "alpha"})
+    monkeypatch.setattr(compaction, "HEARTBEAT", timedelta(seconds=0.05))
+    with Lake.open(embedded) as lake:
+        assert compaction.claim(lake, "me:1:bb")
+        with compaction._Heartbeat(lake, "me:1:bb") as beat:
+            time.sleep(0.3)  # renewed several times
+            beat.holding("a step")  # still its own: goes on
+            lake.con.execute("UPDATE compaction_head SET holder = 'elsewhere:2:ee'")  # taken over
+            deadline = time.monotonic() + 30
+            while not beat.lost.is_set():
+                assert time.monotonic() < deadline, "the heartbeat never found its claim gone"
+                time.sleep(0.02)
+            with pytest.raises(StoreError, match="taken over.*stopped before the erase's cut"):
+                beat.holding("the erase's cut")
 
 
 # -- forget means erased, within store.erase_within ---------------------------------------------

@@ -119,6 +119,7 @@ class _Heartbeat:
         self.cur.execute(f"USE {LAKE}")
         self.holder, self.deadline_s = holder, lake.settings.write_wait_s
         self.stop = threading.Event()
+        self.lost = threading.Event()  # a renewal found the claim taken over
         self.thread = threading.Thread(target=self._run, name="dimple-compaction-heartbeat", daemon=True)
 
     def __enter__(self) -> _Heartbeat:
@@ -134,9 +135,18 @@ class _Heartbeat:
         while not self.stop.wait(HEARTBEAT.total_seconds()):
             try:
                 if not self.renew():
+                    self.lost.set()
                     log.warning("compaction: the claim of %s was taken over (not renewed for %s)", self.holder, LEASE)
             except Exception:  # noqa: BLE001 - the next beat tries again; the lease covers a few misses
                 log.exception("compaction: could not renew the claim of %s", self.holder)
+
+    def holding(self, step: str) -> None:
+        """Raise ``StoreError`` before ``step`` once the claim was taken over: its
+        taker recorded this compaction dead at that moment (``dead_compactions``),
+        and files written after it would escape an erase's wait if this one died."""
+        if self.lost.is_set():
+            raise StoreError(f"compaction: its claim ({self.holder}) was taken over, not renewed for {LEASE}; "
+                             f"stopped before {step}")
 
     def renew(self) -> bool:
         cur = self.cur
@@ -205,8 +215,8 @@ def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = Fals
             with follower.lock:
                 held = claim(lake, holder)
         try:
-            with follower.lock, _Heartbeat(lake, holder):
-                report = _compact(lake, follower, settings, rebuild)
+            with follower.lock, _Heartbeat(lake, holder) as beat:
+                report = _compact(lake, follower, settings, rebuild, beat)
         finally:
             with follower.lock:
                 release(lake, holder)
@@ -217,7 +227,7 @@ def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = Fals
             follower.close()
 
 
-def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) -> CompactReport:
+def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, beat: _Heartbeat) -> CompactReport:
     deadline = settings.write_wait_s
     held = listed(lake)
     newest = max(held, default=None)
@@ -231,6 +241,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) 
         return retrying(lake.con, lambda: len(lake.con.execute(sql).fetchall()), deadline_s=deadline,
                         what="compaction")[0]
 
+    beat.holding("its maintenance calls")
     if erase:  # the files rewritten without deleted rows (flushed and merged too); history not cut yet
         covered = erasing.rewrite(lake.con, deadline_s=deadline)
     else:
@@ -243,6 +254,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool) 
     if erase:
         # history cut only now that the new base is listed: a reader whose base
         # snapshot expires finds this one in `indexes` and loads it (never builds)
+        beat.holding("the erase's cut")
         waits = erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered, keep=snapshot,
                            deadline_s=deadline).held_until
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)

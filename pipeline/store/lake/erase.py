@@ -152,6 +152,11 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
     found, suspects = _left_by_the_dead(con)
     vacuum_catalog(catalog, extensions_dir)
     if found is not None and suspects:
+        if datetime.now(UTC).replace(tzinfo=None) >= _waits_until(found):  # step 4 should have deleted them
+            raise StoreError(f"erase: {len(suspects)} file(s) no commit lists, which a compaction that died may "
+                             f"have left holding forgotten bytes, are over {LONGEST_TRANSACTION} old and still there "
+                             f"({', '.join(suspects[:3])}): step 4 could not delete them (permissions? a clock "
+                             "ahead?); delete them by hand and run `dimple compact` (the forgets stay listed)")
         retrying(con, lambda: _hold(con, found), deadline_s=deadline_s, what="purge")
         until = (_waits_until(found) + timedelta(microseconds=999_999)).replace(microsecond=0)  # a whole second
         log.warning("erase: %d file(s) a compaction that died midway left may hold erased bytes (%s); they can "
@@ -180,15 +185,22 @@ def _left_by_the_dead(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, 
     before = (found + CLOCK_SLACK).replace(tzinfo=UTC).timestamp()
     orphans = [str(r[0]) for r in con.execute(f"SELECT path FROM ducklake_delete_orphaned_files('{LAKE}', "
                                               "cleanup_all => true, dry_run => true)").fetchall()]
-    return found, [p for p in orphans if _modified(p, before)]
+    return found, [p for p in orphans if _written_before(p, before)]
 
 
-def _modified(path: str, before: float) -> bool:
-    """Whether ``path`` was last written before ``before`` (seconds since the epoch); False once gone."""
+def _written_before(path: str, before: float) -> bool:
+    """Whether the file no commit lists at ``path`` was last written before
+    ``before`` (seconds since the epoch). One gone since it was listed holds
+    nothing; one this process cannot look at (not a local path) counts as old:
+    it may be the dead one's."""
+    if not os.path.isabs(path):
+        return True
     try:
         return os.stat(path).st_mtime <= before
     except FileNotFoundError:
         return False
+    except OSError:
+        return True
 
 
 def _hold(con: duckdb.DuckDBPyConnection, found: datetime) -> None:
@@ -223,12 +235,6 @@ def _erased(con: duckdb.DuckDBPyConnection, covered: int, found: datetime | None
     if found is not None:
         con.execute("DELETE FROM dead_compactions WHERE found_at <= ?", [found])
     con.execute("COMMIT")
-
-
-def oldest_forget(con: duckdb.DuckDBPyConnection) -> datetime | None:
-    """When the oldest forget not yet erased was committed (naive UTC), or None."""
-    row = one(con.execute("SELECT min(forgotten_at) FROM forgets"))
-    return row[0] if row else None
 
 
 def erase_due(con: duckdb.DuckDBPyConnection, erase_within: timedelta, now: datetime) -> bool:
