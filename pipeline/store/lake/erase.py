@@ -176,8 +176,8 @@ def _left_by_the_dead(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, 
     """The latest ``found_at`` of ``dead_compactions`` (None: none recorded)
     and the files no commit lists that are older than it (``CLOCK_SLACK``
     allowed): what a compaction that died may have left. Younger ones are
-    writes in progress, or files a later writer left: they hold no row a
-    commit had."""
+    writes in progress or left by a later writer, not by that compaction
+    (docs/LAKE.md: what a killed writer leaves is not covered)."""
     row = one(con.execute("SELECT max(found_at) FROM dead_compactions"))
     found = row[0] if row else None
     if found is None:
