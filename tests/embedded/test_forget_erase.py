@@ -26,7 +26,7 @@ from pipeline.errors import InputError
 from pipeline.store.database import utcnow
 from pipeline.store.lake import Lake
 from pipeline.store.lake import erase as erasing
-from pipeline.store.lake.follow import reader_for
+from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.maintenance import compact
 from pipeline.store.stats import store_stats
 from pipeline.store.writes import parse_records, write
@@ -69,10 +69,14 @@ def _compact_erasing(settings, capsys) -> str:
     return out
 
 
-def _stats_edges(capsys) -> dict:
+def _stats(capsys) -> dict:
     capsys.readouterr()
     assert main(["stats", "--json"]) == 0
-    return json.loads(capsys.readouterr().out)["edges"]
+    return json.loads(capsys.readouterr().out)
+
+
+def _stats_edges(capsys) -> dict:
+    return _stats(capsys)["edges"]
 
 
 def _topic_keys(settings) -> list[str]:
@@ -113,6 +117,14 @@ def test_one_compaction_and_a_purge_leave_no_trace_of_a_forgotten_memory_in_any_
     assert linked["successor"]["supersedes"] == [] and linked["backed"]["supported_by"] == []
     assert _stats_edges(capsys) == {}
     assert api.search(TOKEN, mode="keyword").results == []
+    # listed for the erase (dimple stats says so, and from when it is due)
+    erase = _stats(capsys)["erase"]
+    assert erase["waiting"] == 1 and erase["held_until"] is None
+    assert datetime.fromisoformat(erase["due_from"]) - datetime.fromisoformat(erase["oldest"]) == \
+        cli_env.store.erase_within * 0.9
+    capsys.readouterr()
+    assert main(["stats"]) == 0
+    assert "forgets     1 waiting to be erased from every file" in capsys.readouterr().out
 
     age_forgets(cli_env)
     out = _compact_erasing(cli_env, capsys)
@@ -134,6 +146,9 @@ def test_one_compaction_and_a_purge_leave_no_trace_of_a_forgotten_memory_in_any_
     capsys.readouterr()
     assert main(["compact"]) == 0  # a second one, with nothing to do
     assert capsys.readouterr().out.startswith("nothing to compact")
+    assert _stats(capsys)["erase"]["waiting"] == 0
+    assert main(["stats"]) == 0
+    assert "forgets     none waiting to be erased" in capsys.readouterr().out
 
 
 def _settings_store(settings):
@@ -252,6 +267,13 @@ def test_an_erase_waits_for_files_a_compaction_that_died_left_and_then_completes
     assert traces(tmp_path, TOKEN, SECRET_ID) == sorted(f"{left.relative_to(tmp_path)}: {n.lower()}"
                                                        for n in (SECRET_ID, TOKEN))
     until = datetime.fromisoformat(held.erase_held_until)
+    follower = Follower(settings)  # what dimple stats shows
+    try:
+        state = follower.erase_state()
+        assert state is not None and state.waiting == 1 and state.held_until is not None
+        assert until - timedelta(seconds=1) < state.held_until <= until
+    finally:
+        follower.close()
     with Lake.open(settings) as lake:
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)  # not called erased
         # not due again until the file can be deleted (no erase a minute meanwhile)

@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from pipeline.contracts import parse_leg_weights
 from pipeline.embedders import model_identity
 from pipeline.errors import AuditWriteError, DimpleError, IngestValidationError, InputError, problems
 from pipeline.store.fulltext import query_terms
-from pipeline.store.lake.follow import reader_for
+from pipeline.store.lake import erase as erasing
+from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.maintenance import compact
 from pipeline.store.reembed import reembed
 from pipeline.store.stats import store_stats
@@ -54,7 +56,7 @@ from .demo import run_demo
 from .eval import register as register_eval
 from .mcp import register as register_mcp
 from .migrate import register as register_migrate
-from .render import format_compacted, format_explain, format_results, format_why_not, one_line
+from .render import format_compacted, format_explain, format_results, format_stats, format_why_not, one_line
 from .tune import register as register_tune
 
 EXIT_USER = 2
@@ -356,28 +358,28 @@ def cmd_stats(args) -> int:
         stats["segments"] = {"version": snap.version, "deltas": len(deltas),
                              "delta_memories": sum(len(d.memories) for d in deltas),
                              "delta_forgotten": sum(len(d.forget) for d in deltas)}
+        stats["erase"] = _erase_stats(reader.lake, settings)
     finally:
         reader.close()
     if args.json:
         print(json.dumps(stats, indent=2, default=str))
         return 0
-    seg = stats["segments"]
-    print(f"store       {stats['path']} (schema {stats['schema_version']}, store version {seg['version']})")
-    print(f"deltas      {seg['deltas']} pending ({seg['delta_memories']} memories written, "
-          f"{seg['delta_forgotten']} forgotten), merged into the base by the next compaction")
-    print(f"model       {stats['embedding_model']} ({stats['embedding_dim']}-d)")
-    if stats["embedding_model"] not in ("unknown", model_identity(settings.embedding_model)):
-        print(f"            not the configured {settings.embedding_model}: vector queries and writes are refused "
-              f"(README: 'Changing the embedding model')")
-    print(f"memories    {stats['memories']} in {stats['namespaces']} namespace(s)")
-    for ns, n in stats["by_namespace"].items():
-        print(f"  {ns:<24} {n}")
-    print("types       " + ", ".join(f"{k} {v}" for k, v in stats["by_content_type"].items()))
-    print("edges       " + (", ".join(f"{k} {v}" for k, v in stats["edges"].items()) or "none"))
-    t = stats["tree"]
-    print(f"tree        depth {t['depth']}, {t['leaves']} leaves, largest leaf {t['largest_leaf']}")
-    print(f"full-text   {'fresh' if stats['fts']['fresh'] else 'STALE: run dimple reindex'}")
+    print(format_stats(stats, settings.embedding_model, model_identity(settings.embedding_model)))
     return 0
+
+
+def _erase_stats(source, settings) -> dict | None:
+    """The forgets waiting to be erased, for ``dimple stats`` (times ISO 8601, UTC)."""
+    state = source.erase_state() if isinstance(source, Follower) else None
+    if state is None:
+        return None
+
+    def iso(at: datetime | None) -> str | None:
+        return at.isoformat(timespec="seconds") if at is not None else None
+
+    due_from = state.oldest + settings.store.erase_within * erasing.ERASE_AT if state.oldest is not None else None
+    return {"waiting": state.waiting, "oldest": iso(state.oldest), "due_from": iso(due_from),
+            "held_until": iso(state.held_until)}
 
 
 def cmd_config(args) -> int:

@@ -160,3 +160,34 @@ def format_compacted(report) -> str:
                   f"the forgets stay listed, erased by the first compaction from {report.erase_held_until} UTC")
     return (f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
             f"{report.seconds:.1f}s (store version {report.version}){removed}")
+
+
+def format_stats(stats: dict, configured_model: str, configured_identity: str) -> str:
+    """``dimple stats``' lines (``stats``: what ``--json`` prints; the model the
+    settings name, and its identity as a store records it)."""
+    lines: list[str] = []
+    seg = stats["segments"]
+    lines.append(f"store       {stats['path']} (schema {stats['schema_version']}, store version {seg['version']})")
+    lines.append(f"deltas      {seg['deltas']} pending ({seg['delta_memories']} memories written, "
+                 f"{seg['delta_forgotten']} forgotten), merged into the base by the next compaction")
+    lines.append(f"model       {stats['embedding_model']} ({stats['embedding_dim']}-d)")
+    if stats["embedding_model"] not in ("unknown", configured_identity):
+        lines.append(f"            not the configured {configured_model}: vector queries and writes are refused "
+                     "(README: 'Changing the embedding model')")
+    lines.append(f"memories    {stats['memories']} in {stats['namespaces']} namespace(s)")
+    for ns, n in stats["by_namespace"].items():
+        lines.append(f"  {ns:<24} {n}")
+    lines.append("types       " + ", ".join(f"{k} {v}" for k, v in stats["by_content_type"].items()))
+    lines.append("edges       " + (", ".join(f"{k} {v}" for k, v in stats["edges"].items()) or "none"))
+    t = stats["tree"]
+    lines.append(f"tree        depth {t['depth']}, {t['leaves']} leaves, largest leaf {t['largest_leaf']}")
+    lines.append(f"full-text   {'fresh' if stats['fts']['fresh'] else 'STALE: run dimple reindex'}")
+    erase = stats["erase"]
+    if erase and erase["waiting"]:
+        held = (f"; waits for files a compaction that died left, erased from {erase['held_until']} UTC"
+                if erase["held_until"] else "")
+        lines.append(f"forgets     {erase['waiting']} waiting to be erased from every file, the oldest of "
+                     f"{erase['oldest']} UTC (due from {erase['due_from']} UTC){held}")
+    else:
+        lines.append("forgets     none waiting to be erased")
+    return "\n".join(lines)

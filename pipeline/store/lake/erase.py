@@ -237,13 +237,29 @@ def _erased(con: duckdb.DuckDBPyConnection, covered: int, found: datetime | None
     con.execute("COMMIT")
 
 
+@dataclass
+class EraseState:
+    """The forgets not yet erased (``waiting``; the oldest committed at
+    ``oldest``) and, while an erase waits for a dead compaction's files
+    (``cut``), until when (``held_until``); times naive UTC."""
+
+    waiting: int
+    oldest: datetime | None
+    held_until: datetime | None
+
+
+def erase_state(con: duckdb.DuckDBPyConnection) -> EraseState:
+    """The lake's ``EraseState``, in one read of its catalog."""
+    waiting, oldest, found = one(con.execute(
+        "SELECT (SELECT count(*) FROM forgets), (SELECT min(forgotten_at) FROM forgets), "
+        "(SELECT max(found_at) FROM dead_compactions WHERE held)")) or (0, None, None)
+    return EraseState(int(waiting or 0), oldest, None if found is None else _waits_until(found))
+
+
 def erase_due(con: duckdb.DuckDBPyConnection, erase_within: timedelta, now: datetime) -> bool:
-    """Whether the lake ``con`` reads has an erase due (``due``), in one read of
-    its catalog: the oldest forget, and the dead compactions an erase waits
-    for (``cut``, ``_waits_until``)."""
-    oldest, found = one(con.execute("SELECT (SELECT min(forgotten_at) FROM forgets), "
-                                    "(SELECT max(found_at) FROM dead_compactions WHERE held)")) or (None, None)
-    return due(oldest, erase_within, now, None if found is None else _waits_until(found))
+    """Whether the lake ``con`` reads has an erase due (``due`` of its ``erase_state``)."""
+    state = erase_state(con)
+    return due(state.oldest, erase_within, now, state.held_until)
 
 
 def due(oldest: datetime | None, erase_within: timedelta, now: datetime, held: datetime | None = None) -> bool:

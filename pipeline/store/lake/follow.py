@@ -567,6 +567,12 @@ class Follower:
         self._erase_checked = float("-inf") if due else now
         return due
 
+    def erase_state(self) -> erasing.EraseState | None:
+        """The forgets waiting to be erased and any wait of the erase (``erase.erase_state``); None: no lake yet."""
+        with self.lock:
+            lake = self.lake()
+            return None if lake is None else erasing.erase_state(lake.con)
+
     def written(self, write_id: str) -> int | None:
         """The snapshot of the write ``write_id`` when the lake holds it (a redelivered message), else None."""
         with self.lock:
