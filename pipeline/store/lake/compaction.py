@@ -174,8 +174,6 @@ def release(lake: Lake, holder: str) -> None:
     retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what="ending the compaction")
 
 
-
-
 def _changed_since(lake: Lake, snapshot: int) -> bool:
     """Whether a write committed after ``snapshot`` (True when it has expired)."""
     try:
