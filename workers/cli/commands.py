@@ -377,7 +377,7 @@ def _erase_stats(source, settings) -> dict | None:
     def iso(at: datetime | None) -> str | None:
         return at.isoformat(timespec="seconds") if at is not None else None
 
-    due_from = state.oldest + settings.store.erase_within * erasing.ERASE_AT if state.oldest is not None else None
+    due_from = erasing.due_from(state.oldest, settings.store.erase_within) if state.oldest is not None else None
     return {"waiting": state.waiting, "oldest": iso(state.oldest), "due_from": iso(due_from),
             "held_until": iso(state.held_until)}
 

@@ -267,7 +267,12 @@ def due(oldest: datetime | None, erase_within: timedelta, now: datetime, held: d
     ``ERASE_AT`` of ``erase_within`` old, so that the erase, begun at the next
     check (``check_every``) and done within a compaction, ends inside the bound;
     and no erase waits (until ``held``) for a dead compaction's files."""
-    return oldest is not None and now - oldest >= erase_within * ERASE_AT and (held is None or now >= held)
+    return oldest is not None and now >= due_from(oldest, erase_within) and (held is None or now >= held)
+
+
+def due_from(oldest: datetime, erase_within: timedelta) -> datetime:
+    """When an erase of the forget committed at ``oldest`` is due (``due``, held or not)."""
+    return oldest + erase_within * ERASE_AT
 
 
 def check_every(erase_within: timedelta) -> timedelta:
