@@ -27,6 +27,7 @@ from pipeline.settings import Settings
 from pipeline.store.database import utcnow
 from pipeline.store.lake import Lake
 from pipeline.store.lake import erase as erasing
+from pipeline.store.lake.commit import retrying
 from tests.conftest import store_settings
 from tests.lakes import age_forgets, files_holding, pass_the_wait
 
@@ -203,7 +204,13 @@ def test_a_compaction_whose_claim_was_taken_over_stops_before_its_next_step(embe
         with compaction._Heartbeat(lake, "me:1:bb") as beat:
             time.sleep(0.3)  # renewed several times
             beat.holding("a step")  # still its own: goes on
-            lake.con.execute("UPDATE compaction_head SET holder = 'elsewhere:2:ee'")  # taken over
+
+            def take_over() -> None:  # as another host's claim would: retried past the heartbeat's commits
+                lake.con.execute("BEGIN TRANSACTION")
+                lake.con.execute("UPDATE compaction_head SET holder = 'elsewhere:2:ee'")
+                lake.con.execute("COMMIT")
+
+            retrying(lake.con, take_over, deadline_s=30, what="taking the claim over")
             deadline = time.monotonic() + 30
             while not beat.lost.is_set():
                 assert time.monotonic() < deadline, "the heartbeat never found its claim gone"
