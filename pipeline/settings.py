@@ -161,7 +161,7 @@ class StoreSettings(BaseModel):
         timedelta(hours=1), description="a forgotten memory's bytes are gone from every data "
                                         "file and the catalog within this long (compaction erases forgets this old; "
                                         "each erase cuts time travel back to it; about an hour more after a compaction "
-                                        "crashed leaving files); seconds or ISO 8601 such as `PT1H`")
+                                        "or a writer crashed leaving files); seconds or ISO 8601 such as `PT1H`")
 
     @field_validator("engine", mode="before")
     @classmethod

@@ -86,11 +86,16 @@ def pass_the_wait(settings: Settings) -> bool:
                              [erasing.timedelta_text(by)])
 
         retrying(lake.con, once, deadline_s=settings.write_wait_s, what="ageing the dead compactions")
+    age_files(settings, by)
+    return True
+
+
+def age_files(settings: Settings, by: timedelta) -> None:
+    """Make every file under the lake's data path ``by`` older (its times), as if written then."""
     for path in settings.lake_data_path.rglob("*"):
         if path.is_file():
             st = path.stat()
             os.utime(path, (st.st_atime - by.total_seconds(), st.st_mtime - by.total_seconds()))
-    return True
 
 
 def compact_erasing(settings: Settings):

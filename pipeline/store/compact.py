@@ -29,7 +29,7 @@ class CompactReport:
     removed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ran: bool = True  # False: another compaction was running, or there was nothing to do
-    # UTC, ISO 8601: files a compaction that died left may hold forgotten bytes; the
+    # UTC, ISO 8601: files a compaction or a write that died left may hold forgotten bytes; the
     # forgets stay listed, erased by the first compaction from then (erase.cut)
     erase_held_until: str | None = None
 

@@ -32,7 +32,7 @@ from pipeline.store.stats import store_stats
 from pipeline.store.writes import parse_records, write
 from tests.conftest import store_settings, write_jsonl
 from tests.embedded.test_cli import cli_env  # noqa: F401 (a fixture)
-from tests.lakes import age_forgets, compact_erasing, pass_the_wait
+from tests.lakes import age_files, age_forgets, compact_erasing, pass_the_wait
 from workers.cli import main
 from workers.cli.render import format_compacted
 
@@ -63,7 +63,7 @@ def _compact_erasing(settings, capsys) -> str:
     assert main(["compact"]) == 0
     out = capsys.readouterr().out
     if pass_the_wait(settings):
-        assert "the erase waits for files a compaction that died left" in out, out
+        assert "the erase waits for files a compaction or a write that died left" in out, out
         assert main(["compact"]) == 0
         out = capsys.readouterr().out
     return out
@@ -263,7 +263,7 @@ def test_an_erase_waits_for_files_a_compaction_that_died_left_and_then_completes
 
     held = compact(settings, wait=True)
     assert held.ran and held.forgotten == 0 and held.erase_held_until is not None
-    assert "the erase waits for files a compaction that died left" in format_compacted(held)
+    assert "the erase waits for files a compaction or a write that died left" in format_compacted(held)
     assert traces(tmp_path, TOKEN, SECRET_ID) == sorted(f"{left.relative_to(tmp_path)}: {n.lower()}"
                                                        for n in (SECRET_ID, TOKEN))
     until = datetime.fromisoformat(held.erase_held_until)
@@ -292,6 +292,68 @@ def test_an_erase_waits_for_files_a_compaction_that_died_left_and_then_completes
     assert not pass_the_wait(settings)
 
 
+_KILLED_BEFORE_COMMIT = """
+import os, signal, sys
+from pipeline.store.lake import commit
+from pipeline.store.writes import parse_records, write
+from tests.conftest import store_settings
+from pathlib import Path
+
+real = commit._apply
+
+def apply_then_die(*args, **kwargs):  # the rows written (a Parquet file: over 10 of them), then killed
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+commit._apply = apply_then_die
+settings = store_settings(Path(sys.argv[1]))
+write(settings, parse_records([{"id": sys.argv[2], "namespace": "vault", "content": sys.argv[3]},
+                               *[{"id": f"ops{i}", "namespace": "ops", "content": f"runbook note {i}"}
+                                 for i in range(12)]], settings))
+"""
+
+
+def test_an_erase_waits_for_files_a_write_that_died_left_and_then_completes(tmp_path):
+    """A writer killed before its commit leaves the Parquet file of its batch,
+    which no commit lists; the write sent again commits the same memory in a
+    file of its own. Once that memory is forgotten, the erase must not call it
+    erased while the dead writer's file, kept as a possible write in progress
+    until an hour old, holds its bytes: it waits for it as for a dead
+    compaction's, and the erase due once the file can go completes."""
+    settings = store_settings(tmp_path)
+    content = f"{TOKEN} opens it"
+    write(settings, parse_records([{"id": "first", "namespace": "ops", "content": "the store exists"}], settings))
+    killed = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_COMMIT, str(tmp_path), SECRET_ID, content],
+                            capture_output=True, text=True, cwd=Path(__file__).parents[2], check=False)
+    assert killed.returncode == -9, killed.stderr
+    left = [p.split(": ")[0] for p in traces(tmp_path, TOKEN)]
+    assert len(left) == 1 and left[0].endswith(".parquet"), left  # the dead batch's file
+    # the write sent again, then the forget; then as if 55 minutes went by (an erase is due at 54)
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": content}], settings))
+    write(settings, forget=[SECRET_ID])
+    age_forgets(settings, timedelta(minutes=55))
+    age_files(settings, timedelta(minutes=55))
+
+    held = compact(settings, wait=True)
+    assert held.ran and held.forgotten == 0 and held.erase_held_until is not None
+    assert traces(tmp_path, TOKEN) == [f"{left[0]}: {TOKEN.lower()}"]  # only the dead writer's file holds it
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)  # not called erased
+        holders = [r[0] for r in lake.con.execute("SELECT holder FROM dead_compactions WHERE held").fetchall()]
+        assert holders == [f"write:{tmp_path / left[0]}"], holders
+        assert not erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
+    until = datetime.fromisoformat(held.erase_held_until)
+    assert utcnow() < until <= utcnow() + timedelta(minutes=11)  # the file is 55 min old: an hour and 5 min
+
+    assert pass_the_wait(settings)  # the hour goes by
+    done = compact(settings, wait=True)
+    assert done.forgotten == 1 and done.erase_held_until is None
+    assert traces(tmp_path, TOKEN, SECRET_ID) == []
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (0,)
+        assert lake.con.execute("SELECT count(*) FROM dead_compactions").fetchone() == (0,)
+
+
 def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_naming_it(tmp_path, monkeypatch):
     """Once the wait is over, step 4 should have deleted what a dead compaction
     left. A file still there (step 4 could not delete it: permissions, a clock
@@ -317,8 +379,8 @@ def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_
     monkeypatch.setattr(erasing, "_step", step)
     with Lake.open(settings) as lake:
         lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:1:aa', ?, true)", [found])
-        covered = erasing.rewrite(lake.con, deadline_s=30)
+        rewritten = erasing.rewrite(lake.con, deadline_s=30)
         with pytest.raises(StoreError, match=f"over 1:00:00 old and still there .*{left.name}"):
-            erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered,
+            erasing.cut(lake.con, lake.catalog, extensions_dir(settings), rewritten=rewritten,
                         keep=lake.latest_snapshot(), deadline_s=30)
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)

@@ -156,7 +156,7 @@ def format_compacted(report) -> str:
     erased = (f"; {report.forgotten} forget(s) erased from every file and the catalog (older snapshots expired)"
               if report.forgotten else "")
     if report.erase_held_until:
-        erased = (f"; the erase waits for files a compaction that died left (they may hold forgotten bytes): "
+        erased = (f"; the erase waits for files a compaction or a write that died left (they may hold forgotten bytes): "
                   f"the forgets stay listed, erased by the first compaction from {report.erase_held_until} UTC")
     return (f"compacted the lake: {report.base} holds {report.memories} memories{erased}, in "
             f"{report.seconds:.1f}s (store version {report.version}){removed}")
@@ -184,7 +184,7 @@ def format_stats(stats: dict, configured_model: str, configured_identity: str) -
     lines.append(f"full-text   {'fresh' if stats['fts']['fresh'] else 'STALE: run dimple reindex'}")
     erase = stats["erase"]
     if erase and erase["waiting"]:
-        held = (f"; waits for files a compaction that died left, erased from {erase['held_until']} UTC"
+        held = (f"; waits for files a compaction or a write that died left, erased from {erase['held_until']} UTC"
                 if erase["held_until"] else "")
         lines.append(f"forgets     {erase['waiting']} waiting to be erased from every file, the oldest of "
                      f"{erase['oldest']} UTC (due from {erase['due_from']} UTC){held}")

@@ -241,7 +241,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
 
     beat.holding("its maintenance calls")
     if erase:  # the files rewritten without deleted rows (flushed and merged too); history not cut yet
-        covered = erasing.rewrite(lake.con, deadline_s=deadline)
+        rewritten = erasing.rewrite(lake.con, deadline_s=deadline)
     else:
         step(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
         step(f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
@@ -253,7 +253,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
         # history cut only now that the new base is listed: a reader whose base
         # snapshot expires finds this one in `indexes` and loads it (never builds)
         beat.holding("the erase's cut")
-        waits = erasing.cut(lake.con, lake.catalog, extensions_dir(settings), covered=covered, keep=snapshot,
+        waits = erasing.cut(lake.con, lake.catalog, extensions_dir(settings), rewritten=rewritten, keep=snapshot,
                            deadline_s=deadline).held_until
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
     sweep_builds(index_dir(settings))  # what builders killed midway left (a base's size each)

@@ -10,14 +10,16 @@ deleted rows without them (``ducklake_rewrite_data_files``) and merges small
 files (``ducklake_merge_adjacent_files``), (3) expires every snapshot older
 than the result (``ducklake_expire_snapshots``), (4) deletes the files no
 snapshot needs (``ducklake_cleanup_old_files``) and files no commit ever
-listed (a writer killed mid-write, ``ducklake_delete_orphaned_files``), and
+listed and are an hour old (a writer killed mid-write, ``ducklake_delete_orphaned_files``), and
 (5) has the catalog database drop the deleted rows' pages (SQLite ``VACUUM``;
 PostgreSQL ``VACUUM FULL`` of the lake's tables). Steps 1-2 are ``rewrite``,
 3-5 ``cut``: compaction builds and lists its base between them.
 
 A compaction that died midway (DuckLake's maintenance calls crash now and
 then) may have left a file no commit lists holding rows the erase must
-remove (its flush writes the deleted inlined rows too), and such a file is
+remove (its flush writes the deleted inlined rows too), and so may a writer
+killed before its commit (a batch writes its Parquet file first, and a write
+sent again commits the same memory in a file of its own). Such a file is
 deleted only once ``LONGEST_TRANSACTION`` old. While one remains, ``cut``
 leaves the forgets listed and the next erase waits until it can be deleted
 (``erase_due``): the bound is then passed, not broken in silence.
@@ -72,6 +74,17 @@ CHECK_EVERY = timedelta(minutes=1)
 EXPIRE_BATCH = 5000
 
 
+@dataclass(frozen=True)
+class Rewritten:
+    """What ``rewrite`` leaves for ``cut``: the ``write_head`` seq read first
+    (every forget up to it is erased once ``cut`` is done) and the files no
+    commit listed before the rewrite began (``cut`` tells a write that died
+    from one in progress by them)."""
+
+    covered: int
+    orphans: frozenset[str]
+
+
 @dataclass
 class Purged:
     """What ``purge`` did: the snapshot the lake is left at, snapshots expired,
@@ -100,8 +113,8 @@ def purge(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path
     Each step is its own catalog transaction, retried when a write commits
     at the same moment; a write committed during the purge survives it (the
     expiry keeps the latest snapshot, whichever it is by then)."""
-    covered = rewrite(con, deadline_s=deadline_s)
-    return cut(con, catalog, extensions_dir, covered=covered, keep=latest_snapshot(con), deadline_s=deadline_s)
+    rewritten = rewrite(con, deadline_s=deadline_s)
+    return cut(con, catalog, extensions_dir, rewritten=rewritten, keep=latest_snapshot(con), deadline_s=deadline_s)
 
 
 def _step(con: duckdb.DuckDBPyConnection, deadline_s: float, sql: str, params: list | None = None,
@@ -109,19 +122,20 @@ def _step(con: duckdb.DuckDBPyConnection, deadline_s: float, sql: str, params: l
     return retrying(con, lambda: _call(con, sql, params), deadline_s=deadline_s, what=what)[0]
 
 
-def rewrite(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> int:
+def rewrite(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> Rewritten:
     """Steps 1-2: every deleted row out of the files the latest snapshot reads
     (inlined rows flushed, files with deleted rows rewritten, small files
     merged). Older snapshots still read the old files. Returns the
-    ``write_head`` seq read first: every forget up to it is in the state
-    rewritten, erased once ``cut`` is done (a forget committed meanwhile stays
-    listed for the next erase)."""
+    ``write_head`` seq read first (every forget up to it is in the state
+    rewritten, erased once ``cut`` is done; a forget committed meanwhile stays
+    listed for the next erase) and the files no commit lists yet."""
     covered = head_seq(con)
+    orphans = frozenset(_orphans(con))
     retrying(con, lambda: _drop_staged(con), deadline_s=deadline_s, what="purge")
     _step(con, deadline_s, f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")
     _step(con, deadline_s, f"SELECT * FROM ducklake_rewrite_data_files('{LAKE}', delete_threshold => 0)")
     _step(con, deadline_s, f"SELECT * FROM ducklake_merge_adjacent_files('{LAKE}')")
-    return covered
+    return Rewritten(covered, orphans)
 
 
 def _drop_staged(con: duckdb.DuckDBPyConnection) -> None:
@@ -134,13 +148,15 @@ def _drop_staged(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("COMMIT")
 
 
-def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, *, covered: int, keep: int,
+def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, *, rewritten: Rewritten, keep: int,
         deadline_s: float) -> Purged:
     """Steps 3-5, after ``rewrite``: every snapshot before ``keep`` (one taken
     after the rewrite) expired, the files only they read and files no commit
     lists deleted, the catalog database vacuumed; then the forgets up to
-    ``covered`` are marked erased (last: a vacuum that failed leaves them due,
-    so the next compaction erases again)."""
+    ``rewritten.covered`` are marked erased (last: a vacuum that failed leaves
+    them due, so the next compaction erases again), unless a file a compaction
+    or a write that died left may hold their bytes: then they wait for it
+    (``held_until``)."""
     # by id, not by time: ``older_than`` the kept one's time expires that one too, and a
     # snapshot stamped by a host whose clock runs ahead would escape it
     older = [int(r[0]) for r in con.execute(f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') "
@@ -149,21 +165,26 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
     deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
     deleted += _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
                                       "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
-    found, suspects = _left_by_the_dead(con)
+    orphans = _orphans(con)
+    found, suspects = _left_by_the_dead(con, orphans)
+    died = _writes_that_died(con, rewritten, orphans)
+    if died:  # recorded as the dead compactions are: the wait for their files is the same
+        found = max(at for at in (found, *died.values()) if at is not None)
+        suspects = sorted({*suspects, *died})
     vacuum_catalog(catalog, extensions_dir)
     if found is not None and suspects:
         if datetime.now(UTC).replace(tzinfo=None) >= _waits_until(found):  # step 4 should have deleted them
-            raise StoreError(f"erase: {len(suspects)} file(s) no commit lists, which a compaction that died may "
-                             f"have left holding forgotten bytes, are over {LONGEST_TRANSACTION} old and still there "
-                             f"({', '.join(suspects[:3])}): step 4 could not delete them (permissions? a clock "
-                             "ahead?); delete them by hand and run `dimple compact` (the forgets stay listed)")
-        retrying(con, lambda: _hold(con, found), deadline_s=deadline_s, what="purge")
+            raise StoreError(f"erase: {len(suspects)} file(s) no commit lists, which a compaction or a write that "
+                             f"died may have left holding forgotten bytes, are over {LONGEST_TRANSACTION} old and "
+                             f"still there ({', '.join(suspects[:3])}): step 4 could not delete them (permissions? "
+                             "a clock ahead?); delete them by hand and run `dimple compact` (the forgets stay listed)")
+        retrying(con, lambda: _hold(con, found, died), deadline_s=deadline_s, what="purge")
         until = (_waits_until(found) + timedelta(microseconds=999_999)).replace(microsecond=0)  # a whole second
-        log.warning("erase: %d file(s) a compaction that died midway left may hold erased bytes (%s); they can "
-                    "be deleted, and the erase completed, from %s UTC: the forgets stay listed until then",
+        log.warning("erase: %d file(s) a compaction or a write that died left may hold erased bytes (%s); they "
+                    "can be deleted, and the erase completed, from %s UTC: the forgets stay listed until then",
                     len(suspects), ", ".join(suspects[:3]), until.isoformat(timespec="seconds"))
         return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted, held_until=until)
-    retrying(con, lambda: _erased(con, covered, found), deadline_s=deadline_s, what="purge")
+    retrying(con, lambda: _erased(con, rewritten.covered, found), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
 
 
@@ -172,20 +193,48 @@ def _waits_until(found: datetime) -> datetime:
     return found + LONGEST_TRANSACTION + CLOCK_SLACK
 
 
-def _left_by_the_dead(con: duckdb.DuckDBPyConnection) -> tuple[datetime | None, list[str]]:
+def _orphans(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The files under the data path that no commit lists, whatever their age."""
+    return [str(r[0]) for r in con.execute(f"SELECT path FROM ducklake_delete_orphaned_files('{LAKE}', "
+                                           "cleanup_all => true, dry_run => true)").fetchall()]
+
+
+def _left_by_the_dead(con: duckdb.DuckDBPyConnection, orphans: list[str]) -> tuple[datetime | None, list[str]]:
     """The latest ``found_at`` of ``dead_compactions`` (None: none recorded)
-    and the files no commit lists that are older than it (``CLOCK_SLACK``
-    allowed): what a compaction that died may have left. Younger ones are
-    writes in progress or left by a later writer, not by that compaction
-    (docs/LAKE.md: what a killed writer leaves is not covered)."""
+    and those of ``orphans`` older than it (``CLOCK_SLACK`` allowed): what a
+    compaction (or a write, ``_writes_that_died``) that died may have left.
+    Younger ones are writes in progress or left by a later writer."""
     row = one(con.execute("SELECT max(found_at) FROM dead_compactions"))
     found = row[0] if row else None
     if found is None:
         return None, []
     before = (found + CLOCK_SLACK).replace(tzinfo=UTC).timestamp()
-    orphans = [str(r[0]) for r in con.execute(f"SELECT path FROM ducklake_delete_orphaned_files('{LAKE}', "
-                                              "cleanup_all => true, dry_run => true)").fetchall()]
     return found, [p for p in orphans if _written_before(p, before)]
+
+
+def _writes_that_died(con: duckdb.DuckDBPyConnection, rewritten: Rewritten, orphans: list[str]) -> dict[str, datetime]:
+    """The files no commit listed before the rewrite and none lists after step
+    4 (a write in progress commits, or fails and deletes its files, within the
+    compaction; a batch so long that it does not is taken for dead and only
+    holds the erase) written before the newest forget ``cut`` erases was
+    committed (``CLOCK_SLACK`` allowed: the files carry another host's clock):
+    left by a writer killed before its commit, they may hold a forgotten
+    memory that a write sent again committed. By path: when each was last
+    written (naive UTC; now for one this process cannot look at)."""
+    row = one(con.execute("SELECT max(forgotten_at) FROM forgets WHERE seq <= ?", [rewritten.covered]))
+    newest = row[0] if row else None
+    if newest is None:
+        return {}
+    before = (newest + CLOCK_SLACK).replace(tzinfo=UTC).timestamp()
+    died = {}
+    for path in set(orphans) & rewritten.orphans:
+        if _written_before(path, before):
+            try:
+                written = datetime.fromtimestamp(os.stat(path).st_mtime, UTC).replace(tzinfo=None)
+            except OSError:
+                written = datetime.now(UTC).replace(tzinfo=None)
+            died[path] = written
+    return died
 
 
 def _written_before(path: str, before: float) -> bool:
@@ -203,10 +252,14 @@ def _written_before(path: str, before: float) -> bool:
         return True
 
 
-def _hold(con: duckdb.DuckDBPyConnection, found: datetime) -> None:
-    """The dead compactions found up to ``found`` left files an erase waits for."""
+def _hold(con: duckdb.DuckDBPyConnection, found: datetime, died: dict[str, datetime]) -> None:
+    """The dead compactions found up to ``found``, and the writes that died
+    (``_writes_that_died``: a row each, holder ``write:FILE``, found when the
+    file was written), left files an erase waits for."""
     con.execute("BEGIN TRANSACTION")
     con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'erase held')")
+    for path, written in sorted(died.items()):
+        con.execute("INSERT INTO dead_compactions VALUES (?, ?, true)", [f"write:{path}", written])
     con.execute("UPDATE dead_compactions SET held = true WHERE found_at <= ?", [found])
     con.execute("COMMIT")
 

@@ -143,7 +143,7 @@ class Lake:
         """Forget ``ids`` (one write) and purge: their bytes leave every file and
         the catalog, and every older snapshot expires (time travel cannot bring
         them back; it cannot reach before the erase either); unless files a
-        compaction that died left may hold them (``Purged.held_until``)."""
+        compaction or a write that died left may hold them (``Purged.held_until``)."""
         self.commit(LakeWrite(forget=list(ids)))
         return erasing.purge(self.con, self.catalog, extensions_dir(self.settings), deadline_s=self.settings.write_wait_s)
 
