@@ -358,7 +358,8 @@ def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_
     """Once the wait is over, step 4 should have deleted what a dead compaction
     left. A file still there (step 4 could not delete it: permissions, a clock
     ahead) is not waited for again, every minute: the erase fails naming it,
-    and the forget stays listed."""
+    and the forget stays listed; the compactions the checks start meanwhile
+    fail at once, before any costly step."""
     from pipeline.errors import StoreError
     from pipeline.store.lake.catalog import extensions_dir
 
@@ -384,3 +385,22 @@ def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_
             erasing.cut(lake.con, lake.catalog, extensions_dir(settings), rewritten=rewritten,
                         keep=lake.latest_snapshot(), deadline_s=30)
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
+
+    # the erase stays due, and every check (a minute) compacts again: each fails before
+    # rewriting a file or building a base, for what one listing finds
+    from pipeline.store.lake.compaction import compact_lake
+
+    def rewrite(*args, **kwargs):
+        raise AssertionError("a whole erase ran for files it can only fail on")
+
+    monkeypatch.setattr(erasing, "rewrite", rewrite)
+    age_forgets(settings)
+    with Lake.open(settings) as lake:
+        assert erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
+        bases = lake.con.execute("SELECT count(*) FROM indexes").fetchone()
+    with pytest.raises(StoreError, match=f"over 1:00:00 old and still there .*{left.name}"):
+        compact_lake(settings, wait=True)
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM indexes").fetchone() == bases  # no base built
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
+        assert lake.con.execute("SELECT holder FROM compaction_head").fetchone() == (None,)  # given back

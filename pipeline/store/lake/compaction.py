@@ -241,6 +241,7 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
 
     beat.holding("its maintenance calls")
     if erase:  # the files rewritten without deleted rows (flushed and merged too); history not cut yet
+        erasing.check_the_dead(lake.con, deadline_s=deadline)  # files the dead left still there: fails first
         rewritten = erasing.rewrite(lake.con, deadline_s=deadline)
     else:
         step(f"SELECT * FROM ducklake_flush_inlined_data('{LAKE}')")

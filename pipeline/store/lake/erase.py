@@ -174,10 +174,7 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
     vacuum_catalog(catalog, extensions_dir)
     if found is not None and suspects:
         if datetime.now(UTC).replace(tzinfo=None) >= _waits_until(found):  # step 4 should have deleted them
-            raise StoreError(f"erase: {len(suspects)} file(s) no commit lists, which a compaction or a write that "
-                             f"died may have left holding forgotten bytes, are over {LONGEST_TRANSACTION} old and "
-                             f"still there ({', '.join(suspects[:3])}): step 4 could not delete them (permissions? "
-                             "a clock ahead?); delete them by hand and run `dimple compact` (the forgets stay listed)")
+            raise _still_there(suspects)
         retrying(con, lambda: _hold(con, found, died), deadline_s=deadline_s, what="purge")
         until = (_waits_until(found) + timedelta(microseconds=999_999)).replace(microsecond=0)  # a whole second
         log.warning("erase: %d file(s) a compaction or a write that died left may hold erased bytes (%s); they "
@@ -186,6 +183,30 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
         return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted, held_until=until)
     retrying(con, lambda: _erased(con, rewritten.covered, found), deadline_s=deadline_s, what="purge")
     return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+
+
+def _still_there(suspects: list[str]) -> StoreError:
+    return StoreError(f"erase: {len(suspects)} file(s) no commit lists, which a compaction or a write that died may "
+                      f"have left holding forgotten bytes, are over {LONGEST_TRANSACTION} old and still there "
+                      f"({', '.join(suspects[:3])}): step 4 could not delete them (permissions? a clock ahead?); "
+                      "delete them by hand and run `dimple compact` (the forgets stay listed)")
+
+
+def check_the_dead(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> None:
+    """Before an erase that waited for files the dead left: step 4 alone (the
+    files no commit lists, an hour old, deleted), and ``StoreError`` naming
+    those still there, as ``cut`` would after a whole compaction. Each check
+    that finds the erase due (a minute) then costs a listing, not a base built
+    and every file rewritten, until an operator deletes them."""
+    row = one(con.execute("SELECT max(found_at) FROM dead_compactions WHERE held"))
+    found = row[0] if row else None
+    if found is None or datetime.now(UTC).replace(tzinfo=None) < _waits_until(found):
+        return
+    _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
+                           "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
+    _, suspects = _left_by_the_dead(con, _orphans(con))
+    if suspects:
+        raise _still_there(suspects)
 
 
 def _waits_until(found: datetime) -> datetime:
