@@ -27,12 +27,15 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery, signals
 from celery.concurrency.prefork import TaskPool as PreforkPool
 
 from pipeline.errors import StoreError
+from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.maintenance import compact
 
@@ -101,7 +104,12 @@ def check(app: Celery, *, here: bool = False) -> bool:
         return False
     if follower is not None:  # the host cache's folders of bases compaction dropped, on any host
         follower.clear_cache()  # type: ignore[attr-defined]
-    due = bool(follower is not None and follower.erase_due(fresh=True))  # type: ignore[attr-defined]
+    state = follower.erase_state() if follower is not None else None  # type: ignore[attr-defined]
+    now = utcnow()
+    erase_within = settings.store.erase_within
+    due = state is not None and erasing.due(state.oldest, erase_within, now, state.held_until)
+    if state is not None and state.oldest is not None and now - state.oldest > erase_within:
+        _overdue(state, now - state.oldest, erase_within)
     if due:
         log.info("a forget is due to be erased (store.erase_within): compacting the lake")
         if here:
@@ -112,6 +120,24 @@ def check(app: Celery, *, here: bool = False) -> bool:
 
 
 _SAID: set[str] = set()
+# how often a process says that the erase is overdue (each check that finds it so would be every minute)
+OVERDUE_EVERY = timedelta(minutes=10)
+_overdue_said = [float("-inf")]
+
+
+def _overdue(state: erasing.EraseState, age: timedelta, erase_within: timedelta) -> None:
+    """Say at WARNING, every ``OVERDUE_EVERY`` at most, that a forget is older
+    than ``store.erase_within``: the bound is broken (a compaction failing, or
+    waiting for files the dead left), and only the logs and ``dimple stats`` show it."""
+    now = time.monotonic()
+    if now < _overdue_said[0] + OVERDUE_EVERY.total_seconds():
+        return
+    _overdue_said[0] = now
+    why = (f"the erase waits for files a compaction or a write that died left, until {state.held_until:%Y-%m-%d %H:%M:%S} UTC"
+           if state.held_until is not None else "the compactions that should erase it have not (see their errors)")
+    log.warning("store.erase_within broken: %d forget(s) wait to be erased, the oldest for %s (the bound is %s): %s; "
+                "'dimple stats' shows them", state.waiting, str(age).split(".")[0], erase_within, why)
+
 
 
 def _refused(why: str) -> None:

@@ -11,7 +11,9 @@ forget is made due by its own time, not by a shorter setting)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -281,6 +283,35 @@ def test_a_forget_not_yet_due_is_hidden_at_once_and_erased_only_when_due(embedde
     assert [m["id"] for m in get(["k1", "s1", "s2", "bulk3"])] == ["k1", "bulk3"]
     assert "bulk3" in _ids("bulk note 3")
     assert not check(get_app())  # erased: nothing due any more
+
+
+def test_the_check_warns_when_a_forget_waits_past_the_bound(embedded, caplog, monkeypatch):
+    """A forget still waiting once older than ``store.erase_within`` means the
+    promise is broken (compactions failing, or an erase waiting for files the
+    dead left): the ingest process's periodic check says so at WARNING, once
+    per ``OVERDUE_EVERY``, and says nothing while the bound holds."""
+    from workers import upkeep
+    from workers.api import forget, remember
+    from workers.app import get_app
+
+    monkeypatch.setattr(upkeep, "_overdue_said", [float("-inf")])
+    remember([{"id": "a", "namespace": "n", "content": "alpha"}, {"id": "b", "namespace": "n", "content": "beta"}])
+    forget(["a"])
+    age_forgets(embedded, timedelta(minutes=55))  # due (at 54 min), within the bound
+    with caplog.at_level(logging.WARNING, logger="dimple.worker"):
+        assert upkeep.check(get_app())  # erased, here
+        assert not [r for r in caplog.records if "erase_within broken" in r.getMessage()]
+
+        forget(["b"])
+        age_forgets(embedded, timedelta(hours=2))
+        with Lake.open(embedded) as lake:  # a compaction that runs long holds the claim: nothing erases it
+            lake.con.execute("UPDATE compaction_head SET holder = ?, claimed_at = ?",
+                             [f"{socket.gethostname()}:{os.getpid()}:busy", utcnow()])
+        assert upkeep.check(get_app()) and upkeep.check(get_app())
+        said = [r.getMessage() for r in caplog.records if "erase_within broken" in r.getMessage()]
+    assert len(said) == 1, said  # once, not at every check
+    assert "1 forget(s) wait to be erased, the oldest for 2:00:" in said[0] and "(the bound is 1:00:00)" in said[0]
+    assert "have not (see their errors)" in said[0]
 
 
 _ERASE_FOLLOWER = """
