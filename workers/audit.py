@@ -55,10 +55,13 @@ def emit(app: Celery, batch: Batch) -> None:
     """One ``hybrid.search`` INFO line per query (synchronous), then the batch's
     rows as one asynchronous write."""
     settings = resources.current().settings()
+    logged = search_log.isEnabledFor(logging.INFO)
+    if not (logged or settings.audit_enabled):
+        return  # no line to log, no row to write: nothing to build
     ran_with = retrieval_settings(settings)
     records = [build_record(state, settings.rrf_k, settings.store_query_text, settings=ran_with)
                for state in batch.states]
-    if search_log.isEnabledFor(logging.INFO):
+    if logged:
         for record in records:
             search_log.info(log_line(record))
     if settings.audit_enabled and records:
