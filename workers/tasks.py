@@ -206,11 +206,11 @@ def forget_task(self, ids: list[str], reason: str | None = None) -> dict:
                                             write_id=self.request.id))
 
 
-def compact_task(rebuild: bool = False) -> dict:
+def compact_task(rebuild: bool = False, erase: bool = False) -> dict:
     """Compact the lake (``pipeline.store.maintenance.compact``: a base at the
-    latest snapshot, the erase when one is due); returns at once when another
-    compaction is running."""
-    return compact(resources.current().settings(), rebuild=rebuild).as_dict()
+    latest snapshot, the erase when one is due, or of every forget waiting
+    with ``erase``); returns at once when another compaction is running."""
+    return compact(resources.current().settings(), rebuild=rebuild, erase=erase).as_dict()
 
 
 def get_task(ids: list[str]) -> list[dict]:

@@ -37,12 +37,13 @@ log = logging.getLogger("dimple.lake")
 TRIES = 3
 
 
-def compact(settings: Settings, *, rebuild: bool = False, wait: bool = False) -> CompactReport:
+def compact(settings: Settings, *, rebuild: bool = False, wait: bool = False, erase: bool = False) -> CompactReport:
     """Compact the lake ``settings`` name (``rebuild``: every namespace
     clustered again; without ``wait``, ``ran`` False at once when another
-    compaction runs), in a child process; an error of dimple's raised there
-    is raised here as itself."""
+    compaction runs; ``erase``: every forget waiting erased now, due or not),
+    in a child process; an error of dimple's raised there is raised here as itself."""
     request = json.dumps({"settings": settings.model_dump(mode="json"), "rebuild": rebuild, "wait": wait,
+                          "erase": erase,
                           "log_level": logging.getLogger("dimple").getEffectiveLevel()})
     for attempt in range(1, TRIES + 1):
         # stderr is this process's: the child's log lines (and a crash's trace) land where this one's do
@@ -85,7 +86,7 @@ def _answer(returncode: int, stdout: str) -> CompactReport:
 def _child(request: dict[str, Any]) -> dict[str, Any]:
     settings = Settings.model_validate(request["settings"])  # as sent: no environment or .env read here
     try:
-        report = compact_lake(settings, wait=request["wait"], rebuild=request["rebuild"])
+        report = compact_lake(settings, wait=request["wait"], rebuild=request["rebuild"], erase=request["erase"])
     except errors.DimpleError as exc:
         plain = all(a is None or isinstance(a, str | int | float | bool) for a in exc.args)
         return {"type": type(exc).__name__, "args": list(exc.args) if plain else None, "message": str(exc)}

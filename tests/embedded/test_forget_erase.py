@@ -54,17 +54,17 @@ def traces(root: Path, *needles: str) -> list[str]:
                   for n in wanted if n in p.read_bytes().lower())
 
 
-def _compact_erasing(settings, capsys) -> str:
-    """What ``dimple compact`` printed, with an erase due. Should a DuckLake
-    crash have killed one of its tries, and the files it left made the erase
-    wait (``test_an_erase_waits_for_files_a_compaction_that_died_left``), it
-    says so, and runs again once the wait has passed."""
+def _compact_erasing(settings, capsys, *options: str) -> str:
+    """What ``dimple compact [options]`` printed, with an erase due. Should a
+    DuckLake crash have killed one of its tries, and the files it left made
+    the erase wait (``test_an_erase_waits_for_files_a_compaction_that_died_left``),
+    it says so, and runs again once the wait has passed."""
     capsys.readouterr()
-    assert main(["compact"]) == 0
+    assert main(["compact", *options]) == 0
     out = capsys.readouterr().out
     if pass_the_wait(settings):
         assert "the erase waits for files a compaction or a write that died left" in out, out
-        assert main(["compact"]) == 0
+        assert main(["compact", *options]) == 0
         out = capsys.readouterr().out
     return out
 
@@ -149,6 +149,29 @@ def test_one_compaction_and_a_purge_leave_no_trace_of_a_forgotten_memory_in_any_
     assert _stats(capsys)["erase"]["waiting"] == 0
     assert main(["stats"]) == 0
     assert "forgets     none waiting to be erased" in capsys.readouterr().out
+
+
+def test_compact_erase_erases_a_forget_at_once_however_recent(cli_env, tmp_path, capsys):
+    """``dimple compact`` erases the forgets due (0.9 of ``erase_within`` old);
+    ``dimple compact --erase`` erases every forget waiting now: a secret
+    written by mistake need not wait out the hour."""
+    secret = {"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"}
+    assert main(["ingest", str(write_jsonl(tmp_path / "m.jsonl", [secret, *_others(20, "ops")]))]) == 0
+    assert main(["forget", SECRET_ID]) == 0
+    capsys.readouterr()
+    assert main(["compact"]) == 0  # not due: its bytes stay for time travel
+    out = capsys.readouterr().out
+    assert out.startswith("compacted the lake") and "erased" not in out, out
+    assert traces(cli_env.data_dir, TOKEN)
+    assert _stats(capsys)["erase"]["waiting"] == 1
+
+    out = _compact_erasing(cli_env, capsys, "--erase")
+    assert "1 forget(s) erased from every file and the catalog" in out, out
+    assert traces(cli_env.data_dir, TOKEN, SECRET_ID) == []
+    assert _stats(capsys)["erase"]["waiting"] == 0
+    capsys.readouterr()
+    assert main(["compact", "--erase"]) == 0  # nothing waiting: nothing to erase, nothing written
+    assert capsys.readouterr().out.startswith("nothing to compact")
 
 
 def _settings_store(settings):

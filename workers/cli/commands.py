@@ -162,6 +162,9 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_forget)
 
     s = sub.add_parser("compact", help="compact the lake now: a new base at the latest snapshot, and the erase of the forgets due")
+    s.add_argument("--erase", action="store_true",
+                   help="erase every forgotten memory now, however recent the forget (not only those due within "
+                        "DIMPLE_STORE__ERASE_WITHIN); like every erase, it cuts time travel back to now")
     s.set_defaults(func=cmd_compact)
 
     s = sub.add_parser("reindex", help="rebuild the topic tree and the full-text index from scratch")
@@ -316,7 +319,7 @@ def cmd_forget(args) -> int:
 def cmd_compact(args) -> int:
     settings = cli_settings()
     require_store(settings)
-    report = compact(settings, wait=True)
+    report = compact(settings, wait=True, erase=args.erase)
     print(format_compacted(report))
     return 0
 

@@ -184,14 +184,16 @@ def _changed_since(lake: Lake, snapshot: int) -> bool:
     return bool(row and row[0])
 
 
-def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = False,
+def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = False, erase: bool = False,
                  follower: Follower | None = None) -> CompactReport:
     """Compact the lake ``settings`` name (the module's steps). Without ``wait``
     it returns at once (``ran`` False) when another compaction holds the
     claim; with it, it waits up to ``write_wait_s`` for that one to end. With
     nothing written since the newest base and no erase due it only deletes
     bases no one needs (``ran`` False), unless ``rebuild`` (a base is built
-    whole from the records either way: ``rebuild`` only forces one)."""
+    whole from the records either way: ``rebuild`` only forces one).
+    ``erase``: every forget waiting is erased now, due or not (an erase of
+    forgets due runs either way)."""
     t0 = time.perf_counter()
     own = follower is None
     follower = follower or Follower(settings)
@@ -214,7 +216,7 @@ def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = Fals
                 held = claim(lake, holder)
         try:
             with follower.lock, _Heartbeat(lake, holder) as beat:
-                report = _compact(lake, follower, settings, rebuild, beat)
+                report = _compact(lake, follower, settings, rebuild, beat, erase_now=erase)
         finally:
             with follower.lock:
                 release(lake, holder)
@@ -225,11 +227,15 @@ def compact_lake(settings: Settings, *, wait: bool = False, rebuild: bool = Fals
             follower.close()
 
 
-def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, beat: _Heartbeat) -> CompactReport:
+def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, beat: _Heartbeat, *,
+             erase_now: bool = False) -> CompactReport:
     deadline = settings.write_wait_s
     held = listed(lake)
     newest = max(held, default=None)
-    erase = erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
+    if erase_now:  # asked for: whatever the forgets' age (a held erase holds again if the dead's files remain)
+        erase = erasing.erase_state(lake.con).waiting > 0
+    else:
+        erase = erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
     if newest is not None and not erase and not rebuild and not _changed_since(lake, newest):
         removed = _drop_bases(lake, keep=newest, everything_older=False)
         return CompactReport(version=lake.latest_snapshot(), base=held[newest].name, removed=removed, ran=False)
