@@ -139,7 +139,6 @@ def _overdue(state: erasing.EraseState, age: timedelta, erase_within: timedelta)
                 "'dimple stats' shows them", state.waiting, str(age).split(".")[0], erase_within, why)
 
 
-
 def _refused(why: str) -> None:
     """A store this process cannot open, said once per reason (not a failed check each minute)."""
     if why not in _SAID:
