@@ -300,6 +300,8 @@ def test_the_check_warns_when_a_forget_waits_past_the_bound(embedded, caplog, mo
     age_forgets(embedded, timedelta(minutes=55))  # due (at 54 min), within the bound
     with caplog.at_level(logging.WARNING, logger="dimple.worker"):
         assert upkeep.check(get_app())  # erased, here
+        if pass_the_wait(embedded):  # a DuckLake crash left files its erase waited for: the next check
+            assert upkeep.check(get_app())
         assert not [r for r in caplog.records if "erase_within broken" in r.getMessage()]
 
         forget(["b"])
