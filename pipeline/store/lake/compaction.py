@@ -232,14 +232,14 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
     deadline = settings.write_wait_s
     held = listed(lake)
     newest = max(held, default=None)
-    if erase_now:  # asked for: whatever the forgets' age (a held erase holds again if the dead's files remain)
-        erase = erasing.erase_state(lake.con).waiting > 0
-    else:
-        erase = erasing.erase_due(lake.con, settings.store.erase_within, utcnow())
+    state = erasing.erase_state(lake.con)
+    # asked for (``erase_now``): whatever the forgets' age (a held erase holds again if the dead's files remain)
+    erase = state.waiting > 0 if erase_now else \
+        erasing.due(state.oldest, settings.store.erase_within, utcnow(), state.held_until)
     if newest is not None and not erase and not rebuild and not _changed_since(lake, newest):
         removed = _drop_bases(lake, keep=newest, everything_older=False)
         return CompactReport(version=lake.latest_snapshot(), base=held[newest].name, removed=removed, ran=False)
-    forgotten = int((one(lake.con.execute("SELECT count(*) FROM forgets")) or (0,))[0]) if erase else 0
+    forgotten = state.waiting if erase else 0
 
     def step(sql: str) -> int:
         return retrying(lake.con, lambda: len(lake.con.execute(sql).fetchall()), deadline_s=deadline,

@@ -163,8 +163,7 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
                                             "WHERE snapshot_id < ? ORDER BY 1", [keep]).fetchall()]
     expired = _expire(con, older, deadline_s)
     deleted = _step(con, deadline_s, f"SELECT * FROM ducklake_cleanup_old_files('{LAKE}', cleanup_all => true)")
-    deleted += _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
-                                      "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
+    deleted += _delete_old_orphans(con, deadline_s)
     orphans = _orphans(con)
     found, suspects = _left_by_the_dead(con, orphans)
     died = _writes_that_died(con, rewritten, orphans)
@@ -202,8 +201,7 @@ def check_the_dead(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> None
     found = row[0] if row else None
     if found is None or datetime.now(UTC).replace(tzinfo=None) < _waits_until(found):
         return
-    _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
-                           "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
+    _delete_old_orphans(con, deadline_s)
     _, suspects = _left_by_the_dead(con, _orphans(con))
     if suspects:
         raise _still_there(suspects)
@@ -212,6 +210,13 @@ def check_the_dead(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> None
 def _waits_until(found: datetime) -> datetime:
     """When files a compaction found dead at ``found`` left can be deleted (step 4): an erase waits until then."""
     return found + LONGEST_TRANSACTION + CLOCK_SLACK
+
+
+def _delete_old_orphans(con: duckdb.DuckDBPyConnection, deadline_s: float) -> int:
+    """Step 4's second half: the files no commit lists that are ``LONGEST_TRANSACTION``
+    old deleted (younger ones may be a write in progress); how many."""
+    return _step(con, deadline_s, f"SELECT * FROM ducklake_delete_orphaned_files('{LAKE}', "
+                                  "older_than => now() - ?::INTERVAL)", [timedelta_text(LONGEST_TRANSACTION)])
 
 
 def _orphans(con: duckdb.DuckDBPyConnection) -> list[str]:
