@@ -47,9 +47,11 @@ ROCCHIO = [(k, beta) for k in (3, 5, 10) for beta in (0.3, 0.7, 1.5)]
 NOW = "default"
 
 
-def _open(name: str, data_dir: Path, src: Path) -> tuple[Any, Any]:
-    """(run settings, query spec by id) of the set's store, as ``ops.bench.fusion cache`` opened it."""
+def _open(name: str, data_dir: Path, src: Path) -> tuple[Any, dict, Any, Any]:
+    """(run settings, query spec by id, full-text postings, vector index) of the set's store, as
+    ``ops.bench.fusion cache`` opened it."""
     import workers
+    from workers import resources
     from workers.cli.eval import load_source
     from workers.settings import WorkerSettings
 
@@ -58,7 +60,11 @@ def _open(name: str, data_dir: Path, src: Path) -> tuple[Any, Any]:
                                 beir=src if name != "locomo" else None, locomo=src if name == "locomo" else None)
     qset, run_settings = load_source(source, WorkerSettings())
     workers.configure(run_settings)
-    return run_settings, {q.id: q for q in qset.queries}
+    with resources.current().view() as v:
+        postings, index = (v.postings(), v.index()) if v is not None else (None, None)
+    if postings is None or index is None:
+        raise SystemExit(f"{name}: no store with both indexes under {data_dir / name}")
+    return run_settings, {q.id: q for q in qset.queries}, postings, index
 
 
 class _Fulltext:
@@ -107,14 +113,8 @@ class _Fulltext:
         return weights
 
 
-def rm3_lists(cache: dict, data_dir: Path, src: Path) -> dict[str, list[dict]]:
-    from workers import resources
-
-    run_settings, specs = _open(cache["set"], data_dir, src)
-    with resources.current().view() as v:
-        postings = v.postings() if v is not None else None
-    if postings is None:
-        raise SystemExit(f"{cache['set']}: no full-text index under {data_dir}")
+def rm3_lists(cache: dict, store: tuple) -> dict[str, list[dict]]:
+    run_settings, specs, postings, _ = store
     ft = _Fulltext(postings, run_settings.fulltext.k1, run_settings.fulltext.b)
     out: dict[str, list[dict]] = {_rm3_name(x): [] for x in RM3}
     for q in cache["queries"]:
@@ -128,15 +128,10 @@ def rm3_lists(cache: dict, data_dir: Path, src: Path) -> dict[str, list[dict]]:
     return out
 
 
-def rocchio_lists(cache: dict, data_dir: Path, src: Path) -> dict[str, list[dict]]:
+def rocchio_lists(cache: dict, store: tuple) -> dict[str, list[dict]]:
     from pipeline.embedders import make_embedder
-    from workers import resources
 
-    run_settings, specs = _open(cache["set"], data_dir, src)
-    with resources.current().view() as v:
-        index = v.index() if v is not None else None
-    if index is None:
-        raise SystemExit(f"{cache['set']}: no vector index under {data_dir}")
+    run_settings, specs, _, index = store
     emb, ids = np.asarray(index.emb, dtype=np.float32), index.ids
     queries = np.asarray(make_embedder(run_settings).embed([q["text"] for q in cache["queries"]]), dtype=np.float32)
     out: dict[str, list[dict]] = {"exact": [], **{_rocchio_name(x): [] for x in ROCCHIO}}
@@ -205,10 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     rm3: dict[str, list[dict]] = {}
     rocchio: dict[str, list[dict]] = {}
     for cache in caches:
-        src = args.locomo if cache["set"] == "locomo" else args.beir_root / cache["set"]
-        for name, queries in rm3_lists(cache, args.data_dir, src).items():
+        store = _open(cache["set"], args.data_dir,
+                      args.locomo if cache["set"] == "locomo" else args.beir_root / cache["set"])
+        for name, queries in rm3_lists(cache, store).items():
             rm3.setdefault(name, []).append({**cache, "queries": queries})
-        for name, queries in rocchio_lists(cache, args.data_dir, src).items():
+        for name, queries in rocchio_lists(cache, store).items():
             rocchio.setdefault(name, []).append({**cache, "queries": queries})
         print(f"{cache['set']}: lists built", flush=True)
     exact = rocchio.pop("exact")
