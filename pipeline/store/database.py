@@ -229,7 +229,7 @@ class Store:
 
     def namespaces(self) -> list[str]:
         """Every namespace that holds a memory, sorted."""
-        return [r[0] for r in self.con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
+        return label_lists(self.con)[0]
 
     def existing_ids(self, ids: Iterable[str]) -> set[str]:
         ids = list(ids)
@@ -309,6 +309,23 @@ def _set_meta(con: duckdb.DuckDBPyConnection, key: str, value: str) -> None:
         "INSERT INTO store_meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [key, value],
     )
+
+
+# A base's namespace and content-type codes, computed in SQL (no per-row Python
+# strings): ``ns`` and ``ct``, each label with its rank among the sorted distinct
+# labels (column ``c``), as CTEs to join ``memories`` with; ``label_lists`` gives
+# the labels those codes index.
+LABEL_CODES = (
+    "ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c "
+    "FROM (SELECT DISTINCT namespace FROM memories)), "
+    "ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c "
+    "FROM (SELECT DISTINCT content_type FROM memories))")
+
+
+def label_lists(con) -> tuple[list[str], list[str]]:
+    """(namespaces, content types) of the memories, sorted: the labels of ``LABEL_CODES``'s codes."""
+    return ([r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()],
+            [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()])
 
 
 IN_LIST_MAX = 256

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from pipeline.store.database import rows_by_ids
+from pipeline.store.database import LABEL_CODES, label_lists, rows_by_ids
 from pipeline.store.overlay import Overlay
 
 # {id}, {memory_id}, {src}, {dst}: "that column is one of the ids", from
@@ -75,16 +75,12 @@ def read_parts(con, chunk: int = PART_CHUNK) -> Parts:
     ``conflicts`` edges' positions sorted by source (``conflict_by_src``,
     their sources in that order: ``conflict_src``).
     Strings come back from DuckDB once each; per-row values as codes."""
-    rows = _codes(con, """
-        WITH ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c
-                    FROM (SELECT DISTINCT namespace FROM memories)),
-             ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c
-                    FROM (SELECT DISTINCT content_type FROM memories))
+    rows = _codes(con, f"""
+        WITH {LABEL_CODES}
         SELECT m.id AS id, m.rowid AS r, ns.c AS ns, ct.c AS ct, epoch_us(m.created_at) AS us
         FROM memories m JOIN ns USING (namespace) JOIN ct USING (content_type) ORDER BY m.id""")
     ids = [str(i) for i in rows["id"].tolist()]
-    namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
-    content_types = [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()]
+    namespaces, content_types = label_lists(con)
     rowids = rows["r"].astype(np.int64)
     # the contents in physical order, each row's slice found by its rowid
     size = int(rowids.max(initial=-1)) + 1

@@ -587,7 +587,7 @@ def rebuild_tree(store: Store, settings: Settings) -> Tree:
     con = store.con
     with transaction(con):
         tree = Tree(settings.tree)
-        namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
+        namespaces = store.namespaces()
         for ns in namespaces:
             rows = con.execute(
                 "SELECT id, embedding, content FROM memories WHERE namespace = ? ORDER BY id", [ns]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.contracts import Scope
+from pipeline.store.database import LABEL_CODES, label_lists
 from pipeline.store.vector.tree import ROOT, namespace_key, topic_rows
 
 
@@ -184,10 +185,7 @@ def read_parts(con, dim: int) -> tuple[dict[str, np.ndarray], dict[str, list]]:
     # SQL, never as per-row Python strings (3M transient strings at 1M
     # memories, whose arenas Python keeps after the load).
     rows = con.execute(
-        "WITH ns AS (SELECT namespace, (dense_rank() OVER (ORDER BY namespace) - 1)::INTEGER AS c "
-        "            FROM (SELECT DISTINCT namespace FROM memories)), "
-        "ct AS (SELECT content_type, (dense_rank() OVER (ORDER BY content_type) - 1)::INTEGER AS c "
-        "       FROM (SELECT DISTINCT content_type FROM memories)), "
+        f"WITH {LABEL_CODES}, "
         "tk AS (SELECT topic_key, (row_number() OVER (ORDER BY topic_key) - 1)::INTEGER AS c FROM topics) "
         "SELECT m.rowid AS r, m.id, ns.c AS ns, ct.c AS ct, tk.c AS leaf, "
         "(row_number() OVER (ORDER BY m.id) - 1) AS id_rank "
@@ -199,8 +197,7 @@ def read_parts(con, dim: int) -> tuple[dict[str, np.ndarray], dict[str, list]]:
     del rows["id"]
     n = len(ids)
     emb = _embeddings_in_order(con, rows["r"], dim)
-    namespaces = [r[0] for r in con.execute("SELECT DISTINCT namespace FROM memories ORDER BY 1").fetchall()]
-    content_types = [r[0] for r in con.execute("SELECT DISTINCT content_type FROM memories ORDER BY 1").fetchall()]
+    namespaces, content_types = label_lists(con)
     sorted_keys = [r[0] for r in con.execute("SELECT topic_key FROM topics ORDER BY topic_key").fetchall()]
     to_index = np.asarray([key_index[k] for k in sorted_keys], dtype=np.int64)
     row_leaf = to_index[np.asarray(rows["leaf"], dtype=np.int64)] if n else np.zeros(0, np.int64)
