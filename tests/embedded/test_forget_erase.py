@@ -380,12 +380,64 @@ def test_an_erase_waits_for_files_a_write_that_died_left_and_then_completes(tmp_
         assert lake.con.execute("SELECT count(*) FROM dead_compactions").fetchone() == (0,)
 
 
-def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_naming_it(tmp_path, monkeypatch):
+def test_a_death_recorded_after_a_held_erase_makes_it_wait_again_instead_of_failing(tmp_path):
+    """An erase held for a dead compaction, its wait over, and a compaction
+    found dead since (a retry's claim records one after a DuckLake crash):
+    the files no commit lists that are younger than that death may be its,
+    or a write's in progress. The erase waits for them, as ``cut`` would;
+    it does not call them an hour old and ask an operator to delete a live file."""
+    settings = store_settings(tmp_path)
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(10, "ops")], settings))
+    write(settings, forget=[SECRET_ID])
+    young = settings.lake_data_path / "main" / "memories" / f"ducklake-{uuid.uuid4()}.parquet"
+    duckdb.sql(f"COPY (SELECT 'in-progress' AS id) TO '{young}' (FORMAT parquet)")  # no commit lists it
+    long_ago = utcnow() - erasing.LONGEST_TRANSACTION - erasing.CLOCK_SLACK - timedelta(minutes=1)
+    just = utcnow()
+    with Lake.open(settings) as lake:
+        lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:1:aa', ?, true)", [long_ago])
+        lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:2:bb', ?, false)", [just])
+        erasing.check_the_dead(lake.con, deadline_s=30)  # the wait runs from the newer death: not over
+    age_forgets(settings)
+    done = compact(settings, wait=True)
+    assert done.forgotten == 0
+    assert done.erase_held_until is not None
+    assert datetime.fromisoformat(done.erase_held_until) >= just + erasing.LONGEST_TRANSACTION
+    assert young.exists()
+    with Lake.open(settings) as lake:
+        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
+        assert lake.con.execute("SELECT bool_and(held) FROM dead_compactions").fetchone() == (True,)
+
+
+def test_with_a_relative_data_path_a_file_written_now_is_not_taken_for_one_past_the_wait(tmp_path, monkeypatch):
+    """``store.data_path`` may be relative (to the working directory), and so are
+    then the paths DuckLake lists. A file no commit lists that was written a
+    moment ago (a write in progress) is young there as anywhere: an erase past
+    a dead compaction's wait does not name it as left for an hour."""
+    monkeypatch.chdir(tmp_path)
+    settings = store_settings(tmp_path)
+    settings = settings.replace(store=settings.store.model_copy(update={"data_path": Path("lake-files")}))
+    write(settings, parse_records(_others(11, "ops"), settings))
+    young = Path("lake-files") / "main" / "memories" / f"ducklake-{uuid.uuid4()}.parquet"
+    duckdb.sql(f"COPY (SELECT 'in-progress' AS id) TO '{young}' (FORMAT parquet)")
+    long_ago = utcnow() - erasing.LONGEST_TRANSACTION - erasing.CLOCK_SLACK - timedelta(minutes=1)
+    with Lake.open(settings) as lake:
+        assert any(not os.path.isabs(p) and p.endswith(young.name) for p in erasing._orphans(lake.con))
+        lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:1:aa', ?, true)", [long_ago])
+        erasing.check_the_dead(lake.con, deadline_s=30)  # the young file is not the dead one's
+    assert young.exists()
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "never-held"])
+def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_naming_it(tmp_path, monkeypatch,
+                                                                                          held):
     """Once the wait is over, step 4 should have deleted what a dead compaction
     left. A file still there (step 4 could not delete it: permissions, a clock
     ahead) is not waited for again, every minute: the erase fails naming it,
     and the forget stays listed; the compactions the checks start meanwhile
-    fail at once, before any costly step."""
+    fail at once, before any costly step. The same when no erase ever held
+    for that death (the first erase after it came past the wait, and failed
+    without holding)."""
     from pipeline.errors import StoreError
     from pipeline.store.lake.catalog import extensions_dir
 
@@ -405,7 +457,7 @@ def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_
 
     monkeypatch.setattr(erasing, "_step", step)
     with Lake.open(settings) as lake:
-        lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:1:aa', ?, true)", [found])
+        lake.con.execute("INSERT INTO dead_compactions VALUES ('elsewhere:1:aa', ?, ?)", [found, held])
         rewritten = erasing.rewrite(lake.con, deadline_s=30)
         with pytest.raises(StoreError, match=f"over 1:00:00 old and still there .*{left.name}"):
             erasing.cut(lake.con, lake.catalog, extensions_dir(settings), rewritten=rewritten,

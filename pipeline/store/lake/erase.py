@@ -192,13 +192,15 @@ def _still_there(suspects: list[str]) -> StoreError:
 
 
 def check_the_dead(con: duckdb.DuckDBPyConnection, *, deadline_s: float) -> None:
-    """Before an erase that waited for files the dead left: step 4 alone (the
-    files no commit lists, an hour old, deleted), and ``StoreError`` naming
-    those still there, as ``cut`` would after a whole compaction. Each check
-    that finds the erase due (a minute) then costs a listing, not a base built
-    and every file rewritten, until an operator deletes them."""
-    row = one(con.execute("SELECT max(found_at) FROM dead_compactions WHERE held"))
-    found = row[0] if row else None
+    """Before an erase, when the wait for files the dead left is over: step 4
+    alone (the files no commit lists, an hour old, deleted), and ``StoreError``
+    naming those still there, as ``cut`` would after a whole compaction. Each
+    check that finds the erase due (a minute) then costs a listing, not a base
+    built and every file rewritten, until an operator deletes them. The wait is
+    ``cut``'s: from the newest death recorded, held or not (a retry's claim
+    that just recorded one makes the younger files suspects, and ``cut`` waits
+    for them; an erase that failed past its wait never held its rows)."""
+    found, _ = _left_by_the_dead(con, [])
     if found is None or datetime.now(UTC).replace(tzinfo=None) < _waits_until(found):
         return
     _delete_old_orphans(con, deadline_s)
@@ -266,9 +268,11 @@ def _writes_that_died(con: duckdb.DuckDBPyConnection, rewritten: Rewritten, orph
 def _written_before(path: str, before: float) -> bool:
     """Whether the file no commit lists at ``path`` was last written before
     ``before`` (seconds since the epoch). One gone since it was listed holds
-    nothing; one this process cannot look at (not a local path) counts as old:
-    it may be the dead one's."""
-    if not os.path.isabs(path):
+    nothing; one this process cannot look at (a URL: ``s3://...``) counts as
+    old: it may be the dead one's. A relative path (a relative
+    ``store.data_path``) is local: DuckDB and ``os.stat`` read it from the same
+    working directory."""
+    if "://" in path:
         return True
     try:
         return os.stat(path).st_mtime <= before
