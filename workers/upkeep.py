@@ -28,7 +28,7 @@ import atexit
 import logging
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery, signals
@@ -75,6 +75,8 @@ class _Upkeep:
                 return
             try:
                 check(app, here=self.compacts_here)
+            except StoreError as exc:  # says what to do (e.g. files to delete by hand): no traceback each minute
+                log.error("the lake's erase check failed: %s", exc)
             except Exception:  # never let one failed check stop the next
                 log.exception("the lake's erase check failed")
 
@@ -109,7 +111,7 @@ def check(app: Celery, *, here: bool = False) -> bool:
     erase_within = settings.store.erase_within
     due = state is not None and erasing.due(state.oldest, erase_within, now, state.held_until)
     if state is not None and state.oldest is not None and now - state.oldest > erase_within:
-        _overdue(state, now - state.oldest, erase_within)
+        _overdue(state, now - state.oldest, now, erase_within)
     if due:
         log.info("a forget is due to be erased (store.erase_within): compacting the lake")
         if here:
@@ -125,16 +127,21 @@ OVERDUE_EVERY = timedelta(minutes=10)
 _overdue_said = [float("-inf")]
 
 
-def _overdue(state: erasing.EraseState, age: timedelta, erase_within: timedelta) -> None:
+def _overdue(state: erasing.EraseState, age: timedelta, now: datetime, erase_within: timedelta) -> None:
     """Say at WARNING, every ``OVERDUE_EVERY`` at most, that a forget is older
     than ``store.erase_within``: the bound is broken (a compaction failing, or
     waiting for files the dead left), and only the logs and ``dimple stats`` show it."""
-    now = time.monotonic()
-    if now < _overdue_said[0] + OVERDUE_EVERY.total_seconds():
+    said = time.monotonic()
+    if said < _overdue_said[0] + OVERDUE_EVERY.total_seconds():
         return
-    _overdue_said[0] = now
-    why = (f"the erase waits for files a compaction or a write that died left, until {state.held_until:%Y-%m-%d %H:%M:%S} UTC"
-           if state.held_until is not None else "the compactions that should erase it have not (see their errors)")
+    _overdue_said[0] = said
+    if state.held_until is None:
+        why = "the compactions that should erase it have not (see their errors)"
+    elif now < state.held_until:
+        why = f"the erase waits for files a compaction or a write that died left, until {state.held_until:%Y-%m-%d %H:%M:%S} UTC"
+    else:
+        why = (f"its wait for files a compaction or a write that died left ended at {state.held_until:%Y-%m-%d %H:%M:%S} "
+               "UTC, and the compactions since have not erased it (see their errors)")
     log.warning("store.erase_within broken: %d forget(s) wait to be erased, the oldest for %s (the bound is %s): %s; "
                 "'dimple stats' shows them", state.waiting, str(age).split(".")[0], erase_within, why)
 

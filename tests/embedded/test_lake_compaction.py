@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -314,6 +315,47 @@ def test_the_check_warns_when_a_forget_waits_past_the_bound(embedded, caplog, mo
     assert len(said) == 1, said  # once, not at every check
     assert "1 forget(s) wait to be erased, the oldest for 2:00:" in said[0] and "(the bound is 1:00:00)" in said[0]
     assert "have not (see their errors)" in said[0]
+
+
+def test_the_overdue_warning_says_whether_the_wait_for_the_dead_is_still_on(caplog, monkeypatch):
+    """Held for files the dead left, the warning gives the wait's end; once that
+    has passed with the forget still waiting, it says the wait is over and the
+    compactions since failed (not that the erase still waits)."""
+    from workers import upkeep
+
+    now = utcnow()
+    for held_until, says in ((now + timedelta(minutes=20), "the erase waits for files"),
+                             (now - timedelta(minutes=20), "ended at")):
+        monkeypatch.setattr(upkeep, "_overdue_said", [float("-inf")])
+        state = erasing.EraseState(oldest=now - timedelta(hours=2), waiting=1, held_until=held_until)
+        with caplog.at_level(logging.WARNING, logger="dimple.worker"):
+            upkeep._overdue(state, timedelta(hours=2), now, timedelta(hours=1))
+        said = caplog.records[-1].getMessage()
+        assert says in said and f"{held_until:%Y-%m-%d %H:%M:%S} UTC" in said, said
+
+
+def test_a_check_that_fails_on_a_store_error_logs_its_message_not_a_traceback(caplog, monkeypatch):
+    """An erase that cannot complete fails every minute with what the operator
+    must do (``erase._still_there``): one ERROR line each time, not a stack trace."""
+    from pipeline.errors import StoreError
+    from workers import upkeep
+
+    calls = threading.Event()
+
+    def check(app, here=False):
+        calls.set()
+        raise StoreError("erase: 1 file(s) ... delete them by hand and run `dimple compact`")
+
+    monkeypatch.setattr(upkeep, "check", check)
+    monkeypatch.setattr(erasing, "check_every", lambda erase_within: timedelta(seconds=0.01))
+    runner = upkeep._Upkeep()
+    with caplog.at_level(logging.ERROR, logger="dimple.worker"):
+        runner.start(None)  # type: ignore[arg-type]
+        assert calls.wait(10)
+        runner.end()
+    failed = [r for r in caplog.records if "erase check failed" in r.getMessage()]
+    assert failed and all(r.exc_info is None for r in failed)
+    assert "delete them by hand" in failed[0].getMessage()
 
 
 _ERASE_FOLLOWER = """
