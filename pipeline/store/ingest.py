@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline import textfiles
-from pipeline.contracts import MAX_ID_CHARS, clean_labels, clean_text, naive_utc, text_problem
+from pipeline.contracts import MAX_ID_CHARS, clean_labels, clean_text, id_problem, naive_utc, text_problem
 from pipeline.embedders import Embedder
 from pipeline.errors import IngestValidationError, LineError, problems
 from pipeline.settings import LimitSettings, Settings
@@ -61,7 +61,16 @@ class MemoryRecord(BaseModel):
             raise ValueError("must not be blank")
         return clean_text(value)
 
-    @field_validator("id", "context")
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str | None) -> str | None:
+        # the rule forget, get and link targets apply (``id_problem``): a blank id
+        # could be written and then never forgotten
+        if value is not None and (problem := id_problem(value)):
+            raise ValueError(problem)
+        return None if value is None else clean_text(value)
+
+    @field_validator("context")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
         return None if value is None else clean_text(value)

@@ -42,6 +42,8 @@ BAD_LINES = [
     (json.dumps({"namespace": "a", "content": "x", "created_at": 12345}), "created_at", "ISO 8601"),
     (json.dumps({"namespace": "a", "content": "x", "created_at": 1.7e12}), "created_at", "ambiguous"),
     (json.dumps({"namespace": "a", "content": "x", "created_at": "1733000000"}), "created_at", "ambiguous"),
+    # an id forget, get and links would refuse: written, it could never be forgotten
+    (json.dumps({"id": "   ", "namespace": "a", "content": "x"}), "id", "must be a memory id"),
 ]
 
 
