@@ -130,3 +130,14 @@ def test_fuse_batch_without_boost_does_not_look_up_dates():
     assert [f.id for f in fused] == ["old", "new"]
     assert [f.score for f in fused] == [1 / 61, 1 / 62]
     assert "recency" not in out.states[0].timings
+
+
+def test_a_hit_fusions_snapshot_does_not_hold_is_fused_without_a_boost():
+    """Each stage reads its own process's snapshot: a leg may return a memory
+    written (or forgotten) since the one fusion reads, whose ``created_at``
+    fusion cannot look up. The query goes on; that memory gets no boost."""
+    created = {"old": datetime(2025, 1, 1)}  # "new" is not live in fusion's view
+    out = fuse_batch([_batch(1.0, datetime(2025, 1, 11))], 60, lambda ids: {i: created[i] for i in ids if i in created})
+    fused = {f.id: f for f in out.states[0].fused}
+    assert fused["new"].recency_factor == 0.0 and fused["new"].score == 1 / 62
+    assert fused["old"].score == pytest.approx((1 / 61) * (1 + 1 / 11), rel=1e-12)

@@ -19,11 +19,15 @@ def recency_factor(created_at: datetime, now: datetime) -> float:
 
 
 def apply_recency(fused: list[Fused], created: dict[str, datetime], boost: float, now: datetime) -> list[Fused]:
-    """Boost each fused score by recency and re-rank stably."""
+    """Boost each fused score by recency and re-rank stably. A memory missing
+    from ``created`` (not live in fusion's snapshot: a leg's process saw a
+    write, or a forget, that this one has not yet) gets no boost; augment
+    keeps or drops it by its own snapshot."""
     if boost <= 0:
         return fused
     for item in fused:
-        factor = recency_factor(created[item.id], now)
+        at = created.get(item.id)
+        factor = recency_factor(at, now) if at is not None else 0.0
         item.recency_factor = factor
         item.score = item.rrf * (1.0 + boost * factor)
     return sorted(fused, key=lambda f: -f.score)  # sorted() is stable
