@@ -312,6 +312,21 @@ def _split(item: Any) -> tuple[Any, Any]:
     raise InputError("queries", "each query is a string or a dict with 'query' and options")
 
 
+def _naming(exc: Exception, where: str) -> Exception:
+    """``exc`` as the error of one query of a batch: its type and attributes
+    kept, ``where`` (``queries[i]``) in what it says (an ``InputError``'s field
+    becomes ``queries[i].field``)."""
+    named = type(exc).__new__(type(exc))  # not type(exc)(...): constructors take other arguments
+    named.__dict__.update(exc.__dict__)
+    if isinstance(named, InputError):
+        named.field = f"{where}.{named.field}"
+        named.args = (named.field, named.reason)
+    else:
+        named.args = (f"{where}: {exc}",)
+    named.__cause__ = exc
+    return named
+
+
 def search_many(
     queries: Iterable[Any],
     batch_size: int | None = None,
@@ -331,8 +346,11 @@ def search_many(
     query (``queries[i]``) and what happened to it: ``QueryTimeoutError`` (no
     answer by its deadline), ``StageLostError`` (the broker lost its stages:
     restarted without its data), ``BrokerUnavailableError`` (the broker could
-    not be reached), ``StageError`` (a stage failed); so every query is either
-    answered or reported failed. ``progress``, when given, is called with the
+    not be reached), ``StageError`` (a stage failed), an ``InputError`` a stage
+    raised (its field ``queries[i].as_of``: a snapshot the lake does not
+    hold); so every query is either answered or reported failed. Every query
+    is checked before any batch is sent: a bad one raises ``InputError``
+    naming it (``queries[i].max_units``), and nothing runs. ``progress``, when given, is called with the
     number of queries of each batch as its results are collected.
 
     ``in_flight`` bounds how many batches are on the workers at once (the next
@@ -350,12 +368,17 @@ def search_many(
     limit = settings.limits.max_batch_queries
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
         raise InputError("batch_size", f"must be a whole number from 1 to {limit}")
+    for i, (text, options) in enumerate(items):  # every query checked before any is sent: a bad one sends none
+        try:
+            make_query(text, options, settings)
+        except InputError as exc:
+            raise InputError(f"queries[{i}].{exc.field}", exc.reason) from None
     chunks = [(start, items[start : start + size]) for start in range(0, len(items), size)]
     out: list[Any] = []
 
     def failed(first: int, count: int, exc: Exception) -> list[Exception]:
         """One error per query of a failed batch, each naming its query."""
-        return [type(exc)(f"queries[{first + i}]: {exc}") for i in range(count)]
+        return [_naming(exc, f"queries[{first + i}]") for i in range(count)]
 
     def collect(first: int, count: int, handle: Any) -> None:
         if isinstance(handle, Exception):
@@ -364,7 +387,7 @@ def search_many(
             due = handle.deadline if handle.deadline is not None else time.monotonic() + settings.task_timeout_s
             try:
                 out.extend(handle.get(timeout=max(due - time.monotonic(), 0.0)))
-            except (QueryTimeoutError, BrokerUnavailableError, StageError) as exc:
+            except DimpleError as exc:  # a timeout, a lost broker, a failed stage, what a stage refused (as_of)
                 handle.release()
                 if not return_exceptions:
                     raise
@@ -375,7 +398,7 @@ def search_many(
     def dispatch(chunk: list) -> Any:
         try:
             return _dispatch(_batch(chunk), single=False)
-        except BrokerUnavailableError as exc:
+        except DimpleError as exc:  # the broker unreachable; embedded, what the batch's stages refused
             if not return_exceptions:
                 raise
             return exc

@@ -27,6 +27,35 @@ def test_search_many_batch_size_is_checked(embedded):
         assert info.value.field == "batch_size"
     assert len(search_many(["a", "b", "c", "d", "e"], batch_size=4)) == 5  # two canvases, in order
 
+
+def test_search_many_checks_every_query_before_it_sends_any_and_names_the_bad_one(embedded):
+    """Was: the batches before a bad query were sent (embedded: run and
+    audited) before its error, which named the field but not the query."""
+    from workers.api import search_many
+
+    answered: list[int] = []
+    with pytest.raises(InputError) as info:
+        search_many(["alpha", "beta", "gamma", "delta", {"query": "epsilon", "max_units": 0}], batch_size=2,
+                    progress=answered.append)
+    assert info.value.field == "queries[4].max_units" and "max_units" in str(info.value)
+    assert answered == []  # no batch ran
+
+
+def test_search_many_puts_what_a_stage_refused_in_each_of_its_queries_places(embedded):
+    """With ``return_exceptions``, a batch a stage refused (a snapshot the lake
+    does not hold) is reported per query, typed and naming the query; the
+    other batches are answered. Was: the error ended the whole call."""
+    from pipeline.contracts import Results
+    from workers.api import remember, search_many
+
+    done = remember({"id": "a", "namespace": "n", "content": "alpha"})
+    out = search_many([{"query": "alpha", "mode": "keyword", "as_of": done.version + 5},
+                       {"query": "alpha", "mode": "keyword"}], batch_size=1, return_exceptions=True)
+    assert isinstance(out[0], InputError) and out[0].field == "queries[0].as_of"
+    assert f"no snapshot {done.version + 5}" in str(out[0])
+    assert isinstance(out[1], Results) and [r.id for r in out[1].results] == ["a"]
+
+
 # -- CLI: one line, exit code 2 ------------------------------------------------------------
 @pytest.mark.parametrize(
     "argv,needle",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -256,7 +257,8 @@ def _many(items: list, batch_size, return_exceptions: bool) -> None:
         try:
             out = search_many(items, batch_size=batch_size, return_exceptions=return_exceptions)
         except InputError as exc:
-            assert exc.field.split(".")[0] in FIELDS | {k for i in items if isinstance(i, dict) for k in i}
+            field = re.sub(r"^queries\[\d+\]\.", "", exc.field)  # a query's own field, named with its place
+            assert field.split(".")[0] in FIELDS | {k for i in items if isinstance(i, dict) for k in i}
             refused("api.search_many")
             return
         assert len(out) == len(items)
