@@ -187,22 +187,32 @@ def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> l
     return errors
 
 
-def check_edges(parsed: ParsedFile, store: Store | None) -> None:
-    """Every edge target must exist in the store or in the same file."""
-    in_file = {r.id for r in parsed.records}
-    targets = {t for r in parsed.records for t in (*r.supersedes, *r.conflicts, *r.supported_by)}
-    missing = targets - in_file
-    if missing and store is not None:
-        missing -= store.existing_ids(missing)
-    if not missing:
-        return
-    for record, number in zip(parsed.records, parsed.lines):
-        for name in ("supersedes", "conflicts", "supported_by"):
-            for target in getattr(record, name):
-                if target in missing:
-                    parsed.errors.append(LineError(
-                        number, name, f"unknown memory id {target!r} (not in the store nor in this file)",
-                        unit=parsed.unit))
+def check_edges(parsed: ParsedFile, store: Store | None, batch_size: int | None = None) -> None:
+    """Every edge target must exist in the store or in the same file; with
+    ``batch_size`` (``dimple ingest --via-broker``: each batch of so many lines
+    is validated and written on its own, in order) on a line of the same
+    batch or an earlier one, or in the store."""
+    line_of = {r.id: n for r, n in zip(parsed.records, parsed.lines, strict=True)}
+    links = [(number, name, target) for record, number in zip(parsed.records, parsed.lines, strict=True)
+             for name in ("supersedes", "conflicts", "supported_by") for target in getattr(record, name)]
+
+    def later(number: int, target: str) -> bool:
+        return batch_size is not None and (line_of[target] - 1) // batch_size > (number - 1) // batch_size
+
+    unsure = {t for n, _, t in links if t not in line_of or later(n, t)}
+    known = store.existing_ids(unsure) if unsure and store is not None else set()
+    for number, name, target in links:
+        if target in known:
+            continue
+        if target not in line_of:
+            reason = f"unknown memory id {target!r} (not in the store nor in this file)"
+        elif later(number, target):
+            reason = (f"memory id {target!r} is on line {line_of[target]}, in a later batch: --via-broker writes "
+                      f"each batch of {batch_size} lines on its own, so a memory must come no later than the "
+                      "batch of a line that links to it (move it up, or ingest without --via-broker)")
+        else:
+            continue
+        parsed.errors.append(LineError(number, name, reason, unit=parsed.unit))
 
 
 def read_lines(path: Path) -> list[str]:
@@ -239,13 +249,14 @@ class IngestReport:
         }
 
 
-def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool) -> list[LineError]:
+def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool,
+             batch_size: int | None = None) -> list[LineError]:
     """Raise ``IngestValidationError`` for a bad file, or drop bad lines when skipping.
 
     Returns the skipped errors. Records whose edges point at skipped records
-    are skipped too, until the set is closed.
+    are skipped too, until the set is closed. ``batch_size``: ``check_edges``'s.
     """
-    check_edges(parsed, store)
+    check_edges(parsed, store, batch_size)
     if not parsed.errors:
         return []
     if not skip_invalid:
@@ -257,7 +268,7 @@ def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool) -> lis
         parsed.records = [r for r, _ in keep]
         parsed.lines = [n for _, n in keep]
         parsed.errors = []
-        check_edges(parsed, store)
+        check_edges(parsed, store, batch_size)
         skipped.extend(parsed.errors)
     return sorted(skipped, key=lambda e: (e.line, e.field))
 

@@ -207,3 +207,33 @@ def test_a_batch_that_times_out_is_applied_later_and_nothing_after_it_is_sent(de
     assert redis.Redis.from_url(stack.broker_url).llen("ingest") == 0
     for i in (2000, 2001):
         assert search(f"ZX_LATE_{i}", mode="keyword", namespace="ingest-late").results == []
+
+
+def test_via_broker_a_link_to_a_later_batch_is_refused_before_anything_is_sent(demo_store, stack, tmp_path):
+    """Was: the local check took any line of the file as a link's target, the
+    worker refused the first batch (its target not written yet) and the
+    second was written: one line of three in the store, exit 2."""
+    path = _write(tmp_path / "ahead.jsonl", [
+        {"id": "ahead-1", "namespace": "ingest-ahead", "content": "first", "supersedes": ["ahead-3"]},
+        {"id": "ahead-2", "namespace": "ingest-ahead", "content": "second"},
+        {"id": "ahead-3", "namespace": "ingest-ahead", "content": "third"}])
+    done = _cli(stack, demo_store.settings, "ingest", str(path), "--via-broker", env={"DIMPLE_INGEST_BATCH_SIZE": "2"})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "line 1" in done.stderr and "supersedes" in done.stderr and "'ahead-3' is on line 3, in a later batch" in done.stderr
+    assert done.stdout == ""  # no batch acknowledged: none sent
+    assert redis.Redis.from_url(stack.broker_url).llen("ingest") == 0
+
+
+def test_via_broker_nothing_after_a_batch_the_worker_rejects_is_sent(demo_store, stack, tmp_path):
+    """The CLI's limits are looser than the workers' (a setting differs between
+    hosts): the worker rejects the batch the CLI let through, nothing of it is
+    written, and the batches after it are not sent."""
+    path = _write(tmp_path / "limits.jsonl", [
+        {"id": "lim-1", "namespace": "ingest-lim", "content": "fits"},
+        {"id": "lim-2", "namespace": "ingest-lim", "content": "x" * 25_000},  # the workers' limit is 20,000
+        {"id": "lim-3", "namespace": "ingest-lim", "content": "never sent"}])
+    done = _cli(stack, demo_store.settings, "ingest", str(path), "--via-broker",
+                env={"DIMPLE_INGEST_BATCH_SIZE": "1", "DIMPLE_LIMITS__MAX_CONTENT_CHARS": "100000"})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout.startswith("lines 1-1: 1 new") and "lines 3-3" not in done.stdout
+    assert "lines 2-2: rejected" in done.stderr and "nothing after it was sent (line 3)" in done.stderr

@@ -109,6 +109,27 @@ def test_edges_may_point_into_the_store_or_the_same_file(store_with_base, tmp_pa
     assert edges == {("m100", "m1", "supersedes"), ("m101", "m100", "conflicts"), ("m2", "m101", "supports")}
 
 
+def test_sent_in_batches_a_link_must_not_point_to_a_later_batch(store_with_base):
+    """``dimple ingest --via-broker`` writes each batch on its own, in order: a
+    link from line 1 to a memory on line 3, two lines a batch, would be
+    refused by the worker writing the first batch after nothing was wrong
+    here. So the whole file is refused first, naming the line; a link back,
+    within a batch, or into the store is fine, and so is one into a later
+    batch to a memory the store already holds."""
+    lines = [json.dumps(r) for r in (_mem(100, supersedes=["m102"]), _mem(101, conflicts=["m100"]),
+                                     _mem(102, supported_by=["m101"]), _mem(104, conflicts=["m2"]),
+                                     _mem(103, supersedes=["m1"]), _mem(2, content="moved on"))]
+    with Store.open(compacted(store_with_base), read_only=True) as store:
+        parsed = ingest.parse_lines(lines, store_with_base.limits)
+        with pytest.raises(IngestValidationError) as info:
+            ingest.validate(parsed, store, skip_invalid=False, batch_size=2)
+        (err,) = info.value.errors
+        assert (err.line, err.field) == (1, "supersedes")
+        assert "'m102' is on line 3, in a later batch" in err.reason and "batch of 2 lines" in err.reason
+        for whole in (None, 3):  # one batch for lines 1-3, or the file written at once
+            assert ingest.validate(ingest.parse_lines(lines, store_with_base.limits), store, False, batch_size=whole) == []
+
+
 def test_reingest_updates_never_duplicates_and_reembeds_only_changes(store_with_base, tmp_path):
     s = store_with_base
     recs = [_mem(1), _mem(2, content="completely new words here"), _mem(3, content_type="note")]

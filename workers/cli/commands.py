@@ -153,7 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--skip-invalid", action="store_true", help="write the valid lines, report the rest")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--via-broker", action="store_true",
-                   help="validate here, then send batches to the ingest queue (edges must point to earlier lines or the store)")
+                   help="validate here, then send batches to the ingest queue (edges must point into the store or to "
+                        "lines of the same batch or an earlier one)")
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser("forget", help="forget memories by id: gone from results and links at once, from every file within DIMPLE_STORE__ERASE_WITHIN")
@@ -288,6 +289,9 @@ def cmd_ingest(args) -> int:
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: rejected", file=sys.stderr)
                 for err in batch["errors"]:
                     print(f"  {err}", file=sys.stderr)
+                if "not_sent" in batch:
+                    print(f"nothing after it was sent ({batch['not_sent']}); ingest upserts by id: fix the lines "
+                          "and send the file again", file=sys.stderr)
         return EXIT_USER if failed else 0
     report = ingest_file(args.file, settings, skip_invalid=args.skip_invalid, progress=not args.json)
     if args.json:

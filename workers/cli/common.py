@@ -209,7 +209,10 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
     file here, then send it in batches, in order, to ``ingest.batch``.
 
     Yields one result dict per batch (``first_line``, ``lines`` and the
-    worker's report) as each batch is acknowledged. With no ingest worker it
+    worker's report) as each batch is acknowledged. A batch the worker
+    rejects (``ok`` false: nothing of it written) is the last one sent; its
+    dict names the lines not sent (``not_sent``). A link to a memory on a
+    later batch's line is refused here, before anything is sent. With no ingest worker it
     raises ``NoWorkerError`` and sends nothing. Each batch is waited for
     ``settings.ingest_batch_wait_s``; past that ``IngestTimeoutError`` says
     which lines were sent (that batch stays queued and is applied when a
@@ -224,12 +227,12 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
         raise BrokerUnavailableError(f"cannot reach the broker: {exc}") from None
     lines = ingest.read_lines(path)  # validated here, then sent as they are, numbered alike
     parsed = ingest.parse_lines(lines, settings.limits)
+    size, wait_s = settings.ingest_batch_size, settings.ingest_batch_wait_s
     reader = reader_for(settings)
-    try:
-        ingest.validate(parsed, LiveView(reader.snapshot()), skip_invalid)  # type: ignore[arg-type]
+    try:  # a link to a later batch is refused here: that batch's worker would refuse it, after earlier ones
+        ingest.validate(parsed, LiveView(reader.snapshot()), skip_invalid, batch_size=size)  # type: ignore[arg-type]
     finally:
         reader.close()
-    size, wait_s = settings.ingest_batch_size, settings.ingest_batch_wait_s
     for start in range(0, len(lines), size):
         chunk = lines[start : start + size]
         end = start + len(chunk)
@@ -252,7 +255,14 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
             ) from None
         except Exception as exc:  # the batch raised on the worker: Celery rebuilt its error
             raise StageError(f"{batch} failed on the ingest worker: {type(exc).__name__}: {exc}; {rest}") from None
-        yield {"first_line": start + 1, "lines": len(chunk), **result}
+        if result.get("ok", True):
+            yield {"first_line": start + 1, "lines": len(chunk), **result}
+            continue
+        # the worker refused what was checked here (its settings differ, or a link's target went
+        # meanwhile): the batches after it are not sent, so the file is written up to it only
+        yield {"first_line": start + 1, "lines": len(chunk), **result,
+               **({"not_sent": _lines(end + 1, len(lines))} if end < len(lines) else {})}
+        return
 
 
 def _lines(first: int, last: int) -> str:
