@@ -45,3 +45,25 @@ def test_aborted_as_a_fetch_error_counts_as_a_conflict_and_other_errors_do_not()
     with pytest.raises(duckdb.CatalogException):
         retrying(con, wrong, deadline_s=5, what="x")
     assert len(calls) == 1  # raised at once, not retried
+
+
+def test_a_step_stopped_between_begin_and_commit_leaves_no_transaction_open():
+    """A Celery soft time limit (``SoftTimeLimitExceeded``, not a DuckDB error)
+    raised inside a write's transaction: the transaction is rolled back, so
+    the process's connection neither keeps the uncommitted rows in view nor
+    refuses its next BEGIN."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (i INTEGER)")
+
+    def stopped():
+        con.execute("BEGIN")
+        con.execute("INSERT INTO t VALUES (1)")
+        raise SoftTimeLimitExceeded()
+
+    with pytest.raises(SoftTimeLimitExceeded):
+        retrying(con, stopped, deadline_s=5, what="x")
+    assert con.execute("SELECT count(*) FROM t").fetchone() == (0,)
+    con.execute("BEGIN")  # no transaction was left open
+    con.execute("COMMIT")

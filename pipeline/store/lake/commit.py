@@ -31,7 +31,10 @@ _T = TypeVar("_T")
 def retrying(con: duckdb.DuckDBPyConnection, step: Callable[[], _T], *, deadline_s: float, what: str) -> tuple[_T, int]:
     """``step()`` (one whole transaction), again after a conflict with another
     process's commit, with a growing random pause, until ``deadline_s`` has
-    passed; (its result, the attempts it took). Any other error is raised at once."""
+    passed; (its result, the attempts it took). Any other error is raised at once,
+    the transaction rolled back whatever it was (a Celery soft time limit
+    between BEGIN and COMMIT left it open on the process's connection, whose
+    next reads saw the uncommitted rows)."""
     start = time.monotonic()
     attempt = 0
     while True:
@@ -47,6 +50,9 @@ def retrying(con: duckdb.DuckDBPyConnection, step: Callable[[], _T], *, deadline
                 raise StoreError(f"{what}: still refused by the catalog after {attempt} attempts "
                                  f"({waited:.1f} s): {exc}") from exc
             time.sleep(random.uniform(0.005, min(0.5, 0.01 * 2 ** min(attempt, 6))))
+        except BaseException:  # a soft time limit, a KeyboardInterrupt, a bug: no transaction left open
+            _rollback(con)
+            raise
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
