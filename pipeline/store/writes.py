@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.contracts import id_problem
 from pipeline.embedders import Embedder, check_model
-from pipeline.errors import InputError
+from pipeline.errors import InputError, LineError
 from pipeline.settings import Settings
 from pipeline.store.database import Store, rows_by_ids, utcnow
 from pipeline.store.delta import delta_memories
@@ -267,9 +267,10 @@ def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: 
     if write_id is not None and (applied := follower.written(write_id)) is not None:
         return WriteReport(ids=[record_id(r) for r in parsed.records], version=applied, replayed=True)
     deadline = time.monotonic() + settings.write_wait_s
+    skipped: list[LineError] = []  # every attempt's: each validation drops its records from ``parsed``
     while True:
         try:
-            return _write_lake_once(settings, reader, follower, parsed, forget, skip_invalid=skip_invalid,
+            return _write_lake_once(settings, reader, follower, parsed, forget, skipped, skip_invalid=skip_invalid,
                                     embedder_for=embedder_for, progress=progress, write_id=write_id, t0=t0)
         except LinkTargetGone:
             if time.monotonic() > deadline:
@@ -277,12 +278,14 @@ def _write_lake(settings: Settings, reader: Reader, parsed: ParsedFile, forget: 
 
 
 def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, parsed: ParsedFile, forget: list[str],
-                     *, skip_invalid: bool, embedder_for, progress: bool, write_id: str | None,
-                     t0: float) -> WriteReport:
-    """One validation against the latest snapshot, and its commit (``_write_lake``)."""
+                     skipped: list[LineError], *, skip_invalid: bool, embedder_for, progress: bool,
+                     write_id: str | None, t0: float) -> WriteReport:
+    """One validation against the latest snapshot, and its commit (``_write_lake``);
+    the records it leaves out are added to ``skipped`` (the earlier attempts')."""
     snap = reader.snapshot(fresh=True)
     live = LiveView(snap)
-    skipped = validate(parsed, live, skip_invalid)  # type: ignore[arg-type]
+    skipped.extend(validate(parsed, live, skip_invalid))  # type: ignore[arg-type]
+    skipped.sort(key=lambda e: (e.line, e.field))
     ids = [record_id(r) for r in parsed.records]  # the valid ones
     forgotten_live = live.existing_ids(forget)
     clash = sorted(forgotten_live & set(ids))
@@ -292,7 +295,7 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
     prepared = prepare(parsed.records, live, embedder_for, settings, now=now, progress=progress)
     gone = [m for m in forget if m in forgotten_live]
     report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
-                         skipped=skipped, embedded=prepared.embedded, forgotten=len(gone),
+                         skipped=list(skipped), embedded=prepared.embedded, forgotten=len(gone),
                          not_found=[m for m in forget if m not in forgotten_live], ids=ids,
                          namespaces=sorted({m.namespace for m in prepared.memories}),
                          version=snap.version if snap is not None else 0)

@@ -93,6 +93,19 @@ def test_skip_invalid_leaves_out_only_the_record_whose_link_target_was_forgotten
     assert _edges(lake) == [("b", "m3", "conflicts", "b")]
 
 
+def test_skip_invalid_reports_every_record_left_out_across_the_writes_attempts(lake):
+    """A link target forgotten meanwhile makes the write validate again from a
+    newer snapshot; the records its first validation left out stay reported.
+    Was: only the second attempt's (the caller never heard of record 3)."""
+    embedder = MidWrite(lambda: _write(lake, forget=["m2"]))
+    done = _write(lake, [{"id": "a", "namespace": "n", "content": "supports the second", "supported_by": ["m2"]},
+                         {"id": "b", "namespace": "n", "content": "conflicts with the third", "conflicts": ["m3"]},
+                         {"id": "c", "namespace": "n", "content": "dated oddly", "created_at": 12345}],
+                  embedder=embedder, skip_invalid=True)
+    assert done.ids == ["b"] and done.inserted == 1
+    assert [(s.line, s.field) for s in done.skipped] == [(1, "supported_by"), (3, "created_at")]
+
+
 def test_a_forget_and_a_replacement_racing_a_write_apply_to_what_is_there(lake):
     """A link to a memory replaced meanwhile stands (it is live); a forget of
     an id another process forgot first counts nothing twice."""
