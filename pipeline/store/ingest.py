@@ -66,9 +66,11 @@ class MemoryRecord(BaseModel):
     def _id(cls, value: str | None) -> str | None:
         # the rule forget, get and link targets apply (``id_problem``): a blank id
         # could be written and then never forgotten
-        if value is not None and (problem := id_problem(value)):
+        if value is None:
+            return None
+        if problem := id_problem(value):
             raise ValueError(problem)
-        return None if value is None else clean_text(value)
+        return clean_text(value)
 
     @field_validator("context")
     @classmethod
@@ -202,17 +204,14 @@ def check_edges(parsed: ParsedFile, store: Store | None, batch_size: int | None 
     unsure = {t for n, _, t in links if t not in line_of or later(n, t)}
     known = store.existing_ids(unsure) if unsure and store is not None else set()
     for number, name, target in links:
-        if target in known:
-            continue
-        if target not in line_of:
-            reason = f"unknown memory id {target!r} (not in the store nor in this file)"
-        elif later(number, target):
-            reason = (f"memory id {target!r} is on line {line_of[target]}, in a later batch: --via-broker writes "
-                      f"each batch of {batch_size} lines on its own, so a memory must come no later than the "
-                      "batch of a line that links to it (move it up, or ingest without --via-broker)")
-        else:
-            continue
-        parsed.errors.append(LineError(number, name, reason, unit=parsed.unit))
+        if target not in known and target not in line_of:
+            parsed.errors.append(LineError(number, name, f"unknown memory id {target!r} (not in the store nor in "
+                                           "this file)", unit=parsed.unit))
+        elif target not in known and later(number, target):
+            parsed.errors.append(LineError(number, name, (
+                f"memory id {target!r} is on line {line_of[target]}, in a later batch: --via-broker writes each "
+                f"batch of {batch_size} lines on its own, so a memory must come no later than the batch of a line "
+                "that links to it (move it up, or ingest without --via-broker)"), unit=parsed.unit))
 
 
 def read_lines(path: Path) -> list[str]:
