@@ -350,8 +350,9 @@ def search_many(
     raised (its field ``queries[i].as_of``: a snapshot the lake does not
     hold); so every query is either answered or reported failed. Every query
     is checked before any batch is sent: a bad one raises ``InputError``
-    naming it (``queries[i].max_units``), and nothing runs. ``progress``, when given, is called with the
-    number of queries of each batch as its results are collected.
+    naming it (``queries[i].max_units``), and nothing runs. ``progress``, when
+    given, is called with the number of queries of each batch as its results
+    are collected.
 
     ``in_flight`` bounds how many batches are on the workers at once (the next
     is sent as the oldest is collected): the shape for query sets too large

@@ -212,8 +212,8 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
     worker's report) as each batch is acknowledged. A batch the worker
     rejects (``ok`` false: nothing of it written) is the last one sent; its
     dict names the lines not sent (``not_sent``). A link to a memory on a
-    later batch's line is refused here, before anything is sent. With no ingest worker it
-    raises ``NoWorkerError`` and sends nothing. Each batch is waited for
+    later batch's line is refused here, before anything is sent. With no
+    ingest worker it raises ``NoWorkerError`` and sends nothing. Each batch is waited for
     ``settings.ingest_batch_wait_s``; past that ``IngestTimeoutError`` says
     which lines were sent (that batch stays queued and is applied when a
     worker runs it) and which were not (nothing after it is sent).
