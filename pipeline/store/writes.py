@@ -456,6 +456,8 @@ def record_lines(items: Any) -> list[str]:
             lines.append(json.dumps(item, ensure_ascii=False, default=_not_json))
         except (TypeError, ValueError) as exc:
             raise InputError(f"records[{i}]", f"not JSON: {exc}") from None
+        except RecursionError:  # e.g. metadata nested thousands deep (a file's line says so: parse_lines)
+            raise InputError(f"records[{i}]", "nested too deeply to be JSON") from None
     return lines
 
 

@@ -124,6 +124,22 @@ def test_remember_refuses_bad_records_naming_record_and_field(embedded):
     assert not bases(embedded) and not any(embedded.lake_data_path.rglob("*.parquet"))  # nothing written
 
 
+def test_remember_refuses_a_record_nested_too_deeply_naming_it(settings):
+    """Was: a ``RecursionError`` traceback (a file's line of the same depth was
+    already refused as "nested too deeply")."""
+    from pipeline.errors import InputError
+
+    deep: dict = {}
+    inner = deep
+    for _ in range(5_000):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(InputError) as info:
+        parse_records([{"namespace": "n", "content": "fine"}, {"namespace": "n", "content": "x", "metadata": deep}],
+                      settings)
+    assert info.value.field == "records[1]" and "nested too deeply" in info.value.reason
+
+
 def test_writers_in_many_threads_all_land(settings):
     import threading
 
