@@ -367,6 +367,9 @@ class _EmbeddedWriter:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.hurry = threading.Event()  # set while someone waits in ``flush``: no lingering
+        # what the thread took from the queue and has not handled yet (at exit, if it is stuck on it,
+        # ``_drain_at_exit`` keeps it as dead letters: it is no longer in the queue)
+        self.inflight: list[tuple[WorkerSettings, list[AuditRecord]]] = []
 
     def put(self, settings: WorkerSettings, records: list[AuditRecord]) -> None:
         with self.lock:
@@ -396,7 +399,7 @@ class _EmbeddedWriter:
 
     def _run(self) -> None:
         while True:
-            items = self._take()
+            items = self.inflight = self._take()
             # one write per run of items bound for one audit store (settings change with ``configure``)
             groups: list[tuple[WorkerSettings, list[AuditRecord]]] = []
             for settings, records in items:
@@ -413,6 +416,7 @@ class _EmbeddedWriter:
                         write_embedded(settings, batch)
                     except Exception:  # never let one row stop the writer
                         log.exception("embedded audit writer failed on a batch of %d row(s)", len(batch))
+            self.inflight = []
             for _ in items:
                 self.queue.task_done()
 
@@ -451,16 +455,30 @@ def flush(timeout: float = 30.0) -> bool:
     return finished
 
 
+EXIT_FLUSH_S = 10.0  # how long an exiting process waits for its embedded rows to be written
+
+
 def _drain_at_exit() -> None:
-    if flush(10.0):
+    if flush(EXIT_FLUSH_S):
         return
-    while True:  # the writer is stuck (e.g. a broken audit store): keep the rest as dead letters
+    # the writer is stuck (a broken audit store, its retries' pauses): the rows it holds and those
+    # queued behind it are kept as dead letters (``dimple audit retry``; a row it writes after all
+    # is written once: the retry skips what the log holds)
+    held = list(_EMBEDDED.inflight)
+    while True:
         try:
-            settings, records = _EMBEDDED.queue.get_nowait()
+            held.append(_EMBEDDED.queue.get_nowait())
         except queue.Empty:
-            return
+            break
+        _EMBEDDED.queue.task_done()  # handled: kept below
+    kept = 0
+    for settings, records in held:
         for record in records:
             dead_letter(settings.dead_letter_dir, record, "process exited before the write")
+            kept += 1
+    if kept:
+        log.error("%d audit row(s) not written before the process exited: kept as dead letters "
+                  "(`dimple audit retry` writes them)", kept)
 
 
 atexit.register(_drain_at_exit)
