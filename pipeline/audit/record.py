@@ -16,15 +16,17 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipeline.contracts import TOP_HITS, QueryState, text_problem
+from pipeline.contracts import TOP_HITS, QueryState, naive_utc, text_problem
 
 
 class AuditRecord(BaseModel):
     """One ``retrieval_log`` row, as it travels to ``audit.write`` (JSON)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # a row from elsewhere on the audit queue with a NaN would pass here and fail its NOT NULL
+    # column at every retry, with the rows batched beside it
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    query_id: str
+    query_id: str = Field(pattern=r"^[^/\\]+$", max_length=512)  # names a dead letter's file: no path in it
     logged_at: datetime
     query_hash: str
     hash_of: str
@@ -51,6 +53,18 @@ class AuditRecord(BaseModel):
             if problem:
                 raise ValueError(f"{where}: {problem}" if where else problem)
         return value
+
+    @field_validator("query_id")
+    @classmethod
+    def _a_name(cls, value: str) -> str:
+        if value in (".", ".."):
+            raise ValueError("must not be '.' or '..'")
+        return value
+
+    @field_validator("logged_at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return naive_utc(value)  # type: ignore[return-value]  # the column is naive UTC: DuckDB drops an offset
 
 
 def _strings(value: Any, where: str = "") -> list[tuple[str, str]]:

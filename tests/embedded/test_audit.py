@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
 
 import numpy as np
 import pytest
@@ -70,6 +71,45 @@ def test_rows_queued_for_two_stores_each_go_to_their_own(embedded, tmp_path, mon
         assert pa.count(path) == (len(ids), len(ids))
         assert {r.query_id for r in pa.tail(path, 100)} == ids
     assert len(asked[pa.log_of(embedded)]) + len(asked[pa.log_of(other)]) == 30
+
+
+def test_rows_the_writer_holds_when_the_process_exits_are_kept_as_dead_letters(embedded, tmp_path, monkeypatch):
+    """The writer takes the queued rows before writing them; at exit, stuck on
+    them (the audit store failing, its retries pausing), they are no longer in
+    the queue. Was: lost without a word; now dead letters, as the rows queued
+    behind them are."""
+    import threading
+
+    from workers import audit
+    from workers.api import search
+
+    _store(embedded, tmp_path)
+    made: list = []
+    monkeypatch.setattr(audit, "send", lambda app, records: made.extend(records))  # keep the rows, write none
+    for i in range(4):
+        search(f"deploy window {i}", mode="keyword")
+    monkeypatch.undo()
+    stuck, release = threading.Event(), threading.Event()
+    real = audit.write_embedded
+
+    def write_stuck(settings, records):
+        stuck.set()
+        release.wait(30)
+        return real(settings, records)
+
+    monkeypatch.setattr(audit, "write_embedded", write_stuck)
+    monkeypatch.setattr(audit, "EXIT_FLUSH_S", 0.3)
+    try:
+        audit._EMBEDDED.put(embedded, made[:2])
+        assert stuck.wait(10)  # the writer holds the first two
+        audit._EMBEDDED.put(embedded, made[2:])  # queued behind them
+        audit._drain_at_exit()
+        kept = {r.query_id for _, _, r in pa.dead_letters(embedded.dead_letter_dir)}
+        assert kept == {r.query_id for r in made}
+    finally:
+        release.set()
+        monkeypatch.undo()
+        assert audit.flush(60)
 
 
 def test_row_reconstructs_the_results(embedded, tmp_path):
@@ -233,12 +273,18 @@ def test_a_malformed_row_is_quarantined_with_its_field_and_the_rest_written(embe
     fresh = {**good, "query_id": "f" * 32}
     bad_text = {**good, "query_id": "b" * 32, "query_text": "lone \ud800 surrogate"}
     missing = {k: v for k, v in good.items() if k != "rrf_k"} | {"query_id": "c" * 32}
-    out = get_app().tasks["audit.write"].apply(args=[[fresh, bad_text, missing, good]]).get()
-    assert out == {"rows": 2, "inserted": 1, "refused": 2}  # `good` was already there
+    # a dead letter is named after its query id: a path there would write outside the folder
+    climbing = {**good, "query_id": "../../climbs-out"}
+    not_a_number = {**good, "query_id": "d" * 32, "total_ms": float("nan")}  # would fail NOT NULL at every retry
+    shifted = {**good, "query_id": "e" * 32, "logged_at": "2026-01-01T12:00:00+02:00"}  # kept as UTC
+    out = get_app().tasks["audit.write"].apply(
+        args=[[fresh, bad_text, missing, climbing, not_a_number, shifted, good]]).get()
+    assert out == {"rows": 3, "inserted": 2, "refused": 4}  # `good` was already there
     assert pa.get(pa.log_of(embedded), "f" * 32) is not None
     assert pa.get(pa.log_of(embedded), "b" * 32) is None and pa.get(pa.log_of(embedded), "c" * 32) is None
+    assert pa.get(pa.log_of(embedded), "e" * 32).logged_at == datetime(2026, 1, 1, 10, 0)
     kept = [json.loads(p.read_text()) for p in (embedded.dead_letter_dir / "invalid").glob("*.json")]
-    assert sorted(k["error"].split(":")[0] for k in kept) == ["query_text", "rrf_k"]
+    assert sorted(k["error"].split(":")[0] for k in kept) == ["query_id", "query_text", "rrf_k", "total_ms"]
     assert pa.dead_letters(embedded.dead_letter_dir) == []  # not retried: they can never be written
 
 
