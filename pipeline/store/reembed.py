@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline.embedders import Embedder, make_embedder
 from pipeline.errors import InputError, StoreError
-from pipeline.settings import Settings
+from pipeline.settings import Settings, mask_url
 from pipeline.store import segments
 from pipeline.store.database import utcnow
 from pipeline.store.ingest import _embed_batched
@@ -79,7 +79,7 @@ def _reembed_lake(settings: Settings, *, embedder: Embedder | None, progress: bo
     try:
         lake = Lake.open(settings)
     except NoLake:
-        raise StoreError(f"no store in the lake at {settings.lake_catalog} to re-embed") from None
+        raise StoreError(f"no store in the lake at {mask_url(settings.lake_catalog)} to re-embed") from None
     report = ReembedReport(version=0, memories=0, model=model, dim=embedder.dim,
                            previous=(lake.info.embedding_model, lake.info.embedding_dim))
     embed_s = 0.0

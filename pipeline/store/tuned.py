@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.errors import StoreError
-from pipeline.settings import Settings
+from pipeline.settings import Settings, mask_url
 from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, one
 from pipeline.store.lake.commit import retrying
 from pipeline.store.lake.follow import Follower
@@ -63,7 +63,7 @@ class Tuned(BaseModel):
 
 def where(settings: Settings) -> str:
     """Where the store keeps its tuned settings, for messages."""
-    return f"the lake at {settings.lake_catalog}"
+    return f"the lake at {mask_url(settings.lake_catalog)}"  # no catalog password in a message
 
 
 def _parse(text: str, source: str) -> Tuned:

@@ -194,6 +194,15 @@ def test_config_masks_secrets(settings, monkeypatch, capsys):
     assert mask_url("redis://h/0?socket_timeout=5&Password=x#f") == "redis://h/0?socket_timeout=5&Password=****#f"
 
 
+def test_messages_naming_the_lake_mask_the_catalog_password(settings):
+    """``dimple tune`` (--show, --apply, --reset and its errors) names the lake
+    it reads: never with the PostgreSQL catalog's password (was: as written)."""
+    from pipeline.store import tuned
+
+    pg = settings.replace(store=settings.store.model_copy(update={"catalog": "postgres:host=db dbname=d password=s3cret"}))
+    assert tuned.where(pg) == "the lake at postgres:host=db dbname=d password=****"
+
+
 def test_reindex_rebuilds_the_same_tree_and_keeps_search_working(settings, tmp_path, monkeypatch, capsys):
     recs = [_mem(i, ns=("alpha" if i % 2 else "beta")) for i in range(120)]
     ingest_file(write_jsonl(tmp_path / "m.jsonl", recs), settings, progress=False)

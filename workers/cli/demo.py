@@ -24,6 +24,7 @@ from pipeline.contracts import QueryOptions
 from pipeline.datasets.demo import write_demo
 from pipeline.evaluation.metrics import score
 from pipeline.evaluation.queries import read_qrels
+from pipeline.settings import mask_url
 from pipeline.textfiles import read_lines
 from workers import resources
 from workers.api import get, search, search_many
@@ -97,7 +98,7 @@ def run_demo(settings: WorkerSettings, rebuild: bool = False) -> int:
     for res in shown[:1]:
         _audit_trail(settings, res)
 
-    print(f"quality on the demo set ({len(queries)} judged queries, the lake at {settings.lake_catalog}; "
+    print(f"quality on the demo set ({len(queries)} judged queries, the lake at {mask_url(settings.lake_catalog)}; "
           f"supersession {_default_supersession()}):")
     print(f"  {'mode':<9} {'nDCG@10':>8} {'R@5':>6} {'R@10':>6} {'MRR@10':>7} {'queries/s':>10}")
     for mode, f in figures.items():

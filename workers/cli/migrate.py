@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 from pipeline import audit
 from pipeline.audit.carry import carry
+from pipeline.settings import mask_url
 from pipeline.store import segments
 from pipeline.store.lake.migrate import BATCH_SIZE, BatchDone, migrate
 from pipeline.store.lake.repoint import repoint
@@ -75,7 +76,7 @@ def cmd_migrate(args) -> int:
         resumed = (f" ({report.resumed} committed by an earlier run, batches of {report.batch_size} as it began)"
                    if report.resumed else "")
         print(f"migrated {report.memories} memories in {report.batches} batches{resumed} into the lake "
-              f"{report.marker.catalog if report.marker else settings.lake_catalog}: snapshot {report.snapshot}, "
+              f"{mask_url(report.marker.catalog if report.marker else settings.lake_catalog)}: snapshot {report.snapshot}, "
               f"{report.seconds:.1f}s")
     if rows:
         print(f"audit: {added} of the {rows} rows of {settings.audit_path} written into the lake's retrieval_log "
