@@ -56,22 +56,25 @@ class _Needles:
         self.texts = [v.lower() for v in texts]
 
     def found_in(self, data: Any) -> bool:
-        """Whether any string in ``data`` (a row or letter as JSON data) holds a needle."""
-        for text in _strings(data):
-            low = text.lower()
-            if any(t in low for t in self.texts) or any(p.search(text) for p in self.ids):
+        """Whether any string in ``data`` (a row or letter as JSON data) holds a
+        needle: an id in a value or a key (a profile may key by memory id), a
+        text in a value only (``--text mode`` is in every row's keys)."""
+        for text, is_key in _strings(data):
+            if not is_key and any(t in text.lower() for t in self.texts):
+                return True
+            if any(p.search(text) for p in self.ids):
                 return True
         return False
 
 
-def _strings(data: Any) -> Iterator[str]:
-    """Every string in JSON data, keys and values, ``query_id`` fields left out."""
+def _strings(data: Any) -> Iterator[tuple[str, bool]]:
+    """Every string in JSON data with whether it is a key, ``query_id`` fields left out."""
     if isinstance(data, str):
-        yield data
+        yield data, False
     elif isinstance(data, dict):
         for key, value in data.items():
             if key != "query_id":
-                yield str(key)
+                yield str(key), True
                 yield from _strings(value)
     elif isinstance(data, list):
         for value in data:

@@ -250,6 +250,7 @@ def test_audit_purge_takes_an_id_whole_and_never_matches_query_ids(tmp_path):
     assert pa.purge(log, outbox, letters, ["m1"]).rows == 1
     assert [r.query_id for r in pa.tail(log, 10)] == ["a7a7a7a7", "77777777"]
     assert pa.purge(log, outbox, letters, ["7"]).rows == 0  # in every query id, in no field
+    assert pa.purge(log, outbox, letters, [], ["id", "mode"]).rows == 0  # keys of the rows, in none of their values
     assert pa.purge(log, outbox, letters, [], ["DEPLOY"]).rows == 1  # a text, ignoring case
     assert [r.query_id for r in pa.tail(log, 10)] == ["77777777"]
     pa.lake.release(log)
