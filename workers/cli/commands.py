@@ -562,6 +562,8 @@ def worker_argv(settings, queues: str, concurrency: int | None, name: str | None
     # running twice or late), and Celery's gossip failed to restart after a Redis restart
     argv = ["worker", "-Q", ",".join(wanted), "-E", "--without-gossip", "--without-mingle",
             "--loglevel", loglevel or settings.log_level, "-n", name or f"dimple-{'-'.join(wanted)}@%h"]
+    if concurrency is not None and concurrency < 0:  # Celery refuses it at each start: a restart loop
+        raise InputError("--concurrency", "must be 0 (one process per core) or more")
     processes = concurrency if concurrency is not None else settings.worker_concurrency
     if processes:
         argv += ["-c", str(processes)]
