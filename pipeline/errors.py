@@ -12,6 +12,13 @@ def problems(exc: Any, default: str = "") -> list[tuple[str, str, str]]:
     return [(".".join(str(p) for p in err["loc"]) or default, err["msg"], err["type"]) for err in exc.errors()]
 
 
+def one_line(text: str) -> str:
+    """An error message as one printable line: line breaks, control and
+    bidirectional characters and invalid Unicode (from non-UTF-8 arguments)
+    are written as escapes, so a hostile value cannot break or disguise it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class DimpleError(Exception):
     """Base of every error dimple raises on purpose."""
 
@@ -53,7 +60,7 @@ class IngestValidationError(DimpleError):
     def __str__(self) -> str:
         unit = self.errors[0].unit if self.errors else "line"
         head = f"{len(self.errors)} invalid {unit}(s); nothing was written"
-        shown = "\n".join(f"  {e}" for e in self.errors[:50])
+        shown = "\n".join(f"  {one_line(str(e))}" for e in self.errors[:50])  # field names come from the file
         more = f"\n  ... and {len(self.errors) - 50} more" if len(self.errors) > 50 else ""
         return f"{head}\n{shown}{more}"
 

@@ -460,3 +460,16 @@ def test_ingest_reads_standard_input_for_a_dash(tmp_path):
                              "--json"], cwd=root, capture_output=True, text=True, timeout=300, env=env)
     assert listed.returncode == 0, listed.stderr
     assert sorted(r["id"] for r in json.loads(listed.stdout)["results"]) == ["s0", "s1", "s2"]
+
+
+def test_ingest_errors_print_a_files_control_characters_as_escapes(cli_env, tmp_path, capsys):
+    """A field name comes from the file: an escape sequence or a line break in
+    it is printed escaped, one line per error (was: raw, so a file could colour
+    the terminal or forge a line of the report)."""
+    path = tmp_path / "hostile.jsonl"
+    path.write_text(json.dumps({"id": "a", "namespace": "n", "content": "c", "x\x1b[31mRED\nforged": 1}) + "\n",
+                    encoding="utf-8")
+    assert main(["ingest", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[31mRED\\nforged" in err
+    assert err.splitlines() == ["dimple: 1 invalid line(s); nothing was written", err.splitlines()[1]]

@@ -101,7 +101,7 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             setup_logging(log_level(args.verbose))
         return int(args.func(args) or 0)
-    except IngestValidationError as exc:
+    except IngestValidationError as exc:  # a line per error, each printable (``LineError``s escaped)
         print(f"dimple: {exc}", file=sys.stderr)
         return EXIT_USER
     except DimpleError as exc:
@@ -288,7 +288,7 @@ def cmd_ingest(args) -> int:
                 failed += 1
                 print(f"lines {batch['first_line']}-{batch['first_line'] + batch['lines'] - 1}: rejected", file=sys.stderr)
                 for err in batch["errors"]:
-                    print(f"  {err}", file=sys.stderr)
+                    print(f"  {one_line(str(err))}", file=sys.stderr)
                 if "not_sent" in batch:
                     print(f"nothing after it was sent ({batch['not_sent']}); ingest upserts by id: fix the lines "
                           "and send the file again", file=sys.stderr)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
+from pipeline.errors import one_line
 
-def one_line(text: str) -> str:
-    """An error message as one printable line: line breaks, control and
-    bidirectional characters and invalid Unicode (from non-UTF-8 arguments)
-    are written as escapes, so a hostile value cannot break or disguise it."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+__all__ = ["one_line"]
 
 
 def _leg_rank(result, leg: str) -> str:
