@@ -10,7 +10,7 @@ from typing import Any
 
 from pipeline.errors import EvalInputError
 from pipeline.evaluation.queries import QuerySpec, json_line, read_qrels
-from pipeline.textfiles import lines_of
+from pipeline.textfiles import read_lines
 
 log = logging.getLogger("dimple.eval")
 
@@ -30,7 +30,7 @@ def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], 
     namespace = folder.name or "beir"
     records, empty = [], []
     corpus = folder / "corpus.jsonl"
-    for number, line in enumerate(lines_of(corpus.read_text(encoding="utf-8")), start=1):
+    for number, line in enumerate(read_lines(corpus, str(corpus)), start=1):
         if not line.strip():
             continue
         row = json_line(corpus, number, line)
@@ -51,7 +51,7 @@ def load_beir(folder: Path, split: str = "test") -> tuple[list[dict[str, Any]], 
         raise EvalInputError(f"--beir {folder}", "corpus.jsonl holds no document with a title or text")
     queries = []
     qfile = folder / "queries.jsonl"
-    for number, line in enumerate(lines_of(qfile.read_text(encoding="utf-8")), start=1):
+    for number, line in enumerate(read_lines(qfile, str(qfile)), start=1):
         if not line.strip():
             continue
         row = json_line(qfile, number, line)

@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.contracts import QueryOptions, make_query
 from pipeline.errors import EvalInputError, InputError
 from pipeline.settings import Settings
-from pipeline.textfiles import lines_of
+from pipeline.textfiles import read_lines
 
 # Top-level fields of a query line besides the search options.
 _QUERY_FIELDS = {"id", "_id", "query", "text", "options", "metadata"}
@@ -67,7 +67,7 @@ def read_queries(path: Path, settings: Settings) -> list[QuerySpec]:
         raise EvalInputError(str(path), "no such file")
     out: list[QuerySpec] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(lines_of(path.read_text(encoding="utf-8")), start=1):
+    for number, line in enumerate(read_lines(path, str(path)), start=1):
         if not line.strip():
             continue
         where = f"{path.name} line {number}"
@@ -109,7 +109,7 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
     if not path.is_file():
         raise EvalInputError(str(path), "no such file")
     qrels: dict[str, dict[str, int]] = {}
-    for number, line in enumerate(lines_of(path.read_text(encoding="utf-8")), start=1):
+    for number, line in enumerate(read_lines(path, str(path)), start=1):
         parts = line.split()
         if not parts:
             continue

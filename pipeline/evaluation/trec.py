@@ -9,7 +9,7 @@ import urllib.parse
 from pathlib import Path
 
 from pipeline.errors import EvalInputError
-from pipeline.textfiles import lines_of
+from pipeline.textfiles import read_lines
 
 _TREC_UNSAFE = re.compile(r"[%\s]")
 
@@ -37,7 +37,7 @@ def qrels_lines(qrels: dict[str, dict[str, int]]) -> list[str]:
 def read_trec_run(path: Path) -> dict[str, list[str]]:
     """A TREC run file back into ``{qid: [doc, ...]}`` (sorted by score, then rank)."""
     rows: dict[str, list[tuple[float, int, str]]] = {}
-    for number, line in enumerate(lines_of(Path(path).read_text(encoding="utf-8")), start=1):
+    for number, line in enumerate(read_lines(Path(path), str(path)), start=1):
         parts = line.split()
         if not parts:
             continue

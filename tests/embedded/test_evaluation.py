@@ -173,6 +173,7 @@ def test_replay_since_filters_rows(cli_env, tmp_path):
     assert audit.flush(30)
     out = tmp_path / "out"
     assert main(["eval", "replay", "--from-audit", "--since", "2999-01-01", "--out", str(out)]) == 2
+    assert main(["eval", "replay", "--from-audit", "--since", "1000000d", "--out", str(out)]) == 2  # was a traceback
     assert main(["eval", "replay", "--from-audit", "--since", "1h", "--out", str(out), "--name", "r",
                  "--no-progress"]) == 0
     assert json.loads((out / "r" / "replay.json").read_text())["rows"] == 1
@@ -240,6 +241,18 @@ def test_bad_qrels_are_one_line_exit_2(cli_env, tmp_path, capsys, lines, expecte
     qrels = _write(tmp_path / "qrels.trec", lines)
     assert main(["eval", "--queries", str(queries), "--qrels", str(qrels), "--out", str(tmp_path / "o")]) == 2
     assert expected in _err_line(capsys)
+
+
+def test_query_and_qrels_files_that_are_not_utf8_are_one_line_exit_2(cli_env, tmp_path, capsys):
+    """Was: a UnicodeDecodeError traceback, exit 1."""
+    queries, qrels = _queries_and_qrels(tmp_path)
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"id": "q1", "query": "caf\u00e9"}\n'.encode("latin-1"))
+    assert main(["eval", "--queries", str(latin), "--qrels", str(qrels), "--out", str(tmp_path / "o")]) == 2
+    assert "latin1.jsonl: not UTF-8 text" in _err_line(capsys)
+    latin.write_bytes("q0 0 caf\u00e9 1\n".encode("latin-1"))
+    assert main(["eval", "--queries", str(queries), "--qrels", str(latin), "--out", str(tmp_path / "o")]) == 2
+    assert "latin1.jsonl: not UTF-8 text" in _err_line(capsys)
 
 
 def test_unknown_and_unjudged_queries_are_skipped_and_reported(cli_env, tmp_path, capsys):

@@ -471,7 +471,10 @@ def parse_since(text: str | None, now: datetime | None = None) -> datetime | Non
     now = now or datetime.now(UTC).replace(tzinfo=None)
     units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
     if text[-1:] in units and text[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(**{units[text[-1]]: float(text[:-1])})
+        try:
+            return now - timedelta(**{units[text[-1]]: float(text[:-1])})
+        except OverflowError:  # e.g. 1000000d: before year 1
+            raise InputError("--since", f"{text!r} reaches back before the year 1") from None
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
