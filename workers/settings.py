@@ -28,12 +28,12 @@ class McpSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     address: str = Field("127.0.0.1", description="interface `dimple mcp --http` listens on (`--host`); another "
-                                                   "than loopback needs `DIMPLE_MCP__TOKEN`")
+                                                   "than 127.0.0.1, localhost or ::1 needs `DIMPLE_MCP__TOKEN`")
     port: int = Field(8765, ge=1, le=65535, description="port `dimple mcp --http` listens on (`--port`)")
     token: SecretStr = Field(
         SecretStr(""),
         description="bearer token `dimple mcp --http` requires of every request (`Authorization: Bearer TOKEN`); "
-                    "empty: none, allowed on a loopback address only",
+                    "empty: none, allowed on 127.0.0.1, localhost or ::1 only",
     )
 
 

@@ -277,6 +277,11 @@ def test_the_loopback_rule():
     check_http("0.0.0.0", "token")
     with pytest.raises(Exception, match="DIMPLE_MCP__TOKEN"):
         check_http("192.168.1.10", "")
+    # loopback, but not where the SDK refuses rebound host names: a token, or 127.0.0.1
+    with pytest.raises(Exception, match="without DIMPLE_MCP__TOKEN only 127.0.0.1, localhost, ::1"):
+        check_http("127.0.0.2", "")
+    check_http("[::1]", "")
+    check_http("127.0.0.2", "token")
 
 
 def test_the_token_is_read_from_the_environment_and_masked(monkeypatch):

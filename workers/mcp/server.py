@@ -118,6 +118,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+# the loopback hosts on which the MCP SDK turns DNS-rebinding protection on (``streamable_http_app``):
+# tokenless, a web page the user opens could otherwise reach remember and forget through another
+# loopback address (127.0.0.2) by a name it rebinds there
+TOKENLESS_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def check_http(host: str, token: str) -> None:
     """Refuse to serve on ``host`` what only loopback may serve tokenless."""
     if not host or text_problem(host):
@@ -125,6 +131,10 @@ def check_http(host: str, token: str) -> None:
     if not token and not is_loopback(host):
         raise InputError("--host", f"{host!r} is not a loopback address: set DIMPLE_MCP__TOKEN (a bearer token every "
                                    "request must carry) to serve on it, or listen on 127.0.0.1")
+    if not token and host.strip("[]") not in TOKENLESS_HOSTS:
+        raise InputError("--host", f"without DIMPLE_MCP__TOKEN only {', '.join(TOKENLESS_HOSTS)} are served (where "
+                                   "requests naming another host are refused: DNS rebinding); set a token to serve "
+                                   f"on {host!r}")
 
 
 class BearerToken:
