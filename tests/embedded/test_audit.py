@@ -46,19 +46,27 @@ def test_exactly_one_row_per_query(embedded, tmp_path):
     assert logged == {r.query_id for r in results}
 
 
-def test_rows_queued_for_two_stores_each_go_to_their_own(embedded, tmp_path, monkeypatch):
-    """The embedded writer writes the rows waiting behind each other together
-    (one transaction per run of rows, not per row): rows queued for one store
-    and another, interleaved, still land each in its own store, once."""
+def _rows_unwritten(embedded, tmp_path, monkeypatch, n: int) -> list:
+    """The audit rows of ``n`` keyword queries on a fresh store, kept, none written."""
     from workers import audit
     from workers.api import search
 
     _store(embedded, tmp_path)
     made: list = []
-    monkeypatch.setattr(audit, "send", lambda app, records: made.extend(records))  # keep the rows, write none
-    for i in range(30):
+    monkeypatch.setattr(audit, "send", lambda app, records: made.extend(records))
+    for i in range(n):
         search(f"deploy window {i}", mode="keyword")
     monkeypatch.undo()
+    return made
+
+
+def test_rows_queued_for_two_stores_each_go_to_their_own(embedded, tmp_path, monkeypatch):
+    """The embedded writer writes the rows waiting behind each other together
+    (one transaction per run of rows, not per row): rows queued for one store
+    and another, interleaved, still land each in its own store, once."""
+    from workers import audit
+
+    made = _rows_unwritten(embedded, tmp_path, monkeypatch, 30)
     other = embedded.replace(data_dir=tmp_path / "other")
     asked: dict = {pa.log_of(embedded): set(), pa.log_of(other): set()}
     for i, record in enumerate(made):
@@ -81,14 +89,8 @@ def test_rows_the_writer_holds_when_the_process_exits_are_kept_as_dead_letters(e
     import threading
 
     from workers import audit
-    from workers.api import search
 
-    _store(embedded, tmp_path)
-    made: list = []
-    monkeypatch.setattr(audit, "send", lambda app, records: made.extend(records))  # keep the rows, write none
-    for i in range(4):
-        search(f"deploy window {i}", mode="keyword")
-    monkeypatch.undo()
+    made = _rows_unwritten(embedded, tmp_path, monkeypatch, 4)
     stuck, release = threading.Event(), threading.Event()
     real = audit.write_embedded
 
