@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_reindex)
 
     s = sub.add_parser("reembed", help="embed every memory again with the configured DIMPLE_EMBEDDING_MODEL "
-                                       "(after changing it; writes wait meanwhile)")
+                                       "(after changing it; writes go on meanwhile)")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.set_defaults(func=cmd_reembed)
 

@@ -310,8 +310,8 @@ TOOLS = {t.name: t for t in (
                    "supported_by); `truncated` says whether a budget (max_units, max_chars, max_ms) cut the "
                    "list, and `query_id` names the query for `explain`.",
          lambda pins: _pinned_schema(search_schema(), pins), Results, search),
-    Tool("forget", "Forget memories by id: gone from results and links at once, from the store's files at the "
-                   "next compaction. Unknown ids come back in `not_found`.",
+    Tool("forget", "Forget memories by id: gone from results and links at once, from every file of the store "
+                   "within its erase bound (DIMPLE_STORE__ERASE_WITHIN). Unknown ids come back in `not_found`.",
          _schema(ForgetArguments), WriteResult, forget, read_only=False, destructive=True),
     Tool("get", "The memories with these ids, as written (the fields of an ingest line), in the order asked.",
          _schema(GetArguments), Memories, get),
