@@ -4,8 +4,7 @@ The command runs the worker as a child process (``dimple worker
 --no-restart ...``, its own process group) and starts it again when it dies
 (killed, out of memory, an unrecoverable error): after 1 s, doubling up to
 30 s while it keeps dying within a minute of starting. A worker that exits
-with status 0 (a warm shutdown it was asked for), or 2 (its command line
-refused: it would be at every start), is not restarted. SIGTERM,
+with status 0 (a warm shutdown it was asked for) is not restarted. SIGTERM,
 SIGINT, SIGQUIT and SIGHUP sent to the command are passed on to the worker
 and the command ends when it does; if the command itself is killed, the
 worker gets SIGTERM (``PR_SET_PDEATHSIG``) and shuts down warm.
@@ -29,7 +28,6 @@ log = logging.getLogger("dimple.worker")
 
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
-USAGE = 2  # the exit status of a command line refused (dimple's and Celery's, via click)
 STABLE_S = 60.0  # a worker that ran this long counts as healthy: the next restart waits RESTART_FIRST_S again
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
 
@@ -75,9 +73,6 @@ def supervise(argv: Sequence[str]) -> int:
             code = child.wait()
             if stopping or code == 0:
                 return code if code >= 0 else 128 - code
-            if code == USAGE:  # refused its command line: it would be refused again at every start
-                log.error("worker process %s %s (a usage error): not starting it again", child.pid, _how(code))
-                return code
             ran = time.monotonic() - started
             if ran >= STABLE_S:
                 delay = RESTART_FIRST_S

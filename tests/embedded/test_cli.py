@@ -75,24 +75,17 @@ def test_worker_logs_at_dimple_log_level_and_v_lowers_it(monkeypatch):
     assert argv[argv.index("--loglevel") + 1] == "INFO"
 
 
-def test_a_worker_with_a_negative_concurrency_is_refused_and_not_started_again_and_again():
+def test_a_worker_with_a_negative_concurrency_is_refused_before_it_starts():
     """Celery refuses ``-c -1`` at each start (exit 2), and the supervisor
-    restarted it forever. Now ``dimple worker`` refuses it naming the flag, and
-    the supervisor does not restart a worker whose command line was refused."""
-    import subprocess
-    import sys
-
+    restarted it forever. ``dimple worker`` builds the worker's command line,
+    and refuses it naming the flag, before it supervises anything."""
     from pipeline.errors import InputError
     from workers.cli.commands import worker_argv
     from workers.settings import WorkerSettings
 
-    with pytest.raises(InputError) as refused:  # before anything starts (``cmd_worker`` builds this first)
+    with pytest.raises(InputError) as refused:
         worker_argv(WorkerSettings(_env_file=None), "search", -1, None)
     assert refused.value.field == "--concurrency"
-    child = [sys.executable, "-c", "raise SystemExit(2)"]
-    done = subprocess.run([sys.executable, "-c", f"from workers.supervise import supervise; raise SystemExit(supervise({child!r}))"],
-                          capture_output=True, text=True, timeout=30)  # the supervisor handles signals: a process of its own
-    assert done.returncode == 2 and "a usage error" in done.stderr
 
 
 def test_celery_task_lines_stay_out_of_every_log_but_debug(cli_env):
