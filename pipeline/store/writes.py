@@ -320,7 +320,8 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
             report.version = follower.build_listed(done.snapshot, write.write_id)[1]
             report.compacted = True
         elif snap is not None:
-            report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone))
+            report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone),
+                                                     since=follower.newest_base())
     if not report.compact_due and not report.compacted:
         report.compact_due = follower.erase_due()
     report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
@@ -335,12 +336,16 @@ def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
         conflicts=list(m.conflicts), supported_by=list(m.supported_by), context=m.context, metadata=m.metadata)
 
 
-def lake_compaction_due(settings: Settings, snap: Snapshot, written: int) -> bool:
-    """Whether the snapshots over the base ``snap`` reads (and a write of
-    ``written`` memories and forgets on top) passed a threshold (count or
-    memories, in settings)."""
-    held = sum(len(d.memories) + len(d.forget) for d in snap.deltas.values())
-    return len(snap.deltas) + 1 >= settings.compact_max_deltas or held + written >= settings.compact_delta_memories
+def lake_compaction_due(settings: Settings, snap: Snapshot, written: int, since: int = -1) -> bool:
+    """Whether the snapshots after ``since`` that ``snap`` merges over its base
+    (and a write of ``written`` memories and forgets on top) passed a threshold
+    (count or memories, in settings). ``since``: the newest base listed
+    (``Follower.newest_base``): while a new base loads, ``snap`` still merges
+    what it holds over the old one, and counting those would start a second
+    compaction of what the last one compacted."""
+    newer = [d for seq, d in snap.deltas.items() if seq > since]
+    held = sum(len(d.memories) + len(d.forget) for d in newer)
+    return len(newer) + 1 >= settings.compact_max_deltas or held + written >= settings.compact_delta_memories
 
 
 def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> list[dict[str, Any]]:

@@ -457,9 +457,20 @@ def test_a_reader_following_across_an_erase_loads_the_listed_base_and_builds_non
     assert files_holding(SECRET.encode(), *folders) == []  # the erase still erased
 
 
-def test_a_write_passing_the_threshold_compacts_the_lake(embedded):
+def test_a_write_passing_the_threshold_compacts_the_lake(embedded, monkeypatch):
+    from pipeline.store.lake import follow
     from workers.api import remember
 
+    # a new base loads in the background while the old one answers: here it waits until the
+    # test lets it go (at 10,000 memories it takes seconds, over several writes)
+    go, opened = threading.Event(), follow.Snapshot.open
+
+    def slow_open(*args, **kwargs):
+        if threading.current_thread().name == "dimple-lake-base-load":
+            go.wait(60)
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(follow.Snapshot, "open", slow_open)
     embedded.compact_max_deltas = 2  # snapshots over the base
     remember({"id": "a", "namespace": "n", "content": "alpha"})  # the first base
     assert not remember({"id": "b", "namespace": "n", "content": "beta"}).compact_due
@@ -468,6 +479,13 @@ def test_a_write_passing_the_threshold_compacts_the_lake(embedded):
     assert due.compact_due  # and ingest.compact ran (eagerly, here)
     assert len(set(_listed(embedded)) - first) == 1
     assert _ids("gamma") == ["c"]
+    # the next write is one snapshot over the new base, whichever base this process reads
+    # while it loads that one: no second compaction of what the first just compacted
+    assert not remember({"id": "d", "namespace": "n", "content": "delta"}).compact_due
+    assert len(set(_listed(embedded)) - first) == 1
+    go.set()
+    assert remember({"id": "e", "namespace": "n", "content": "epsilon"}).compact_due  # two over it: due
+    assert _ids("delta") == ["d"] and _ids("epsilon") == ["e"]
 
 
 def test_the_erase_rule_at_the_default_bound():

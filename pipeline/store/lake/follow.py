@@ -342,6 +342,12 @@ class Follower:
         _LOADING.add(self._loading)
         self._loading.start()
 
+    def newest_base(self) -> int:
+        """The snapshot of the newest base this process knows is listed: the one
+        it reads, or a newer one it is loading or has loaded (-1: none)."""
+        pending = self._pending
+        return max(self._base_at, self._loading_at, pending[0] if pending is not None else -1)
+
     def _swap(self, lake: Lake, latest: int) -> Snapshot | None:
         """The background-loaded base with the changes since it merged (None: it
         cannot be used, its snapshot expired meanwhile)."""
