@@ -4,6 +4,8 @@ stemmed differently would give a query other terms than the index holds."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import re
 from importlib import resources
@@ -14,6 +16,7 @@ import pytest
 from pipeline.settings import FulltextSettings
 from pipeline.store.database import fts_extension_path
 from pipeline.store.fulltext import QueryTerms, porter
+from pipeline.store.fulltext.terms import Tokenizer
 from tests.unit.test_base_graph import _Counting
 
 
@@ -94,3 +97,51 @@ def test_another_stemmer_asks_duckdb_once_per_new_word(duck):
     assert rule(counting, "laufen hausern") == expected
     assert rule(counting, "hausern laufen") == expected[::-1]
     assert counting.statements == 1
+
+
+def _demo_texts() -> list[str]:
+    texts: list[str] = []
+
+    def walk(x) -> None:
+        if isinstance(x, str):
+            texts.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    for entry in resources.files("pipeline.datasets.demo_data").iterdir():
+        if entry.name.endswith(".json"):
+            walk(json.loads(entry.read_text(encoding="utf-8")))
+    return texts
+
+
+@pytest.mark.parametrize(("stemmer", "stopwords"), [("porter", "english"), ("english", "english"), ("porter", "none")])
+def test_a_deltas_memories_count_as_the_extensions_index_counts_them(stemmer, stopwords):
+    # the writer's counts of an ASCII text come from Python; the index's, from the extension
+    settings = FulltextSettings(stemmer=stemmer, stopwords=stopwords)
+    rnd = random.Random(5)
+    words = sorted(_generated_words(3_000, seed=3)) + ["the", "at", "ate", "a", "it's", "cat's", "x.y", "3.14"]
+    texts = _demo_texts() + ["", "   ", "...", "The THE the", "ERR_CONN_RESET db-17 JIRA-4412 v1.2.3 e.g. i.e."]
+    texts += [" ".join(rnd.choice(words) for _ in range(rnd.randint(1, 30))) for _ in range(400)]
+    texts += ["Встреча в Москве", "naïve café at the MÜNCHEN office"]  # not ASCII: the extension counts them
+    assert len(texts) > 1_000
+    tokenizer = Tokenizer()
+    ours = tokenizer(texts, settings)
+    theirs = tokenizer._indexed(tokenizer._connection(), texts, settings)
+    differ = [(t, o, e) for t, o, e in zip(texts, ours, theirs, strict=True) if o != e]
+    assert not differ, differ[:5]
+    assert sum(n for n, _ in ours) > 10_000
+
+
+def test_an_ascii_delta_is_counted_without_an_index():
+    tokenizer = Tokenizer()
+    settings = FulltextSettings()
+    assert tokenizer(["warm weather"], settings) == [(2, {"warm": 1, "weather": 1})]  # the rule read once
+    con = tokenizer._con = _Counting(tokenizer._connection())
+    tokenizer._pid = os.getpid()
+    assert tokenizer(["The running connections, CONNECTED again at noon"], settings) == [
+        (4, {"run": 1, "connect": 2, "noon": 1})]
+    assert con.statements == 0

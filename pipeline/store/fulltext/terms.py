@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import unicodedata
+from collections import Counter
 from functools import lru_cache
 
 import duckdb
@@ -132,6 +133,18 @@ class QueryTerms:
             return []
         if not text.isascii():
             return terms_sql(con, text, self.stemmer, self.stopwords)
+        return [t for t in dict.fromkeys(self._stemmed(con, text)) if t]
+
+    def counts(self, con, text: str) -> tuple[int, dict[str, int]]:
+        """(token count, {term: frequency}) of an ASCII ``text`` as the index
+        holds a memory's (``Tokenizer``): its tokens but the stopwords, stemmed,
+        an empty stem counted as the extension counts it (``s`` stems to
+        nothing, and is no stopword with ``stopwords='none'``)."""
+        stems = self._stemmed(con, text)
+        return len(stems), dict(Counter(stems))
+
+    def _stemmed(self, con, text: str) -> list[str]:
+        """Each token of an ASCII ``text`` but the stopwords, stemmed, in order."""
         tokens = [t for t in re.split(r"\s+", self.ignore.sub(" ", text.lower())) if t and t not in self.stopwords]
         stems = self._stems
         missing = [t for t in dict.fromkeys(tokens) if t not in stems]
@@ -141,8 +154,7 @@ class QueryTerms:
                 if len(stems) > self._CACHE:
                     stems.clear()
                 stems.update(zip(missing, got, strict=True))
-        out = [stems[t] if t in stems else self._stem(con, [t])[0] for t in tokens]  # cleared meanwhile
-        return [t for t in dict.fromkeys(out) if t]
+        return [stems[t] if t in stems else self._stem(con, [t])[0] for t in tokens]  # cleared meanwhile
 
     def _stem(self, con, tokens: list[str]) -> list[str]:
         if self.stemmer == "porter":  # the default: here, as DuckDB's Snowball Porter stems
@@ -184,17 +196,24 @@ def terms_sql(con, text: str, stemmer: str, stopwords: frozenset[str]) -> list[s
 
 
 class Tokenizer:
-    """A delta's memories as the FTS extension tokenizes them, in an in-memory
-    DuckDB of its own, opened on first use and kept; a forked child opens its
-    own. One call at a time (its lock): on the lake a process's writes and
-    its follower's threads (a search, the audit drain's settings poll) build
-    deltas at once, and their statements on the one connection would
-    interleave (a ``SELECT`` reading another call's result)."""
+    """A delta's memories as the FTS extension tokenizes them. An ASCII text
+    is split and stemmed here by the rule a query's terms follow
+    (``QueryTerms.counts``, with the extension's own stopword list), the same
+    counts as the extension's index gives (``tests/unit/test_porter.py``):
+    building an index for it cost ~24 ms a write, paid again by every
+    process following the lake. Other text, and an ``ignore`` pattern Python
+    cannot read, goes to the extension: an index of the delta's texts in an
+    in-memory DuckDB of its own, opened on first use and kept; a forked child
+    opens its own. One call at a time (its lock): on the lake a process's
+    writes and its follower's threads (a search, the audit drain's settings
+    poll) build deltas at once, and their statements on the one connection
+    would interleave (a ``SELECT`` reading another call's result)."""
 
     def __init__(self) -> None:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._pid = 0
         self._lock = threading.Lock()
+        self._rules: dict[tuple[str, str, str], QueryTerms | None] = {}
 
     def _connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None or self._pid != os.getpid():
@@ -204,9 +223,9 @@ class Tokenizer:
         return self._con
 
     def __call__(self, texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
-        """(token count, {term: frequency}) of each text, by the FTS extension with
-        the store's settings: the same tokenizer, stemmer and stopwords that index
-        the base, so a delta's memories score as a compacted index would score them."""
+        """(token count, {term: frequency}) of each text as the FTS extension counts
+        it with the store's settings: the same tokenizer, stemmer and stopwords that
+        index the base, so a delta's memories score as a compacted index would score them."""
         if not texts:
             return []
         with self._lock:
@@ -214,6 +233,31 @@ class Tokenizer:
 
     def _tokenize(self, texts: list[str], settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
         con = self._connection()
+        rule = self._rule(con, settings)
+        if rule is None:
+            return self._indexed(con, texts, settings)
+        out = [rule.counts(con, t) if t.isascii() else (0, {}) for t in texts]
+        rest = [i for i, t in enumerate(texts) if not t.isascii()]
+        for i, counted in zip(rest, self._indexed(con, [texts[i] for i in rest], settings) if rest else [], strict=True):
+            out[i] = counted
+        return out
+
+    def _rule(self, con: duckdb.DuckDBPyConnection, settings: FulltextSettings) -> QueryTerms | None:
+        """The Python rule for these settings, the extension's stopwords read
+        once from an index of no text (None: ``regex`` cannot read ``ignore``)."""
+        key = (settings.ignore, settings.stemmer, settings.stopwords)
+        if key not in self._rules:
+            self._indexed(con, [], settings)
+            words = frozenset(r[0] for r in con.execute("SELECT sw FROM fts_main_delta_docs.stopwords").fetchall())
+            try:
+                self._rules[key] = QueryTerms(settings.ignore, settings.stemmer, words)
+            except regex.error:
+                self._rules[key] = None
+        return self._rules[key]
+
+    def _indexed(self, con: duckdb.DuckDBPyConnection, texts: list[str],
+                 settings: FulltextSettings) -> list[tuple[int, dict[str, int]]]:
+        """``texts`` counted by the extension's own index of them."""
         con.execute("CREATE OR REPLACE TABLE delta_docs (pos INTEGER, fts_text VARCHAR)")
         con.execute("INSERT INTO delta_docs SELECT unnest(?), unnest(?)", [list(range(len(texts))), texts])
         con.execute(create_index_sql("delta_docs", "pos", settings))
