@@ -38,6 +38,7 @@ from pipeline.audit.letters import (
     outbox_done,
     outbox_id,
     outbox_put,
+    outbox_rows,
     quarantine,
 )
 from pipeline.audit.record import AuditRecord, build_record, log_line, retrieval_settings
@@ -176,10 +177,14 @@ class _Sender:
             groups.setdefault((id(item[0]), item[1].audit_outbox_dir), []).append(item)
         for items in groups.values():
             app, settings = items[-1][0], items[-1][1]
+            # the rows no outbox file keeps first (``unkept``), then those the files keep
+            items.sort(key=lambda item: item[2] is not None)
             rows = [row for _, _, _, payload in items for row in payload]
             names = [name for _, _, name, _ in items if name is not None]
+            unkept = sum(len(payload) for _, _, name, payload in items if name is None)
             try:
-                kept = {"outbox": names, "host": outbox_id(settings.audit_outbox_dir)} if names else {}
+                kept = {"outbox": names, "host": outbox_id(settings.audit_outbox_dir),
+                        "unkept": unkept} if names else {}
                 # by name: the task is registered in workers.tasks, routed to the audit queue
                 app.send_task("audit.write", args=[rows], kwargs=kept)
             except Exception as exc:
@@ -243,20 +248,43 @@ class _Pace:
 PACE = _Pace()
 
 
-def written_with_another(settings: WorkerSettings, outbox: object, host: object) -> bool:
-    """Whether a message's rows were already written by another message's
-    batch (``batch_of``): its outbox files are this host's (``host``, the
-    outbox's id) and all gone. A file goes only once its rows are in the log,
-    dead-lettered or purged; another host's message is written as it comes."""
-    names = _names(outbox)
+def _ours(settings: WorkerSettings, names: list, host: object) -> bool:
+    """Whether outbox files ``names`` are this host's (``host``, the outbox's id)."""
     if not names or not all(isinstance(n, str) and OUTBOX_NAME.match(n) for n in names) \
             or not isinstance(host, str):
         return False
     try:
-        ours = host == outbox_id(settings.audit_outbox_dir)
+        return host == outbox_id(settings.audit_outbox_dir)
     except OSError:
         return False
-    return ours and not any((settings.audit_outbox_dir / n).exists() for n in names)
+
+
+def written_with_another(settings: WorkerSettings, outbox: object, host: object) -> bool:
+    """Whether a message's rows were already written by another message's
+    batch (``batch_of``): its outbox files are this host's and all gone. A
+    file goes only once its rows are in the log, dead-lettered or purged;
+    another host's message is written as it comes."""
+    names = _names(outbox)
+    return _ours(settings, names, host) and not any((settings.audit_outbox_dir / n).exists() for n in names)
+
+
+def message_rows(settings: WorkerSettings, records: Any, outbox: object, host: object,
+                 unkept: object) -> tuple[Any, list[AuditRecord]]:
+    """The rows an ``audit.write`` message writes, as its host keeps them now:
+    (rows to validate, rows read from its outbox files). A message of this
+    host's names the files keeping its rows after the ``unkept`` rows no file
+    keeps: those files are read rather than the message, so rows ``dimple
+    audit purge`` took from them (or a file it removed) are not written back
+    by the message still on its way. Another host's message, or one sent
+    before ``unkept`` was, is written as it comes."""
+    names = _names(outbox)
+    if not (isinstance(records, list) and isinstance(unkept, int) and 0 <= unkept <= len(records)
+            and _ours(settings, names, host)):
+        return records, []
+    kept: list[AuditRecord] = []
+    for name in names:
+        kept.extend(outbox_rows(settings.audit_outbox_dir, settings.dead_letter_dir, name) or [])
+    return records[:unkept], kept
 
 
 def batch_of(settings: WorkerSettings, outbox: object) -> list[tuple[Path, list[AuditRecord]]]:

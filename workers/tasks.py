@@ -130,10 +130,12 @@ def _register(app: Celery, stage: Stage) -> Task:
     return app.task(name=stage.name, ignore_result=stage.name != LAST, resultrepr_maxsize=RESULT_REPR_CHARS)(run)
 
 
-def audit_write(self, records: list[dict], outbox: list[str] | str | None = None, host: str | None = None) -> dict:
+def audit_write(self, records: list[dict], outbox: list[str] | str | None = None, host: str | None = None,
+                unkept: int | None = None) -> dict:
     """Write a batch's retrieval_log rows; retried with backoff, then dead-lettered, never swallowed.
-    ``outbox`` names the files keeping the same rows (``workers.audit``: a search process's rows of
-    a second; one name from an earlier dimple), removed once they are in; ``host`` the outbox they
+    ``outbox`` names the files keeping the rows after the first ``unkept`` (``workers.audit``: a
+    search process's rows of a second; one name from an earlier dimple), read for their rows as
+    they are now (``audit.message_rows``) and removed once they are in; ``host`` the outbox they
     are in. The rows of this host's other outbox files waiting now go in the same transaction
     (``audit.batch_of``), and a message whose rows all went so writes nothing."""
     res = resources.current()
@@ -142,7 +144,9 @@ def audit_write(self, records: list[dict], outbox: list[str] | str | None = None
     if audit.written_with_another(settings, outbox, host):
         return {"rows": len(records) if isinstance(records, list) else 1, "inserted": 0, "refused": 0,
                 "batched": True}
+    records, kept = audit.message_rows(settings, records, outbox, host, unkept)
     rows, refused = audit.valid_records(settings, records)
+    rows += kept
     if rows:
         audit.PACE.wait()  # at most one transaction a second: what came meanwhile goes with these rows
     others = audit.batch_of(settings, outbox) if rows else []

@@ -101,6 +101,12 @@ def _read_outbox(path: Path, dead_letter_dir: Path) -> list[AuditRecord] | None:
         return None
 
 
+def outbox_rows(folder: Path, dead_letter_dir: Path, name: str) -> list[AuditRecord] | None:
+    """The rows the outbox file ``name`` keeps now (a purge may have taken some);
+    None when it is gone: written, dead-lettered or purged whole."""
+    return _read_outbox(folder / name, dead_letter_dir) if OUTBOX_NAME.match(name) else None
+
+
 def outbox_batch(folder: Path, dead_letter_dir: Path, rows: int, skip: Collection[str] = ()
                  ) -> list[tuple[Path, list[AuditRecord]]]:
     """The outbox files waiting now (any age, oldest first, those named in ``skip`` left out)

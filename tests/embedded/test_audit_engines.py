@@ -390,6 +390,57 @@ def test_a_message_naming_some_files_still_there_writes_its_rows_once_and_skips_
     assert pa.count(pa.log_of(embedded)) == (7, 7)
 
 
+def test_a_purge_is_not_undone_by_a_message_still_on_its_way(embedded, monkeypatch):
+    """``dimple audit purge`` takes rows from the outbox files a search
+    process's ``audit.write`` still names (one file keeps a row to purge
+    among others, another only such rows, and is removed): the message,
+    written after, writes its files' rows as they are now, and the rows no
+    file kept (an outbox it could not write to) from itself."""
+    import time
+
+    from pipeline.audit import letters
+    from pipeline.audit.purge import purge
+    from workers import audit
+    from workers.app import get_app
+
+    embedded.audit_outbox_after_s = 3600.0  # the outbox drain thread stays out of it
+    sent: list[tuple[list, dict]] = []
+
+    class Broker:
+        conf = type("conf", (), {"task_always_eager": False})()
+
+        @staticmethod
+        def send_task(name, args, kwargs):
+            sent.append((json.loads(json.dumps(args[0])), kwargs))
+
+    monkeypatch.setattr(audit, "SEND_LINGER_S", 0.3)
+    secret = "ZQX vault plan"
+    rows = [_row(i, secret if i in (1, 3, 4) else "a question") for i in range(7)]
+    real_put, calls = letters.outbox_put, []
+
+    def put(folder, payload):  # the first batch's outbox file cannot be written: the message alone keeps it
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("read-only audit dir")
+        return real_put(folder, payload)
+
+    monkeypatch.setattr(audit, "outbox_put", put)
+    for part in (rows[5:7], rows[0:3], rows[3:5]):
+        audit.send(Broker, part)
+    t0 = time.monotonic()
+    while not sent and time.monotonic() - t0 < 10:
+        time.sleep(0.02)
+    ((payload, kept),) = sent
+    assert kept["unkept"] == 2 and len(kept["outbox"]) == 2
+    log = pa.log_of(embedded)
+    report = purge(log, embedded.audit_outbox_dir, embedded.dead_letter_dir, [], [secret])
+    assert report.outbox_rows == 3 and report.rows == 0
+    out = get_app().tasks["audit.write"].apply(args=[payload], kwargs=kept).get()
+    assert out["inserted"] == 4
+    assert sorted(r.query_id for r in pa.tail(log, 10)) == sorted(rows[i].query_id for i in (0, 2, 5, 6))
+    assert letters.outbox_pending(embedded.audit_outbox_dir) == []
+
+
 def test_rows_a_search_process_cannot_send_stay_in_the_outbox_and_it_says_so(embedded, caplog):
     """The broker down when a search process sends: its rows stay in the
     outbox for the host's drain (a WARNING names how many files), and rows
