@@ -17,6 +17,7 @@ import numpy as np
 from pipeline.settings import Settings
 from pipeline.store import files
 from pipeline.store.database import Store
+from pipeline.store.fulltext import index_exists, rebuild_index
 from pipeline.store.ingest import MemoryRecord, ingest_records, rebuild_tree
 
 
@@ -49,6 +50,8 @@ def fresh_base(target: Path, records: list[MemoryRecord], vectors: dict[str, np.
     with _building(target) as work:
         with Store.open(work, read_only=False, embedding_model=embedding_model, embedding_dim=embedding_dim) as store:
             ingest_records(store, records, None, settings, vectors_of=vectors)  # type: ignore[arg-type]
+            if not index_exists(store.con):  # a base of no memories too: the writes over it are searched
+                rebuild_index(store.con, settings.fulltext)
             if rebuild:  # re-clusters every namespace
                 rebuild_tree(store, settings)
             for key, value in (meta or {}).items():

@@ -528,3 +528,20 @@ def test_compacting_an_empty_lake_does_nothing(tmp_path):
 
     assert not compact(store_settings(tmp_path), wait=True).ran  # an empty lake: nothing to do
 
+
+
+def test_a_store_compacted_to_no_memories_finds_what_is_written_after(embedded):
+    """Forget everything, compact (a base of no memories), write again: the
+    full-text leg searches the writes over that base, as over any other."""
+    from pipeline.store.lake.compaction import compact_lake
+    from workers import resources
+    from workers.api import forget, remember, search
+
+    remember({"id": "a", "namespace": "n", "content": "aardvark notes"})
+    forget(["a"])
+    assert compact_lake(embedded, wait=True).memories == 0
+    resources.current().close_store()  # opened again on the new base, not loading it in the background
+    remember({"id": "b", "namespace": "n", "content": "zebra crossing downtown"})
+    assert _ids("zebra") == ["b"] and _ids("aardvark") == []
+    hybrid = search("zebra crossing", mode="hybrid")
+    assert [r.id for r in hybrid.results] == ["b"] and hybrid.legs["fts"]["hits"] == 1
