@@ -261,8 +261,32 @@ def test_the_delta_tokenizer_answers_each_thread_for_its_own_texts():
     from pipeline.store.fulltext.terms import tokenize
 
     fs = FulltextSettings()
-    texts = [[f"memory {i} about topic {j} and deploys" for j in range(i % 5 + 1)] for i in range(60)] + [[]]
+    texts = [[f"memory {i} about topic {j} and deploys" for j in range(i % 5 + 1)] + [f"Встреча {i} в Москве"]
+             for i in range(60)] + [[]]  # ASCII counted in Python, the rest by the extension's index
     alone = [tokenize(t, fs) for t in texts]
     with ThreadPoolExecutor(4) as pool:
         together = list(pool.map(lambda t: tokenize(t, fs), texts))
     assert together == alone
+
+
+def test_a_stopword_read_the_deadline_interrupts_is_not_taken_for_no_stopwords():
+    """A base keeps the query rule it reads first (``Postings.query_terms``):
+    a read of its stopwords that the query's deadline interrupted raises (the
+    leg times out) rather than giving a rule without stopwords, under which
+    "at" would find "ate"; a connection with no index has none to read."""
+    import duckdb
+
+    from pipeline.settings import FulltextSettings
+    from pipeline.store.fulltext.terms import QueryTerms, stopwords
+
+    class Interrupted:
+        def execute(self, *args, **kwargs):
+            raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    with pytest.raises(duckdb.InterruptException):
+        QueryTerms.of(Interrupted(), FulltextSettings())
+    con = duckdb.connect()
+    try:
+        assert stopwords(con) is None
+    finally:
+        con.close()

@@ -24,8 +24,7 @@ With deltas (``pipeline.store.overlay``) N, avgdl and each term's df are the
 live corpus's (base minus dead memories, plus the deltas'), the base's dead
 memories are skipped and the deltas' memories are scored from their stored
 terms (``delta_hits``), so scores equal BM25 over the merged corpus, as a
-compaction would index it. ``query_idf`` is the sum of the query terms' IDFs
-over the same live corpus (fusion's lexical match).
+compaction would index it.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import numpy as np
 from pipeline.contracts import Scope
 from pipeline.settings import FulltextSettings
 from pipeline.store.database import placeholders
-from pipeline.store.fulltext.bm25 import bm25, bm25_sql, idf
+from pipeline.store.fulltext.bm25 import bm25, bm25_sql
 from pipeline.store.fulltext.postings import Postings
 from pipeline.store.fulltext.terms import query_terms
 
@@ -264,19 +263,3 @@ def delta_hits(overlay: Overlay, terms: list[str], df: dict[str, int], scope: Sc
     found = np.flatnonzero(hit & inside)
     ranked = sorted(found.tolist(), key=lambda row: (-scores[row], overlay.ids[row]))[:limit]
     return [(overlay.ids[row], float(scores[row])) for row in ranked]
-
-
-def query_idf(con, text: str, settings: FulltextSettings, overlay: Overlay, postings: Postings | None) -> float:
-    """The sum of BM25 IDFs of the query's terms (the full-text leg's own terms,
-    stopwords left out) over the live store: document frequencies of the base
-    (its postings in memory, else by SQL) plus the deltas'."""
-    terms = _terms(con, text, settings, postings)
-    if not terms:
-        return 0.0
-    if postings is not None:
-        base = {t: int(postings.df[tid]) for t, tid in postings.termids(terms).items()}
-    else:
-        slots, params = placeholders("t", terms)
-        base = {t: df for t, _, df in con.execute(_BASE_TERMS.replace("{terms}", slots), params).fetchall()}
-    n, _ = overlay.live_stats()
-    return sum(idf(base.get(t, 0) + overlay.delta_df(t), n) for t in terms)

@@ -165,9 +165,13 @@ class QueryTerms:
 
 def stopwords(con) -> frozenset[str] | None:
     """The index's stopwords (an empty table with ``stopwords='none'``); None
-    when ``con`` has no index to read them from."""
+    when ``con`` has no index to read them from. Any other failure is raised:
+    a read the query's deadline interrupted is no empty list (a base keeps
+    the rule it reads first, ``Postings.query_terms``)."""
     try:
         return frozenset(r[0] for r in con.execute("SELECT sw FROM fts_main_memories.stopwords").fetchall())
+    except duckdb.InterruptException:
+        raise
     except duckdb.Error:
         return None
 
