@@ -29,7 +29,7 @@ import duckdb
 
 from pipeline.errors import StoreError, VersionNotReachedError
 from pipeline.store import segments
-from pipeline.store.database import Store, created_at_of
+from pipeline.store.database import Store, created_at_of, label_lists
 from pipeline.store.fulltext import Postings, fulltext_totals, index_exists
 from pipeline.store.graph import BaseGraph, GraphPart
 from pipeline.store.hostcache import HostCache
@@ -124,7 +124,11 @@ class _Uses:
     def router(self) -> TreeRouter | None:
         """The base tree's router for new memories, read on first use (None without a base)."""
         if self._router is None and self.store is not None:  # writes are serialised: no lock
-            self._router = TreeRouter.load(self.store.con)
+            cur = self.store.cursor()
+            try:
+                self._router = TreeRouter.load(cur)
+            finally:
+                cur.close()
         return self._router
 
     @property
@@ -201,9 +205,15 @@ class Snapshot:
         holds, as state ``version``; the base, its indexes and router are shared."""
         merged = {**self.deltas, **deltas}
         assert self._uses is not None
-        overlay = Overlay.build(version, [merged[s] for s in sorted(merged)],
-                                self.store.con if self.store is not None else None, _dim(self.store),
-                                self._uses.totals, self._uses.terms)
+        # a cursor of this thread's own: the base's connection answers one statement at a time,
+        # and the process's other threads read it too (``writes.live_view``)
+        cur = self.store.cursor() if self.store is not None else None
+        try:
+            overlay = Overlay.build(version, [merged[s] for s in sorted(merged)], cur, _dim(self.store),
+                                    self._uses.totals, self._uses.terms)
+        finally:
+            if cur is not None:
+                cur.close()
         return Snapshot(version=version, base=self.base, store=self.store, overlay=overlay, deltas=merged,
                         _index=self._index, _uses=self._uses)
 
@@ -213,8 +223,12 @@ class Snapshot:
             if self._index is None and self.store is not None:
                 assert self._uses is not None
                 cache, dim = self._uses.cache, self.store.info.embedding_dim
-                self._index = (cache.vector_index(self.store.con, self.version, dim) if cache is not None
-                               else VectorIndex.load(self.store.con, self.version, dim))
+                cur = self.store.cursor()
+                try:
+                    self._index = (cache.vector_index(cur, self.version, dim) if cache is not None
+                                   else VectorIndex.load(cur, self.version, dim))
+                finally:
+                    cur.close()
             return self._index
 
     def postings(self) -> Postings | None:
@@ -239,7 +253,10 @@ class Snapshot:
 
     def namespaces(self) -> list[str]:
         """Every namespace holding a memory, in the base or a delta, sorted."""
-        held = set(self.store.namespaces()) if self.store is not None else set()
+        held: set[str] = set()
+        if self.store is not None:
+            with self.view() as view:
+                held = set(label_lists(view.cursor)[0])
         return sorted(held | {m.namespace for m in self.overlay.members.values()})
 
     @contextmanager

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +29,7 @@ from pipeline.contracts import id_problem
 from pipeline.embedders import Embedder, check_model
 from pipeline.errors import InputError, LineError
 from pipeline.settings import Settings
-from pipeline.store.database import Store, rows_by_ids, utcnow
+from pipeline.store.database import rows_by_ids, utcnow
 from pipeline.store.delta import delta_memories
 from pipeline.store.ingest import (
     IngestReport,
@@ -50,12 +51,13 @@ from pipeline.store.reader import Reader, Snapshot
 
 
 class LiveView:
-    """The published state as validation reads it: live ids and current versions."""
+    """The published state as validation reads it: live ids and current versions,
+    the base's through ``con`` (``live_view``: a cursor of the reading thread's own)."""
 
-    def __init__(self, snap: Snapshot | None):
+    def __init__(self, snap: Snapshot | None, con=None):
         self.snap = snap
         self.overlay = snap.overlay if snap is not None else None
-        self.con = snap.store.con if snap is not None and snap.store is not None else None
+        self.con = con
 
     def existing_ids(self, ids) -> set[str]:
         ids = list(ids)
@@ -77,6 +79,21 @@ class LiveView:
             for r in rows_by_ids(
                 self.con, "SELECT id, namespace, content_hash, created_at, embedding FROM memories WHERE {id}", rest, lookups=True)
         }
+
+
+@contextmanager
+def live_view(snap: Snapshot | None) -> Iterator[LiveView]:
+    """``snap`` as validation reads it, through a cursor of this thread's own on
+    its base, the base kept open meanwhile (``Snapshot.view``). Not the base's
+    connection: a DuckDB connection runs one statement at a time, and a
+    process's other threads (a follower extending its view, the upkeep
+    thread's settings poll) read through it too; interleaved, one thread
+    fetches another's rows."""
+    if snap is None:
+        yield LiveView(None)
+        return
+    with snap.view() as view:
+        yield LiveView(snap, view.cursor)
 
 
 def _same_as_delta(record: MemoryRecord, m: DeltaMemory) -> bool:
@@ -283,49 +300,49 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
     """One validation against the latest snapshot, and its commit (``_write_lake``);
     the records it leaves out are added to ``skipped`` (the earlier attempts')."""
     snap = reader.snapshot(fresh=True)
-    live = LiveView(snap)
-    skipped.extend(validate(parsed, live, skip_invalid))  # type: ignore[arg-type]
-    skipped.sort(key=lambda e: (e.line, e.field))
-    ids = [record_id(r) for r in parsed.records]  # the valid ones
-    forgotten_live = live.existing_ids(forget)
-    clash = sorted(forgotten_live & set(ids))
-    if clash:
-        raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
-    now = utcnow()
-    prepared = prepare(parsed.records, live, embedder_for, settings, now=now, progress=progress)
-    gone = [m for m in forget if m in forgotten_live]
-    report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
-                         skipped=list(skipped), embedded=prepared.embedded, forgotten=len(gone),
-                         not_found=[m for m in forget if m not in forgotten_live], ids=ids,
-                         namespaces=sorted({m.namespace for m in prepared.memories}),
-                         version=snap.version if snap is not None else 0)
-    if prepared.memories or gone:
-        dim = prepared.vectors.shape[1] if prepared.vectors is not None else None
-        write = LakeWrite(remember=[LakeMemory.from_record(_as_memory_record(m), prepared.vectors[i], now)
-                                    for i, m in enumerate(prepared.memories)] if prepared.vectors is not None else [],
-                          forget=gone, validated=True)
-        # the vectors' model: embedded now (checked against the view's), else the view's own
-        held = snap.store.info.embedding_model if snap is not None and snap.store is not None else None
-        write.embedding_model = prepared.model or (held if held != "unknown" else None)
-        if write_id is not None:
-            write.write_id = write_id
-        done = follower.commit(write, dim)
-        report.version, report.replayed = done.snapshot, done.replayed
-        if not done.replayed:  # what the commit found live: another process may have forgotten one first
-            report.forgotten = done.forgotten
-        # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
-        if not done.replayed and (snap is None or snap.store is None
-                                  or len(prepared.memories) >= settings.compact_delta_memories):
-            # the write's version is the snapshot that lists its base: the state it published
-            report.version = follower.build_listed(done.snapshot, write.write_id)[1]
-            report.compacted = True
-        elif snap is not None:
-            report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone),
-                                                     since=follower.newest_base())
-    if not report.compact_due and not report.compacted:
-        report.compact_due = follower.erase_due()
-    report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
-    return report
+    with live_view(snap) as live:  # a cursor of this thread's own: the base's connection answers one at a time
+        skipped.extend(validate(parsed, live, skip_invalid))  # type: ignore[arg-type]
+        skipped.sort(key=lambda e: (e.line, e.field))
+        ids = [record_id(r) for r in parsed.records]  # the valid ones
+        forgotten_live = live.existing_ids(forget)
+        clash = sorted(forgotten_live & set(ids))
+        if clash:
+            raise InputError("ids", f"{clash[0]!r} is both remembered and forgotten in one write")
+        now = utcnow()
+        prepared = prepare(parsed.records, live, embedder_for, settings, now=now, progress=progress)
+        gone = [m for m in forget if m in forgotten_live]
+        report = WriteReport(inserted=prepared.inserted, updated=prepared.updated, unchanged=prepared.unchanged,
+                             skipped=list(skipped), embedded=prepared.embedded, forgotten=len(gone),
+                             not_found=[m for m in forget if m not in forgotten_live], ids=ids,
+                             namespaces=sorted({m.namespace for m in prepared.memories}),
+                             version=snap.version if snap is not None else 0)
+        if prepared.memories or gone:
+            dim = prepared.vectors.shape[1] if prepared.vectors is not None else None
+            write = LakeWrite(remember=[LakeMemory.from_record(_as_memory_record(m), prepared.vectors[i], now)
+                                        for i, m in enumerate(prepared.memories)] if prepared.vectors is not None else [],
+                              forget=gone, validated=True)
+            # the vectors' model: embedded now (checked against the view's), else the view's own
+            held = snap.store.info.embedding_model if snap is not None and snap.store is not None else None
+            write.embedding_model = prepared.model or (held if held != "unknown" else None)
+            if write_id is not None:
+                write.write_id = write_id
+            done = follower.commit(write, dim)
+            report.version, report.replayed = done.snapshot, done.replayed
+            if not done.replayed:  # what the commit found live: another process may have forgotten one first
+                report.forgotten = done.forgotten
+            # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
+            if not done.replayed and (snap is None or snap.store is None
+                                      or len(prepared.memories) >= settings.compact_delta_memories):
+                # the write's version is the snapshot that lists its base: the state it published
+                report.version = follower.build_listed(done.snapshot, write.write_id)[1]
+                report.compacted = True
+            elif snap is not None:
+                report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone),
+                                                         since=follower.newest_base())
+        if not report.compact_due and not report.compacted:
+            report.compact_due = follower.erase_due()
+        report.seconds = {"embed": prepared.embed_s, "total": time.perf_counter() - t0}
+        return report
 
 
 def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
@@ -373,9 +390,10 @@ def records_of(snap: Snapshot | None, ids: list[str]) -> list[dict[str, Any]]:
             found[mid] = _as_record(m.id, m.namespace, m.content, m.content_type, m.created_at, m.context,
                                     m.metadata, m.topics, m.concepts, m.supersedes, m.conflicts, m.supported_by)
     rest = [m for m in ids if m not in found and m not in overlay.touched]
-    if rest and snap.store is not None:
-        found.update(_base_records(snap.store, rest))
-    _drop_dead_links(found.values(), LiveView(snap))
+    with live_view(snap) as live:
+        if rest and live.con is not None:
+            found.update(_base_records(live.con, rest))
+        _drop_dead_links(found.values(), live)
     if overlay.unlinked:
         _drop_cut_links(found.values(), overlay)
     return [found[m] for m in dict.fromkeys(ids) if m in found]
@@ -413,8 +431,7 @@ def _as_record(mid, namespace, content, content_type, created_at, context, metad
             "conflicts": sorted(conflicts), "supported_by": sorted(supported_by)}
 
 
-def _base_records(store: Store, ids: list[str]) -> dict[str, dict[str, Any]]:
-    con = store.con
+def _base_records(con, ids: list[str]) -> dict[str, dict[str, Any]]:
     rows = con.execute(
         "SELECT id, namespace, content, content_type, created_at, context, metadata::VARCHAR FROM memories "
         "WHERE id IN (SELECT unnest(?))", [ids]).fetchall()

@@ -122,3 +122,50 @@ def test_a_forget_and_a_replacement_racing_a_write_apply_to_what_is_there(lake):
     with Lake.open(lake) as opened:
         forgotten = opened.con.execute("SELECT sum(forgotten) FROM writes").fetchone()[0]
     assert forgotten == 1  # m3 forgotten once, by the other writer
+
+
+def test_a_processs_writes_and_its_other_threads_read_the_base_without_taking_each_others_rows(tmp_path):
+    """One ``Reader`` serves a process's writes and its other threads (an
+    ingest process's upkeep thread follows the lake for the store's tuned
+    settings; ``get`` and a search read it): each reads the base through a
+    cursor of its own. Through the base's one connection, a thread could
+    fetch another's rows: a replacement taken for unchanged, a write failing
+    on rows of another shape."""
+    settings = store_settings(tmp_path)
+    n = 300
+    _write(settings, [{"id": f"m{i}", "namespace": f"ns{i % 3}", "content": f"base note {i} on the deploy window"}
+                      for i in range(n)])  # the first write: the base
+    reader = reader_for(settings)
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def follow() -> None:  # the process's other threads, the lake moving under them
+        k = 0
+        try:
+            while not stop.is_set():
+                snap = reader.snapshot(fresh=True)
+                assert snap is not None and snap.namespaces() == ["ns0", "ns1", "ns2"]
+                got = get(settings, [f"m{k % n}"], reader=reader)
+                assert [g["id"] for g in got] == [f"m{k % n}"]
+                k += 1
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
+            failed.append(exc)
+
+    threads = [threading.Thread(target=follow) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for round_ in range(30):
+            ids = [f"m{(round_ * 7 + j) % n}" for j in range(8)]
+            records = [{"id": m, "namespace": f"ns{int(m[1:]) % 3}", "content": f"round {round_} note on {m}"}
+                       for m in ids[:4]]  # replaced
+            records += [{"id": m, "namespace": f"ns{int(m[1:]) % 3}",
+                         "content": f"base note {m[1:]} on the deploy window"} for m in ids[4:]]  # as they are
+            done = write(settings, parse_records(records, settings), reader=reader)
+            assert (done.updated, done.unchanged) == (4, 4), (round_, done)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+        reader.close()
+    assert not failed, failed[0]

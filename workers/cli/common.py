@@ -28,7 +28,7 @@ from pipeline.store import ingest, segments, writes
 from pipeline.store.lake.follow import bases, reader_for
 from pipeline.store.maintenance import compact
 from pipeline.store.stats import store_stats
-from pipeline.store.writes import LiveView
+from pipeline.store.writes import live_view
 from workers import resources
 from workers.api import BROKER_DOWN
 from workers.app import START_WORKER, consumed_queues, get_app
@@ -230,7 +230,8 @@ def ingest_via_broker(path: Path, settings, *, skip_invalid: bool = False):
     size, wait_s = settings.ingest_batch_size, settings.ingest_batch_wait_s
     reader = reader_for(settings)
     try:  # a link to a later batch is refused here: that batch's worker would refuse it, after earlier ones
-        ingest.validate(parsed, LiveView(reader.snapshot()), skip_invalid, batch_size=size)  # type: ignore[arg-type]
+        with live_view(reader.snapshot()) as live:
+            ingest.validate(parsed, live, skip_invalid, batch_size=size)  # type: ignore[arg-type]
     finally:
         reader.close()
     for start in range(0, len(lines), size):
