@@ -11,6 +11,7 @@ Embedded (no broker configured) the canvas runs in-process; with
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -85,6 +86,25 @@ def _wait(fetch: Callable[..., Any], timeout: float | None, lost: Callable[[], b
                 raise
 
 
+# how Celery's result backend words a chord whose header part failed (``_unpack_chord_result``)
+_DEPENDENCY = re.compile(r"Dependency (\S+) raised ")
+
+
+def _part_error(app: Any, exc: Exception) -> DimpleError | None:
+    """The typed error a leg raised, where its chord reports it as a
+    ``ChordError`` naming the part (a hybrid query's two legs run as one):
+    read back from the part's stored failure, as a chain's caller gets an
+    earlier stage's own. None when there is none to read."""
+    found = _DEPENDENCY.match(str(exc)) if isinstance(exc, ChordError) else None
+    if found is None:
+        return None
+    try:
+        part = AsyncResult(found.group(1), app=app).result
+    except Exception:  # noqa: BLE001 - the chord's own error is reported then
+        return None
+    return part if isinstance(part, DimpleError) else None
+
+
 def _expired(exc: Exception) -> bool:
     """A stage discarded at the query's deadline (Celery reports it revoked;
     a chord whose part was discarded fails with a ChordError naming it)."""
@@ -134,6 +154,9 @@ class _DecodesResults:
                 raise QueryTimeoutError(
                     f"task {self.id}: its stages expired unrun at the query's deadline "
                     "(DIMPLE_TASK_TIMEOUT_S after sending)") from None
+            typed = _part_error(get_app(), exc)
+            if typed is not None:
+                raise typed from None
             raise StageError(f"a pipeline stage failed on a worker: {type(exc).__name__}: {exc}") from None
         self.release()
         results = _decode(value)

@@ -100,3 +100,24 @@ def test_a_failing_stage_reaches_the_caller_as_an_error_not_a_hang(demo_store, s
         handle.get(timeout=60)
     assert time.monotonic() - t0 < 20
     assert "top_k" in str(info.value)
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword", "semantic"])
+def test_a_legs_typed_error_reaches_the_caller_as_embedded(demo_store, stack, mode):
+    """A snapshot the store does not hold: the legs refuse it with an
+    ``InputError`` naming ``as_of``, and the caller gets that error through the
+    workers as embedded, whichever legs run (a hybrid query's two legs are one
+    chord, which reports a part's failure as a ``ChordError``)."""
+    import workers
+    from pipeline.errors import InputError
+    from workers.api import search
+
+    workers.configure(demo_store.settings)
+    with pytest.raises(InputError) as embedded:
+        search("deploy window", mode=mode, as_of=10**6)
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    for _ in range(3):  # the chord's report, not the caller's occasional look at the parts, is what answers
+        with pytest.raises(InputError) as distributed:
+            search("deploy window", mode=mode, as_of=10**6)
+        assert distributed.value.field == embedded.value.field == "as_of"
+        assert str(distributed.value) == str(embedded.value)
