@@ -601,11 +601,18 @@ def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
     if app.conf.task_always_eager:
         res = resources.current()
         return read_live(res.settings(), wanted, reader=res.reader())
-    try:
-        return app.tasks["store.get"].apply_async(args=[wanted]).get(timeout=resources.current().settings().task_timeout_s)
+    timeout = resources.current().settings().task_timeout_s
+    sent = time.monotonic()
+    try:  # a message no worker took by then is discarded, as a query's stages are
+        handle = app.tasks["store.get"].apply_async(args=[wanted], expires=timeout)
+        return handle.get(timeout=timeout)
     except BROKER_DOWN as exc:
         reset_connections(app)
         raise BrokerUnavailableError(f"cannot reach the broker or result backend: {exc}") from None
+    except CeleryTimeoutError:
+        stop_waiting(handle)
+        raise QueryTimeoutError(f"no answer for store.get {handle.id} within {time.monotonic() - sent:.1f} s of "
+                                f"sending it; {_why_no_answer(('search',))}") from None
 
 
 # -- the audit trail ---------------------------------------------------------------------

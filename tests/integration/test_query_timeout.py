@@ -39,3 +39,16 @@ def test_an_answered_query_does_not_ask_who_consumes(demo_store, stack, monkeypa
     workers.configure(demo_store.with_broker(stack.broker_url))
     assert search("deploy window").results
     assert all(r.results for r in search_many(["deploy window", "rollback"], batch_size=1))
+
+
+def test_get_with_no_worker_to_answer_times_out_naming_the_queue(demo_store, bare_broker):
+    """``get`` through a broker no search worker consumes: a typed timeout
+    naming the queue and what to start, as a query's, not Celery's own."""
+    import workers
+    from pipeline.errors import QueryTimeoutError
+    from workers.api import get
+
+    workers.configure(demo_store.with_broker(bare_broker.broker_url).replace(task_timeout_s=1))
+    with pytest.raises(QueryTimeoutError) as info:
+        get(["m1"])
+    assert re.search(r"within 1\.\d s of sending it; no worker is consuming the 'search' queue", str(info.value))
