@@ -162,6 +162,10 @@ class _DecodesResults:
         results = _decode(value)
         return results[0] if self.single else results
 
+    def wait(self, *args: Any, **kwargs: Any):
+        """``get()`` (Celery's ``wait`` is its own ``get``, bound before this class's)."""
+        return self.get(*args, **kwargs)
+
     def _since(self, timeout: float | None = None) -> str:
         if self.sent_at is not None:
             return f"within {time.monotonic() - self.sent_at:.1f} s of sending it"
@@ -321,18 +325,21 @@ def search(query: str, **options: Any) -> Results:
         raise
 
 
-def _split(item: Any) -> tuple[Any, Any]:
+def _split(item: Any, where: str = "queries") -> tuple[Any, Any]:
+    """(text, options) of one query of a batch (``where``: ``queries[i]``)."""
     if isinstance(item, str):
         return item, None
     if isinstance(item, dict):
         item = dict(item)
+        if "query" in item and "text" in item:
+            raise InputError(f"{where}.text", "give the query's text once, as 'query' or as 'text'")
         text = item.pop("query", item.pop("text", None))
         if text is None:
-            raise InputError("query", "each query needs a 'query' (or 'text') field")
+            raise InputError(f"{where}.query", "each query needs a 'query' (or 'text') field")
         return text, item
     if isinstance(item, tuple) and len(item) == 2:
         return item
-    raise InputError("queries", "each query is a string or a dict with 'query' and options")
+    raise InputError(where, "each query is a string or a dict with 'query' and options")
 
 
 def _naming(exc: Exception, where: str) -> Exception:
@@ -387,11 +394,13 @@ def search_many(
     settings = resources.current().settings()
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Iterable):
         raise InputError("queries", "must be a list of queries")
-    items = [_split(q) for q in queries]
+    items = [_split(q, f"queries[{i}]") for i, q in enumerate(queries)]
     size = settings.query_batch_size if batch_size is None else batch_size
     limit = settings.limits.max_batch_queries
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= limit:
         raise InputError("batch_size", f"must be a whole number from 1 to {limit}")
+    if in_flight is not None and (isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1):
+        raise InputError("in_flight", "must be a whole number of batches, at least 1")
     for i, (text, options) in enumerate(items):  # every query checked before any is sent: a bad one sends none
         try:
             make_query(text, options, settings)
@@ -481,6 +490,10 @@ class _DecodesWrite:
             raise IngestValidationError([_line_error(e) for e in value["errors"]])
         value.pop("ok", None)
         return WriteResult.model_validate(value)
+
+    def wait(self, *args: Any, **kwargs: Any) -> WriteResult:
+        """``get()`` (Celery's ``wait`` is its own ``get``, bound before this class's)."""
+        return self.get(*args, **kwargs)
 
 
 def _line_error(text: str) -> LineError:

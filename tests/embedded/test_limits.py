@@ -41,6 +41,39 @@ def test_search_many_checks_every_query_before_it_sends_any_and_names_the_bad_on
     assert answered == []  # no batch ran
 
 
+@pytest.mark.parametrize(("item", "field"), [
+    ({"mode": "keyword"}, "queries[1].query"),
+    (123, "queries[1]"),
+    (("b",), "queries[1]"),
+    ({"query": "b", "text": "c"}, "queries[1].text"),
+])
+def test_search_many_names_the_query_that_is_not_one(embedded, item, field):
+    from workers.api import search_many
+
+    with pytest.raises(InputError) as info:
+        search_many(["a", item])
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("bad", [0, -1, "4", 2.5, True])
+def test_search_many_in_flight_is_checked(embedded, bad):
+    from workers.api import search_many
+
+    with pytest.raises(InputError) as info:
+        search_many(["a", "b"], in_flight=bad)
+    assert info.value.field == "in_flight"
+
+
+def test_a_handles_wait_is_its_get(embedded):
+    from workers.api import remember, remember_async, search_async
+
+    remember({"id": "a", "namespace": "n", "content": "the deploy window is friday"})
+    got = search_async("deploy window").wait(timeout=10)  # Results, as get() gives them
+    assert [r.id for r in got.results] == ["a"]
+    written = remember_async({"id": "b", "namespace": "n", "content": "the rollback plan"}).wait(timeout=10)
+    assert written.ids == ["b"] and written.inserted == 1
+
+
 def test_search_many_puts_what_a_stage_refused_in_each_of_its_queries_places(embedded):
     """With ``return_exceptions``, a batch a stage refused (a snapshot the lake
     does not hold) is reported per query, typed and naming the query; the
