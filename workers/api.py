@@ -15,6 +15,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
@@ -46,9 +47,10 @@ from pipeline.errors import (
 from pipeline.store.writes import WriteResult, parse_records, record_lines
 from pipeline.store.writes import get as read_live
 
-from . import broker_epoch, configure, presence, resources
+from . import broker_epoch, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
 from .audit import flush as flush_audit
+from .audit import unlogged
 from .canvas import query_canvas, run_eager
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
 from .tasks import HandedOn
@@ -641,11 +643,9 @@ def replay_row(row: AuditRecord) -> dict[str, Any]:
     settings = resources.current().settings()
     at = replay_snapshot(row)
     options = replay_options(row)
-    unlogged = settings.embedded and settings.audit_enabled
-    if unlogged:
-        configure(settings.replace(audit_enabled=False))
     gone = None
-    try:
+    # embedded, this thread's replay alone goes unlogged: not every thread's query, by a settings change
+    with unlogged() if settings.embedded else nullcontext():
         try:
             now = search(row.query_text, **options, **({"as_of": at} if at is not None else {}))
         except InputError as exc:  # the lake no longer holds the row's snapshot (store.retain)
@@ -653,9 +653,6 @@ def replay_row(row: AuditRecord) -> dict[str, Any]:
                 raise
             gone, at = exc.reason, None
             now = search(row.query_text, **options)
-    finally:
-        if unlogged:
-            configure(settings)
     diff = diff_served([s["id"] for s in row.sources], [r.id for r in now.results])
     changes = diff["changes"]
     verdict = "same list" if diff["same"] else f"{len(changes)} change(s)"

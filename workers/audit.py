@@ -23,6 +23,8 @@ import queue
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +54,32 @@ from .settings import WorkerSettings
 search_log = logging.getLogger("dimple.search")
 log = logging.getLogger("dimple.audit")
 
+class _Unlogged(threading.local):
+    on = False
+
+
+_UNLOGGED = _Unlogged()
+
+
+@contextmanager
+def unlogged() -> Iterator[None]:
+    """The queries this thread runs in process meanwhile write no audit row
+    (an embedded replay of a logged query: ``api.replay_row``); the process's
+    other threads, and its settings, are left as they are."""
+    before, _UNLOGGED.on = _UNLOGGED.on, True
+    try:
+        yield
+    finally:
+        _UNLOGGED.on = before
+
+
 def emit(app: Celery, batch: Batch) -> None:
     """One ``hybrid.search`` INFO line per query (synchronous), then the batch's
-    rows as one asynchronous write."""
+    rows as one asynchronous write (none while ``unlogged``)."""
     settings = resources.current().settings()
     logged = search_log.isEnabledFor(logging.INFO)
-    if not (logged or settings.audit_enabled):
+    rows = settings.audit_enabled and not _UNLOGGED.on
+    if not (logged or rows):
         return  # no line to log, no row to write: nothing to build
     ran_with = retrieval_settings(settings)
     records = [build_record(state, settings.rrf_k, settings.store_query_text, settings=ran_with)
@@ -65,7 +87,7 @@ def emit(app: Celery, batch: Batch) -> None:
     if logged:
         for record in records:
             search_log.info(log_line(record))
-    if settings.audit_enabled and records:
+    if rows and records:
         send(app, records)
 
 

@@ -143,6 +143,42 @@ def test_stored_settings_apply_at_the_next_call_unless_a_process_turns_them_off(
     res.close_store()
 
 
+def test_an_embedded_replay_leaves_the_process_settings_and_other_threads_audit_alone(settings, monkeypatch):
+    """``replay_row`` (``dimple audit explain``, the MCP explain tool) writes no
+    row for its own query, and only for it: a query another thread runs
+    meanwhile is logged, and the store's tuned settings are still followed
+    after it (a reset applies) rather than kept as the process's own."""
+    import threading
+
+    from pipeline.errors import InputError
+
+    workers.configure(settings)
+    api.remember([{"id": "m", "namespace": "n", "content": "a store to keep tuned settings in"}])
+    res = resources.current()
+    write_tuned(settings, TunedFusion(fusion="rrf", rrf_k=60))
+    time.sleep(TUNED_CHECK_S)
+    assert res.settings().fusion == "rrf"
+    row = _logged(api.search("tuned settings", namespace="n").query_id)
+    real, meanwhile = api.search, []
+
+    def search(*args, **kwargs):  # the replay's query, with another thread's query while it runs
+        thread = threading.Thread(target=lambda: meanwhile.append(real("a store", namespace="n")))
+        thread.start()
+        thread.join()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "search", search)
+    replay = api.replay_row(row)
+    assert replay["verdict"] == "same list" and replay["logged_as"] is None
+    assert _logged(meanwhile[0].query_id).query_text == "a store"
+    with pytest.raises(InputError):
+        _logged(replay["replay_query_id"])
+    write_tuned(settings, None)
+    time.sleep(TUNED_CHECK_S)
+    assert (res.settings().fusion, res.settings().rrf_k) == ("convex", 10)
+    res.close_store()
+
+
 def test_fewer_than_twenty_judged_queries_are_refused_naming_the_field(tune_env, tmp_path, capsys):
     queries, qrels = _inputs(tmp_path, n=19)
     assert main(["tune", str(queries), str(qrels), "--apply"]) == 2
