@@ -134,6 +134,21 @@ def test_branches_promote_every_newest_successor_newest_first(store):
     assert out.results[0].promoted_above == out.results[1].promoted_above == "v1"
 
 
+@pytest.mark.parametrize("order", [["a", "b"], ["b", "a"]])
+def test_in_a_cycle_the_newest_memory_on_it_stands_for_the_others(store, order):
+    """a and b supersede each other (one write may declare both): b, the newer,
+    is what both lead to; hide serves it alone and counts one hidden, promote
+    places it above a, and b is never promoted above anything for itself."""
+    reader = store([_rec("a", 1, supersedes=["b"]), _rec("b", 2, supersedes=["a"]), _rec("c", 3)])
+    hidden = _serve(reader, [*order, "c"], "hide")
+    assert _ids(hidden) == ["b", "c"] and hidden.hidden_superseded == 1
+    assert _by_id(hidden, "b").promoted_above == ("a" if order[0] == "a" else None)
+    promoted = _serve(reader, [*order, "c"], "promote")
+    assert _ids(promoted) == ["b", "a", "c"]
+    assert _by_id(promoted, "b").promoted_above == ("a" if order[0] == "a" else None)
+    assert _by_id(promoted, "a").promoted_above is None
+
+
 # -- scope ----------------------------------------------------------------------------------
 def test_a_successor_outside_the_scope_is_never_served_or_revealed(store):
     reader = store([_rec("old", 1), _rec("elsewhere", 2, ns="messages", supersedes=["old"]),

@@ -107,8 +107,10 @@ def newest_successors(graph: Graph, mid: str, scope: Scope) -> list[str]:
                 if graph.loaded(s):
                     stack.append(s)
     ends = [s for s in reached if not (graph.loaded(s) and _successors(graph, s, scope))]
-    if not ends and reached:
-        ends = [max(reached, key=lambda s: (graph.created_at(s), s))]
+    if not ends and reached:  # a cycle: its newest memory, ``mid`` itself when on it (nothing newer supersedes it)
+        on_it = any(mid in _successors(graph, s, scope) for s in reached if graph.loaded(s))
+        newest = max([*reached, *([mid] if on_it else [])], key=lambda s: (graph.created_at(s), s))
+        ends = [] if newest == mid else [newest]
     return sorted(ends, key=lambda s: (graph.created_at(s), s), reverse=True)
 
 
