@@ -156,3 +156,24 @@ def test_a_memory_forgotten_after_an_as_of_query_is_not_served_by_the_next_one(e
     assert _ids("lisbon", as_of=first.version) == ["a", "b"]  # and reuses it (audit commits in between)
     forget("b")
     assert _ids("lisbon", as_of=first.version) == ["a"]  # forgotten since: never served again
+
+
+def test_dimple_search_as_of_checks_the_namespaces_the_store_held_then(embedded, capsys):
+    """A namespace whose one memory moved to another (rewritten there), the
+    move compacted, is unknown now and known at a snapshot that held it."""
+    from pipeline.store.lake.compaction import compact_lake
+    from workers import resources
+    from workers.api import remember
+    from workers.cli import main
+
+    then = remember([{"id": "a", "namespace": "archive", "content": "the old office lease"},
+                     {"id": "b", "namespace": "n", "content": "the new office lease"}]).version
+    remember({"id": "a", "namespace": "n", "content": "the old office lease"})
+    compact_lake(embedded, wait=True)
+    resources.current().close_store()
+    assert main(["search", "office lease", "--namespace", "archive"]) == 2
+    assert "no namespace 'archive' in the store" in capsys.readouterr().err
+    assert main(["search", "office lease", "--mode", "keyword", "--namespace", "archive", "--as-of", str(then),
+                 "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"id": "a"' in out and '"id": "b"' not in out

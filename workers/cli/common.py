@@ -176,13 +176,19 @@ def prepare_search(settings, query: str, options: dict[str, Any]) -> None:
     start-up and model loading are not counted in ``total_ms``, the stage
     timings or the audit row. Through a broker the workers' store answers,
     which may not be this machine's: only the input is checked here."""
-    wants_vectors = make_query(query, options, settings).wants("vector")
+    asked_query = make_query(query, options, settings)
+    wants_vectors, at = asked_query.wants("vector"), asked_query.options.as_of
     if not settings.embedded:
         return
 
     snap = resources.current().snapshot()
     if snap is None:
         raise no_store(settings)
+    if at is not None:  # the namespaces the store held then (a snapshot it no longer holds: refused here)
+        try:
+            snap = resources.current().reader().as_of(at)
+        except StoreError as exc:
+            raise InputError("--as-of", str(exc)) from None
     check_namespace(snap.namespaces(), options.get("namespace"))
     asked = options.get("content_type") or []
     if asked:
