@@ -365,3 +365,40 @@ def test_a_write_seen_by_its_own_process_is_what_the_lake_reads_back(lake):
     assert own is not None and (own.snapshot, own.forgotten, own.unlinked) == (read.snapshot, [], [])
     assert [_as_read(m) for m in own.remembered] == [_as_read(m) for m in read.remembered]
     assert own_write(LakeWrite([memory("d", "x")], forget=["c"]), done.snapshot + 1) is None  # a forget: read back
+
+
+def test_a_base_read_while_a_compaction_moves_the_files_is_read_again_not_rebuilt(lake, lake_settings, monkeypatch):
+    """A compaction's flush or merge committing while a process opens the
+    listed base (``Cut``, its snapshot not expired) makes it read again, as
+    ``follow`` does at its next poll: no whole base built in the foreground and
+    listed for every host, and an ``as_of`` of a readable snapshot answered."""
+    from pipeline.store.lake import follow as following
+    from pipeline.store.lake.read import Cut
+
+    done = lake.commit(LakeWrite([memory("a", "alpha")]))
+    first = Follower(lake_settings)
+    try:
+        first.build_listed(done.snapshot)
+    finally:
+        first.close()
+    real, cuts = following.open_view, []
+
+    def moved_once(*args, **kwargs):
+        if len(cuts) < 2:
+            cuts.append(1)
+            raise Cut("the lake's files moved as they were read", expired=False)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(following, "open_view", moved_once)
+    follower = Follower(lake_settings)
+    try:
+        view = follower.follow(None, fresh=True)
+        assert view is not None and sorted(view.overlay.ids) == [] and view.store is not None
+        assert list(listed(lake)) == [done.snapshot]  # no base of its own built and listed
+        cuts.clear()
+        past = follower.view_at(done.snapshot)
+        assert past.store is not None and list(listed(lake)) == [done.snapshot]
+        past.close()
+        view.close()
+    finally:
+        follower.close()

@@ -409,8 +409,18 @@ class Follower:
         return view
 
     def _open(self, lake: Lake, base: Path, until: int) -> Snapshot:
-        return open_view(lake, base, self.settings, until=until, memory_limit=self.memory_limit,
-                         cache=self._cache(base))
+        """The base ``base`` with the snapshots up to ``until`` merged, read again
+        when a compaction moved the lake's files as they were read (a ``Cut``
+        whose snapshot has not expired, as ``follow`` reads at its next poll):
+        not taken for an expired snapshot, which builds a whole base instead."""
+        for attempt in range(1, CUT_TRIES + 1):
+            try:
+                return open_view(lake, base, self.settings, until=until, memory_limit=self.memory_limit,
+                                 cache=self._cache(base))
+            except Cut as cut:
+                if cut.expired or attempt == CUT_TRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     def _cache(self, base: Path) -> Path | None:
         """The folder of the base file ``base`` in this host's cache (None: no cache)."""
