@@ -402,3 +402,47 @@ def test_a_base_read_while_a_compaction_moves_the_files_is_read_again_not_rebuil
         view.close()
     finally:
         follower.close()
+
+
+def test_a_base_listed_while_another_loads_is_loaded_after_it(lake, lake_settings, monkeypatch):
+    """Compactions list bases B then C while a process loads B in the
+    background: once B is in use C is loaded too (its listing was read while
+    B loaded, and is not read again), not left until some later listing."""
+    import threading
+
+    from pipeline.store.lake import follow as following
+
+    first = lake.commit(LakeWrite([memory("a", "alpha")]))
+    builder = Follower(lake_settings)
+    follower = Follower(lake_settings)
+    go, opened = threading.Event(), following.Snapshot.open
+
+    def slow_open(*args, **kwargs):
+        if threading.current_thread().name == "dimple-lake-base-load":
+            go.wait(60)
+        return opened(*args, **kwargs)
+
+    try:
+        builder.build_listed(first.snapshot)
+        view = follower.follow(None, fresh=True)
+        assert view is not None and follower.newest_base() == first.snapshot
+        monkeypatch.setattr(following.Snapshot, "open", slow_open)
+        b = lake.commit(LakeWrite([memory("b", "beta")]))
+        builder.build_listed(b.snapshot)
+        view = follower.follow(view, fresh=True)  # B listed: loading, held back
+        c = lake.commit(LakeWrite([memory("c", "gamma")]))
+        builder.build_listed(c.snapshot)
+        view = follower.follow(view, fresh=True)  # C listed while B loads
+        assert follower.newest_base() == c.snapshot
+        go.set()
+        follower.wait_ready(60)
+        view = follower.follow(view, fresh=True)  # B in use, C loading
+        assert view is not None and view.base is not None and view.base.endswith(f"base-{b.snapshot}.duckdb")
+        follower.wait_ready(60)
+        view = follower.follow(view, fresh=True)
+        assert view is not None and view.base is not None and view.base.endswith(f"base-{c.snapshot}.duckdb")
+        assert sorted(view.overlay.ids) == []  # every memory in C itself
+    finally:
+        go.set()
+        follower.close()
+        builder.close()

@@ -29,7 +29,7 @@ from pipeline.store.lake.follow import bases, reader_for
 from pipeline.store.lake.migrate import BatchDone, migrate
 from pipeline.store.reader import read_segments
 from pipeline.store.segments import MIGRATED as MARKER
-from pipeline.store.writes import LiveView, get, parse_records, records_of, write
+from pipeline.store.writes import get, live_view, parse_records, records_of, write
 from tests.lakes import files_holding
 from tests.segment_stores import unpack
 from tests.unit.test_lake_derive import DIM, Pinned, _settings, answers, assert_same_answers
@@ -49,10 +49,10 @@ def segment_vectors(settings, ids: list[str]) -> np.ndarray:
     read = read_segments(settings.data_dir)
     assert read is not None
     try:
-        live = LiveView(read[1])
-        base = live.in_base(ids)
-        return np.stack([live.overlay.emb[live.overlay.row_of[m]] if m in live.overlay.members else base[m][3]
-                         for m in ids])
+        with live_view(read[1]) as live:
+            base = live.in_base(ids)
+            return np.stack([live.overlay.emb[live.overlay.row_of[m]] if m in live.overlay.members else base[m][3]
+                             for m in ids])
     finally:
         read[1].close()
 

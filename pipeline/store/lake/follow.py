@@ -220,6 +220,7 @@ class Follower:
         self._loading: threading.Thread | None = None  # a newer base being opened in the background
         self._loading_at = -1  # the snapshot of the base it opens
         self._pending: tuple[int, Snapshot] | None = None  # (its snapshot, it) once opened
+        self._next: tuple[int, Path] | None = None  # a newer base listed while one loaded: opened after it
         self._own: SnapshotWrite | None = None  # the last write this process committed, as its changes read
         self._closed = False
         self._erase_checked = float("-inf")  # when erase_due last found none due
@@ -263,9 +264,12 @@ class Follower:
             if lake is None:
                 return None
             latest = lake.latest_snapshot()
+            if self._pending is None and current is not None:
+                self._load_next(current)  # the load before it failed
             if self._pending is not None and current is not None:
                 swapped = self._swap(lake, latest)
                 if swapped is not None:
+                    self._load_next(swapped)
                     return swapped
             if current is not None and (current.version == latest or self._quiet == (current.version, latest)):
                 return current  # recording a base commits a snapshot: none is new
@@ -307,6 +311,8 @@ class Follower:
         """Open the base ``path`` (of ``snapshot``) in a thread of its own, with
         the indexes ``current`` has loaded, while ``current`` goes on answering."""
         if self._loading is not None and (self._loading.is_alive() or self._loading_at >= snapshot):
+            if self._loading.is_alive() and snapshot > self._loading_at:
+                self._next = (snapshot, path)  # its listing is read once: kept until this load is done
             return
         assert current._uses is not None
         index_wanted, postings_wanted = current._index is not None, current._uses.postings_loaded
@@ -344,9 +350,19 @@ class Follower:
 
     def newest_base(self) -> int:
         """The snapshot of the newest base this process knows is listed: the one
-        it reads, or a newer one it is loading or has loaded (-1: none)."""
-        pending = self._pending
-        return max(self._base_at, self._loading_at, pending[0] if pending is not None else -1)
+        it reads, or a newer one it is loading, has loaded or loads next (-1: none)."""
+        pending, after = self._pending, self._next
+        return max(self._base_at, self._loading_at, pending[0] if pending is not None else -1,
+                   after[0] if after is not None else -1)
+
+    def _load_next(self, current: Snapshot) -> None:
+        """Open the base listed while another was loading, once that load is done."""
+        after = self._next
+        if after is None or (self._loading is not None and self._loading.is_alive()):
+            return
+        self._next = None
+        if after[0] > self._base_at:
+            self._start_loading(after[0], after[1], current)
 
     def _swap(self, lake: Lake, latest: int) -> Snapshot | None:
         """The background-loaded base with the changes since it merged (None: it
