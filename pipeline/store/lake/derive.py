@@ -118,8 +118,9 @@ def deltas_since(changes: Changes, router: TreeRouter | None, settings: Settings
 
 def deltas_of(writes: list[SnapshotWrite], router: TreeRouter | None, settings: Settings, dim: int) -> dict[int, Delta]:
     """``writes`` (``Changes.writes``) as deltas by snapshot id (``deltas_since``).
-    Their memories are tokenized and routed in one call (one full-text index
-    built, ~40 ms, not one a snapshot): each memory's terms and leaf are its own."""
+    Their memories are tokenized and routed in one call (``fulltext.tokenize``:
+    ASCII text in Python, the rest by one full-text index built for the call,
+    not one a snapshot): each memory's terms and leaf are its own."""
     every = [m for done in writes for m in done.remembered]
     vectors = (np.stack([m.embedding for m in every]).astype(np.float32) if every
                else np.zeros((0, dim), np.float32))
