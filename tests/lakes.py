@@ -279,6 +279,29 @@ def find_postgres(tmp: Path) -> Postgres:
     raise RuntimeError(f"the PostgreSQL server started in {data} did not answer on port {port}")
 
 
+def _erase(settings_json: str, ids_json: str) -> None:
+    with open_lake(Settings.model_validate_json(settings_json)) as lake:
+        lake.erase(json.loads(ids_json))
+
+
+def erase_in_child(settings: Settings, ids: list[str], tries: int = 3) -> None:
+    """``Lake.erase(ids)`` in a process of its own, run again when it dies by a
+    signal, as compaction's child is (``maintenance.compact``): DuckLake's
+    maintenance calls die now and then beside a reading process (docs/LAKE.md,
+    "Compaction in a process of its own"), which would take a test's pytest
+    worker down with it. A forget committed before a death is found done."""
+    for _ in range(tries):
+        done = subprocess.run([sys.executable, "-m", "tests.lakes", "erase", settings.model_dump_json(),
+                               json.dumps(ids)], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": _pythonpath()})
+        if done.returncode >= 0:
+            assert done.returncode == 0, done.stderr[-3000:]
+            return
+    raise AssertionError(f"the erase died by a signal {tries} times: {done.stderr[-3000:]}")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["erase"]:
+    _erase(sys.argv[2], sys.argv[3])
 if __name__ == "__main__" and sys.argv[1:2] == ["write"]:
     _write(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
 if __name__ == "__main__" and sys.argv[1:2] == ["poll"]:

@@ -11,7 +11,17 @@ import pytest
 
 from pipeline.settings import Settings
 from pipeline.store.lake import LakeWrite
-from tests.lakes import age_forgets, compact_erasing, files_holding, find_postgres, memory, open_lake, polling, writers
+from tests.lakes import (
+    age_forgets,
+    compact_erasing,
+    erase_in_child,
+    files_holding,
+    find_postgres,
+    memory,
+    open_lake,
+    polling,
+    writers,
+)
 
 PROCESSES = ["p0", "p1", "p2"]
 OWN = 12  # writes of its own per process
@@ -115,7 +125,7 @@ def test_erase_while_another_process_reads_without_pause(tmp_path, request, cata
         lake.commit(LakeWrite([memory("s1", secret), memory("k1", "keep me")]))
         lake.commit(LakeWrite([memory(f"bulk-{i}", f"bulk memory {i} {secret}") for i in range(20)]))
         finish = polling(reader, tmp_path)
-        lake.erase(["s1"] + [f"bulk-{i}" for i in range(20)])
+        erase_in_child(settings, ["s1"] + [f"bulk-{i}" for i in range(20)])
         after = lake.latest_snapshot()
         lake.commit(LakeWrite([memory("k2", "written after")]))
         read = finish()
