@@ -161,9 +161,10 @@ def _poll(settings_json: str, stop: str) -> None:
     before (where nothing is forgotten, a short read)."""
     settings = Settings.model_validate_json(settings_json)
     reads, snapshots, fell, last = 0, set(), 0, 0
+    parent = os.getppid()
     with open_lake(settings) as lake:
         Path(f"{stop}.ready").touch()
-        while not Path(stop).exists():
+        while not Path(stop).exists() and os.getppid() == parent:  # nor past a test process that died
             snapshots.add(lake.latest_snapshot())
             got = len(lake.read())
             fell += got < last
