@@ -257,7 +257,9 @@ def _many(items: list, batch_size, return_exceptions: bool) -> None:
         try:
             out = search_many(items, batch_size=batch_size, return_exceptions=return_exceptions)
         except InputError as exc:
-            field = re.sub(r"^queries\[\d+\]\.", "", exc.field)  # a query's own field, named with its place
+            # a query's own field, named with its place; a query that is none at all: its place
+            field = re.sub(r"^queries\[\d+\]\.", "", exc.field)
+            field = "queries" if re.fullmatch(r"queries\[\d+\]", field) else field
             assert field.split(".")[0] in FIELDS | {k for i in items if isinstance(i, dict) for k in i}
             refused("api.search_many")
             return
