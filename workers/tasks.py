@@ -141,7 +141,7 @@ def audit_write(self, records: list[dict], outbox: list[str] | str | None = None
     res = resources.current()
     settings = res.settings()
     audit.start_drainer()  # pools without worker_process_init (solo, threads) drain too
-    if audit.written_with_another(settings, outbox, host):
+    if not unkept and audit.written_with_another(settings, outbox, host):  # rows no file kept go in anyway
         return {"rows": len(records) if isinstance(records, list) else 1, "inserted": 0, "refused": 0,
                 "batched": True}
     records, kept = audit.message_rows(settings, records, outbox, host, unkept)

@@ -439,6 +439,10 @@ def test_a_purge_is_not_undone_by_a_message_still_on_its_way(embedded, monkeypat
     assert out["inserted"] == 4
     assert sorted(r.query_id for r in pa.tail(log, 10)) == sorted(rows[i].query_id for i in (0, 2, 5, 6))
     assert letters.outbox_pending(embedded.audit_outbox_dir) == []
+    # every file it names gone (written, or purged whole): the rows no file kept still go in
+    later = [_row(i).model_dump(mode="json") for i in (7, 8)]
+    again = get_app().tasks["audit.write"].apply(args=[later + payload[2:]], kwargs={**kept, "unkept": 2}).get()
+    assert again["inserted"] == 2 and pa.count(log) == (6, 6)
 
 
 def test_rows_a_search_process_cannot_send_stay_in_the_outbox_and_it_says_so(embedded, caplog):
