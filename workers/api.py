@@ -113,7 +113,15 @@ def _expired(exc: Exception) -> bool:
     return isinstance(exc, TaskRevokedError) or (isinstance(exc, ChordError) and "TaskRevokedError" in str(exc))
 
 
-class _DecodesResults:
+class _WaitIsGet:
+    """``wait()`` is this handle's ``get()``: Celery's ``wait`` is its own
+    ``get``, bound before a subclass's."""
+
+    def wait(self, *args: Any, **kwargs: Any):
+        return self.get(*args, **kwargs)  # type: ignore[attr-defined]
+
+
+class _DecodesResults(_WaitIsGet):
     """``get()`` returns ``Results`` (one query) or ``list[Results]`` (a batch).
 
     A timeout raises ``QueryTimeoutError``, a lost broker ``BrokerUnavailableError``,
@@ -163,10 +171,6 @@ class _DecodesResults:
         self.release()
         results = _decode(value)
         return results[0] if self.single else results
-
-    def wait(self, *args: Any, **kwargs: Any):
-        """``get()`` (Celery's ``wait`` is its own ``get``, bound before this class's)."""
-        return self.get(*args, **kwargs)
 
     def _since(self, timeout: float | None = None) -> str:
         if self.sent_at is not None:
@@ -327,7 +331,7 @@ def search(query: str, **options: Any) -> Results:
         raise
 
 
-def _split(item: Any, where: str = "queries") -> tuple[Any, Any]:
+def _split(item: Any, where: str) -> tuple[Any, Any]:
     """(text, options) of one query of a batch (``where``: ``queries[i]``)."""
     if isinstance(item, str):
         return item, None
@@ -456,7 +460,7 @@ def search_many(
 
 
 # -- writes -----------------------------------------------------------------------------
-class _DecodesWrite:
+class _DecodesWrite(_WaitIsGet):
     """``get()`` returns a ``WriteResult``; records the worker found invalid
     raise ``IngestValidationError`` (nothing written), a timeout
     ``IngestTimeoutError`` (a ``QueryTimeoutError``: the write may still be applied), a lost broker ``BrokerUnavailableError``, a broker
@@ -492,11 +496,6 @@ class _DecodesWrite:
             raise IngestValidationError([_line_error(e) for e in value["errors"]])
         value.pop("ok", None)
         return WriteResult.model_validate(value)
-
-    def wait(self, *args: Any, **kwargs: Any) -> WriteResult:
-        """``get()`` (Celery's ``wait`` is its own ``get``, bound before this class's)."""
-        return self.get(*args, **kwargs)
-
 
 def _line_error(text: str) -> LineError:
     unit, _, rest = text.partition(" ")
