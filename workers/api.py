@@ -72,10 +72,12 @@ class _Lost(Exception):
     """The broker lost what a handle waits for (raised by ``_wait``, reworded by its caller)."""
 
 
-def _wait(fetch: Callable[..., Any], timeout: float | None, lost: Callable[[], bool], **kwargs: Any) -> Any:
+def _wait(fetch: Callable[..., Any], timeout: float | None, lost: Callable[[], bool],
+          abandoned: Callable[[], bool] = lambda: False, **kwargs: Any) -> Any:
     """``fetch(timeout=...)`` (an ``AsyncResult.get``) in steps of ``WAIT_STEP_S``,
     looking before each whether the broker lost the task (``_Lost``); Celery's
-    ``TimeoutError`` once ``timeout`` has passed."""
+    ``TimeoutError`` once ``timeout`` has passed, or once ``abandoned()`` says
+    no answer can come (asked after each step without one)."""
     due = None if timeout is None else time.monotonic() + timeout
     while True:
         if lost():  # known at once once any waiter of this process saw it
@@ -84,7 +86,7 @@ def _wait(fetch: Callable[..., Any], timeout: float | None, lost: Callable[[], b
         try:
             return fetch(timeout=step, **kwargs)
         except CeleryTimeoutError:
-            if due is not None and time.monotonic() >= due:
+            if (due is not None and time.monotonic() >= due) or abandoned():
                 raise
 
 
@@ -142,7 +144,7 @@ class _DecodesResults(_WaitIsGet):
 
     def get(self, timeout: float | None = None, **kwargs: Any):
         try:
-            value = _wait(super().get, timeout, self._lost, **kwargs)  # type: ignore[misc]
+            value = _wait(super().get, timeout, self._lost, self._abandoned, **kwargs)  # type: ignore[misc]
         except _Lost:
             self.release()
             raise StageLostError(
@@ -181,6 +183,16 @@ class _DecodesResults(_WaitIsGet):
         """Whether the broker lost this canvas (never, embedded)."""
         return False
 
+    def _abandoned(self) -> bool:
+        """Whether no answer can come: past the deadline, with a queue of the
+        canvas that no worker consumes. Its stages were never run, and a worker
+        started later discards them unrun (they expire at the deadline), so a
+        ``get()`` with no timeout (or one past the deadline) ends then with
+        ``QueryTimeoutError`` naming the queue, not waiting forever. Never, embedded."""
+        if self.deadline is None or time.monotonic() < self.deadline:
+            return False
+        return bool(_unconsumed(self.queues)[0])
+
     def release(self) -> None:
         """Stop waiting on this query's canvas; nothing to do embedded."""
 
@@ -211,20 +223,26 @@ def _ask_consumers() -> set[str]:
     return consumed_queues()
 
 
-def _why_no_answer(queues: tuple[str, ...]) -> str:
-    """After a timeout only (an answered query never pays for it): which of
-    the query's queues no worker consumes, asked once per few seconds however
-    many batches timed out together."""
+def _unconsumed(queues: tuple[str, ...]) -> tuple[list[str], str]:
+    """(which of ``queues`` no live worker consumes, why none could be named:
+    asking failed), asked once per few seconds however many waiters ask.
+    Only after a wait without an answer: an answered query never pays for it."""
     app = get_app()
     broker, checked_at, consumed = _CONSUMERS.last
     if broker != app.conf.broker_url or time.monotonic() - checked_at > 5 * CONSUMER_CHECK_S:
         try:
             consumed = _ask_consumers()
         except BROKER_DOWN as exc:
-            return (f"are workers running for the {' and '.join(queues)} queues? (asking them failed: "
-                    f"{type(exc).__name__}: {exc})")
+            return [], f"{type(exc).__name__}: {exc}"
         _CONSUMERS.last = (app.conf.broker_url, time.monotonic(), consumed)
-    missing = [q for q in queues if q not in consumed]
+    return [q for q in queues if q not in consumed], ""
+
+
+def _why_no_answer(queues: tuple[str, ...]) -> str:
+    """After a timeout: which of the query's queues no worker consumes."""
+    missing, failed = _unconsumed(queues)
+    if failed:
+        return f"are workers running for the {' and '.join(queues)} queues? (asking them failed: {failed})"
     if missing:
         return (f"no worker is consuming the {' and '.join(repr(q) for q in missing)} queue"
                 f"{'s' if len(missing) > 1 else ''}; start: {'; '.join(START_WORKER[q] for q in missing)}")
@@ -316,7 +334,9 @@ def search_async(query: str, **options: Any) -> SearchAsyncResult | EagerSearchR
 
     Bad input raises ``InputError`` naming the field before anything is sent.
     On workers its stages expire ``DIMPLE_TASK_TIMEOUT_S`` after sending: one
-    still queued then is discarded unrun (a later ``get()`` says so).
+    still queued then is discarded unrun (a later ``get()`` says so), and a
+    ``get()`` still waiting then, with no worker consuming one of the query's
+    queues, raises ``QueryTimeoutError`` naming it rather than wait forever.
     """
     return _dispatch(_batch([(query, options)]), single=True)
 

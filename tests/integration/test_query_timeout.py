@@ -52,3 +52,37 @@ def test_get_with_no_worker_to_answer_times_out_naming_the_queue(demo_store, bar
     with pytest.raises(QueryTimeoutError) as info:
         get(["m1"])
     assert re.search(r"within 1\.\d s of sending it; no worker is consuming the 'search' queue", str(info.value))
+
+
+def test_get_without_a_timeout_ends_at_the_deadline_when_no_worker_consumes(demo_store, bare_broker):
+    """``search_async(...).get()`` with no timeout, and no worker for its
+    queues: it ends once the query's deadline (``task_timeout_s`` after
+    sending) has passed, with the typed timeout naming the queues, instead of
+    waiting forever for stages nobody will run (a worker started later
+    discards them unrun)."""
+    import threading
+
+    import workers
+    from pipeline.errors import QueryTimeoutError
+    from workers.api import search_async
+
+    workers.configure(demo_store.with_broker(bare_broker.broker_url).replace(task_timeout_s=1))
+    handle = search_async("deploy window", mode="keyword")
+    outcome: list[BaseException | object] = []
+
+    def wait() -> None:
+        try:
+            outcome.append(handle.get())
+        except BaseException as exc:  # noqa: BLE001 - what get() ended with is the assertion
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    started = time.perf_counter()
+    waiter.start()
+    waiter.join(20)
+    assert not waiter.is_alive(), "get() with no timeout still waiting 20 s after a 1 s deadline"
+    assert time.perf_counter() - started >= 0.5  # not before the deadline (sent just before)
+    (error,) = outcome
+    assert isinstance(error, QueryTimeoutError)
+    assert re.search(r"no answer for task \S+ within 1\.\d s of sending it; "
+                     r"no worker is consuming the 'search' queue", str(error))
