@@ -82,6 +82,7 @@ class _Connections:
             if self.pid != os.getpid():
                 self.pid, self.open, self.ready = os.getpid(), {}, set()
             con = self.open.get(log)
+            fresh = con is None
             if con is None:
                 try:
                     con = attach(log.settings)[0]
@@ -93,17 +94,32 @@ class _Connections:
                 # 2.10, 2.22 -> 1.91, 1.96, 1.93; BENCHMARKS.md, Latency floor). The
                 # setting is the database's: this process's reads of the log
                 # (``pipeline.audit.reader``) run on one core too.
-                con.execute("SET threads = 1")
                 self.open[log] = con
-            cur = con.cursor()
-            cur.execute(f"USE {LAKE}")
-            if log not in self.ready:
-                if not _has_log(cur):
-                    if not create:
-                        cur.close()
-                        return None
-                    _create(cur, log.settings)
-                self.ready.add(log)
+            cur = None
+            try:
+                if fresh:
+                    con.execute("SET threads = 1")
+                cur = con.cursor()
+                cur.execute(f"USE {LAKE}")
+                if log not in self.ready:
+                    if not _has_log(cur):
+                        if not create:
+                            cur.close()
+                            return None
+                        _create(cur, log.settings)
+                    self.ready.add(log)
+            except (duckdb.Error, AuditStoreUnavailable) as exc:
+                # typed, so that audit.write retries it and then dead-letters the rows (a raw
+                # duckdb.Error failed the task unretried: its message acknowledged, rows lost);
+                # and the connection is never reused: the next use attaches afresh
+                if cur is not None:
+                    cur.close()
+                self.open.pop(log, None)
+                self.ready.discard(log)
+                con.close()
+                if isinstance(exc, AuditStoreUnavailable):
+                    raise
+                raise AuditStoreUnavailable(f"cannot use {log}: {type(exc).__name__}: {exc}") from exc
             return cur
 
     def close_all(self) -> None:

@@ -151,3 +151,29 @@ def test_a_row_sent_again_among_new_ones_is_stored_once_whatever_else_the_log_ho
     assert audit.write_records(log, [_row("n2").model_copy(update={"logged_at": datetime(2026, 6, 1, 12, 30)}),
                                      offset]) == 1
     assert audit.count(log) == (12, 12)
+
+
+def test_a_catalog_error_opening_the_log_is_a_typed_audit_error_and_the_next_write_attaches_afresh(tmp_path, monkeypatch):
+    """A DuckDB error while a process first readies the log (its catalog
+    unreadable for a moment) is ``AuditStoreUnavailable``, which ``audit.write``
+    retries and then dead-letters; a raw ``duckdb.Error`` failed the task
+    unretried, its message acknowledged and its rows lost. The connection is
+    not reused: the next write attaches again and goes in."""
+    import duckdb
+
+    from pipeline.audit import lake
+    from pipeline.errors import AuditStoreUnavailable
+
+    log = _log(tmp_path / "data")
+    real = lake._has_log
+
+    def unreadable(cur):
+        raise duckdb.IOException("IO Error: could not read the catalog")
+
+    monkeypatch.setattr(lake, "_has_log", unreadable)
+    with pytest.raises(AuditStoreUnavailable, match="could not read the catalog"):
+        audit.write_records(log, [_row("first")])
+    assert log not in lake._CONNECTIONS.open
+    monkeypatch.setattr(lake, "_has_log", real)
+    assert audit.write_records(log, [_row("first")]) == 1
+    assert audit.find(log, "first").query_id == "first"
