@@ -303,4 +303,4 @@ class _Retry:
         self.written += inserted
         self.present += len(chunk) - inserted
         for path, _, _ in chunk:
-            path.unlink()
+            path.unlink(missing_ok=True)  # a purge, or another retry, may have removed it meanwhile
