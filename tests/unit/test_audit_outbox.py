@@ -13,6 +13,7 @@ import pytest
 from pipeline.audit.lake import LakeLog, log_of
 from pipeline.audit.letters import drain_outbox, outbox_done, outbox_pending, outbox_put
 from pipeline.audit.reader import count
+from pipeline.audit.record import AuditRecord
 from pipeline.audit.writer import write_records
 from pipeline.errors import AuditStoreUnavailable
 from pipeline.settings import Settings
@@ -87,3 +88,28 @@ def test_a_message_can_only_remove_an_outbox_file(tmp_path, name):
     assert victim.exists() and kept.exists()
     outbox_done(box, kept.name)
     assert not kept.exists()
+
+
+def test_a_retry_whose_letters_another_retry_took_meanwhile_finishes_the_rest(tmp_path, monkeypatch):
+    """Two ``dimple audit retry`` at once (or a purge beside one): a letter the
+    other removed between this one's write and its clean-up is not an error,
+    and the batches after it are still written."""
+    from pipeline.audit import letters
+    from pipeline.audit.letters import dead_letter, retry_dead_letters
+
+    log = _log(tmp_path)
+    folder = tmp_path / "dead"
+    for i in range(4):
+        dead_letter(folder, AuditRecord.model_validate(_row(f"dead{i}")), "store was down")
+    real = letters.write_records
+
+    def and_the_other_retry_takes_them(log_, records):
+        inserted = real(log_, records)
+        for record in records:  # the other process wrote them too, and removed their letters
+            (folder / f"{record.query_id}.json").unlink()
+        return inserted
+
+    monkeypatch.setattr(letters, "write_records", and_the_other_retry_takes_them)
+    written, present, errors = retry_dead_letters(folder, log, batch=2)
+    assert (written, present, errors) == (4, 0, [])
+    assert count(log)[0] == 4
