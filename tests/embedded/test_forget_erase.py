@@ -483,3 +483,35 @@ def test_an_erase_past_its_wait_that_finds_the_dead_ones_file_still_there_fails_
         assert lake.con.execute("SELECT count(*) FROM indexes").fetchone() == bases  # no base built
         assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (1,)
         assert lake.con.execute("SELECT holder FROM compaction_head").fetchone() == (None,)  # given back
+
+
+def test_an_erase_that_dies_before_dropping_the_old_bases_stays_due_and_the_next_one_finishes(settings, monkeypatch):
+    """The forgets are marked erased only after the bases older than the new
+    one (which hold the forgotten memory) are deleted: a compaction that dies
+    between its cut and that leaves the erase due, so the next compaction
+    deletes them. Marked first, a quiet lake kept the old base, listed, with
+    the memory in it, and nothing due to ever remove it."""
+    from pipeline.store.lake import compaction
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(20, "ops")], settings))  # the lake's first base holds it
+    write(settings, None, forget=[SECRET_ID])
+    real = compaction._drop_bases
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt  # the process killed between the cut and the old bases' deletion
+
+    monkeypatch.setattr(compaction, "_drop_bases", dies)
+    with pytest.raises(KeyboardInterrupt):
+        compaction.compact_lake(settings, erase=True)
+    with Lake.open(settings) as lake:
+        assert erasing.erase_state(lake.con).waiting == 1  # still due: the old base still holds it
+    assert traces(settings.data_dir, TOKEN)
+
+    monkeypatch.setattr(compaction, "_drop_bases", real)
+    age_forgets(settings)
+    report = compact_erasing(settings)
+    assert report.forgotten == 1
+    assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+    with Lake.open(settings) as lake:
+        assert erasing.erase_state(lake.con).waiting == 0

@@ -255,15 +255,18 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
         lake.expire()
     snapshot = lake.latest_snapshot()
     path = follower.build(snapshot)
-    waits = None
+    waits = cutting = None
     if erase:
         # history cut only now that the new base is listed: a reader whose base
         # snapshot expires finds this one in `indexes` and loads it (never builds)
         beat.holding("the erase's cut")
-        waits = erasing.cut(lake.con, lake.catalog, extensions_dir(settings), rewritten=rewritten, keep=snapshot,
-                           deadline_s=deadline).held_until
+        cutting = erasing.cut(lake.con, lake.catalog, extensions_dir(settings), rewritten=rewritten, keep=snapshot,
+                              deadline_s=deadline, mark=False)
+        waits = cutting.held_until
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
     sweep_builds(index_dir(settings))  # what builders killed midway left (a base's size each)
+    if cutting is not None:  # marked erased last: the older bases (and their cache) held the memories too
+        erasing.mark_erased(lake.con, cutting, deadline_s=deadline)
     return CompactReport(version=lake.latest_snapshot(), base=path.name, memories=lake.count(at=snapshot),
                          forgotten=0 if waits else forgotten, removed=removed,
                          erase_held_until=waits.isoformat(timespec="seconds") if waits else None)

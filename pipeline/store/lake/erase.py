@@ -96,6 +96,11 @@ class Purged:
     expired: int = 0
     files_deleted: int = 0
     held_until: datetime | None = None
+    # set by a ``cut(mark=False)`` that found nothing to wait for: the forgets up to
+    # seq ``covered`` (and the dead compactions found up to ``found``) to mark erased
+    # once the caller has removed its own copies (``mark_erased``)
+    covered: int | None = None
+    found: datetime | None = None
 
 
 def _call(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> int:
@@ -149,14 +154,16 @@ def _drop_staged(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, *, rewritten: Rewritten, keep: int,
-        deadline_s: float) -> Purged:
+        deadline_s: float, mark: bool = True) -> Purged:
     """Steps 3-5, after ``rewrite``: every snapshot before ``keep`` (one taken
     after the rewrite) expired, the files only they read and files no commit
     lists deleted, the catalog database vacuumed; then the forgets up to
     ``rewritten.covered`` are marked erased (last: a vacuum that failed leaves
     them due, so the next compaction erases again), unless a file a compaction
     or a write that died left may hold their bytes: then they wait for it
-    (``held_until``)."""
+    (``held_until``). ``mark=False``: not marked here; the caller calls
+    ``mark_erased`` once its own copies outside the lake are gone too (a
+    compaction's older bases), so that dying before that leaves the erase due."""
     # by id, not by time: ``older_than`` the kept one's time expires that one too, and a
     # snapshot stamped by a host whose clock runs ahead would escape it
     older = [int(r[0]) for r in con.execute(f"SELECT snapshot_id FROM ducklake_snapshots('{LAKE}') "
@@ -180,8 +187,19 @@ def cut(con: duckdb.DuckDBPyConnection, catalog: Catalog, extensions_dir: Path, 
                     "can be deleted, and the erase completed, from %s UTC: the forgets stay listed until then",
                     len(suspects), ", ".join(suspects[:3]), until.isoformat(timespec="seconds"))
         return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted, held_until=until)
-    retrying(con, lambda: _erased(con, rewritten.covered, found), deadline_s=deadline_s, what="purge")
-    return Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted)
+    done = Purged(snapshot=latest_snapshot(con), expired=expired, files_deleted=deleted, covered=rewritten.covered,
+                  found=found)
+    if mark:
+        mark_erased(con, done, deadline_s=deadline_s)
+    return done
+
+
+def mark_erased(con: duckdb.DuckDBPyConnection, done: Purged, *, deadline_s: float) -> None:
+    """The forgets ``done`` (a ``cut``) covered marked erased; nothing when it waits (``held_until``)."""
+    if done.covered is None or done.held_until is not None:
+        return
+    covered, found = done.covered, done.found
+    retrying(con, lambda: _erased(con, covered, found), deadline_s=deadline_s, what="purge")
 
 
 def _still_there(suspects: list[str]) -> StoreError:
