@@ -515,3 +515,37 @@ def test_an_erase_that_dies_before_dropping_the_old_bases_stays_due_and_the_next
     assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
     with Lake.open(settings) as lake:
         assert erasing.erase_state(lake.con).waiting == 0
+
+
+def test_a_base_built_from_a_snapshot_an_erase_expired_meanwhile_is_not_kept(settings, monkeypatch):
+    """A base is read from its snapshot first and built for minutes after: an
+    erase that cuts the history in between (and deletes the bases listed
+    before it) must not find, once it is done, that base listed after it
+    with the forgotten memory in it. The builder takes it back, file and
+    listing, and says the snapshot expired."""
+    from pipeline.store.lake import follow
+    from pipeline.store.lake.compaction import compact_lake
+    from pipeline.store.lake.read import Cut
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(20, "ops")], settings))
+    before = write(settings, parse_records([{"id": "note", "namespace": "ops", "content": "rotation done"}],
+                                           settings)).version  # a snapshot with the secret, no base of its own
+    write(settings, None, forget=[SECRET_ID])
+    real, erased = follow.build_base, []
+
+    def and_meanwhile_an_erase(lake, snapshot, work, settings_):
+        real(lake, snapshot, work, settings_)  # read and built: the secret is in it
+        if snapshot == before and not erased:  # another process's erase, done before the link (its build is real)
+            erased.append(compact_lake(settings, erase=True).forgotten)
+
+    monkeypatch.setattr(follow, "build_base", and_meanwhile_an_erase)
+    builder = Follower(settings)
+    try:
+        with pytest.raises(Cut, match=f"snapshot {before} expired"):
+            builder.build(before)
+        assert erased == [1]
+        assert before not in follow.listed(builder.lake())
+    finally:
+        builder.close()
+    assert traces(settings.data_dir, TOKEN, SECRET_ID) == []

@@ -160,7 +160,32 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
         return int(row[0]) if row and row[0] is not None else lake.latest_snapshot()
 
     what = f"recording the base of snapshot {snapshot}"
-    return retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)[0]
+    listing = retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)[0]
+    # Asked after the listing committed: an erase expires the snapshots before its new
+    # base and only then deletes the bases listed before it, so a base built from a
+    # snapshot the erase expired meanwhile (it may hold what was erased) is either
+    # seen by that deletion or, listed after it, found expired here and taken back.
+    if not one(lake.con.execute(f"SELECT count(*) FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id = ?",
+                                [snapshot]))[0]:
+        _unlist(lake, snapshot, path)
+        raise Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
+                  expired=True)
+    return listing
+
+
+def _unlist(lake: Lake, snapshot: int, path: Path) -> None:
+    """Take back the base ``path`` of the expired ``snapshot``: its file, then its rows."""
+    files.remove_file(path)
+    files.fsync_dir(path.parent)
+
+    def once() -> None:
+        con = lake.con
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'index')")
+        con.execute("DELETE FROM indexes WHERE snapshot = ?", [snapshot])
+        con.execute("COMMIT")
+
+    retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=f"taking back the base of snapshot {snapshot}")
 
 
 # How old an ``as_of`` time must be: a commit is stamped when its catalog
