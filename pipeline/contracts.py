@@ -65,10 +65,10 @@ MAX_ID_CHARS = 512
 
 def id_problem(value: Any) -> str | None:
     """Why ``value`` is not a memory id (a non-blank string of at most
-    ``MAX_ID_CHARS`` characters), or None when it is one."""
+    ``MAX_ID_CHARS`` characters that ``text_problem`` passes), or None when it is one."""
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
         return f"must be a memory id (1-{MAX_ID_CHARS} characters)"
-    return None
+    return text_problem(value)
 
 
 def clean_text(value: str) -> str:

@@ -589,15 +589,15 @@ def remember(records: Any, *, skip_invalid: bool = False) -> WriteResult:
 
 def memory_ids(ids: Any) -> list[str]:
     """``ids`` (one id or a list of them) as a list, each a memory id
-    (``id_problem``) the store can hold (``text_problem``: no NUL, no lone
-    surrogate); an ``InputError`` naming ``ids`` or ``ids[i]`` otherwise."""
+    (``id_problem``: no NUL, no lone surrogate either); an ``InputError``
+    naming ``ids`` or ``ids[i]`` otherwise."""
     if isinstance(ids, str):
         ids = [ids]
     elif isinstance(ids, bytes | dict) or not isinstance(ids, Iterable):
         raise InputError("ids", "a memory id or a list of them")
     wanted = list(ids)
     for i, mid in enumerate(wanted):
-        if (problem := id_problem(mid) or text_problem(mid)) is not None:
+        if (problem := id_problem(mid)) is not None:
             raise InputError(f"ids[{i}]", problem)
     return wanted
 

@@ -48,7 +48,6 @@ from pipeline.contracts import (
     Scope,
     id_problem,
     make_query,
-    text_problem,
 )
 from pipeline.embedders import Embedder
 from pipeline.errors import InputError
@@ -219,7 +218,7 @@ def why_not(row: AuditRecord, memory_id: Any, res: Resources, snapshot: Snapshot
     with the settings the query ran with (``_as_logged``). Raises ``InputError`` naming
     ``memory_id`` for a bad id or one the store does not hold, and naming
     ``query_id`` for a row whose text was not stored."""
-    problem = id_problem(memory_id) or text_problem(memory_id)
+    problem = id_problem(memory_id)
     if problem is not None:
         raise InputError("memory_id", problem)
     if row.query_text is None:

@@ -189,11 +189,13 @@ def _check_limits(record: MemoryRecord, limits: LimitSettings, number: int) -> l
     return errors
 
 
-def check_edges(parsed: ParsedFile, store: Store | None, batch_size: int | None = None) -> None:
+def check_edges(parsed: ParsedFile, store: Store | None, batch_size: int | None = None,
+                forgotten: frozenset[str] = frozenset()) -> None:
     """Every edge target must exist in the store or in the same file; with
     ``batch_size`` (``dimple ingest --via-broker``: each batch of so many lines
     is validated and written on its own, in order) on a line of the same
-    batch or an earlier one, or in the store."""
+    batch or an earlier one, or in the store. ``forgotten``: ids the same
+    write forgets, no target (the forget comes first)."""
     line_of = {r.id: n for r, n in zip(parsed.records, parsed.lines, strict=True)}
     links = [(number, name, target) for record, number in zip(parsed.records, parsed.lines, strict=True)
              for name in ("supersedes", "conflicts", "supported_by") for target in getattr(record, name)]
@@ -202,9 +204,12 @@ def check_edges(parsed: ParsedFile, store: Store | None, batch_size: int | None 
         return batch_size is not None and (line_of[target] - 1) // batch_size > (number - 1) // batch_size
 
     unsure = {t for n, _, t in links if t not in line_of or later(n, t)}
-    known = store.existing_ids(unsure) if unsure and store is not None else set()
+    known = (store.existing_ids(unsure) if unsure and store is not None else set()) - forgotten
     for number, name, target in links:
-        if target not in known and target not in line_of:
+        if target in forgotten and target not in line_of:
+            parsed.errors.append(LineError(number, name, f"memory id {target!r} is forgotten by this same write",
+                                           unit=parsed.unit))
+        elif target not in known and target not in line_of:
             parsed.errors.append(LineError(number, name, f"unknown memory id {target!r} (not in the store nor in "
                                            "this file)", unit=parsed.unit))
         elif target not in known and later(number, target):
@@ -249,13 +254,13 @@ class IngestReport:
 
 
 def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool,
-             batch_size: int | None = None) -> list[LineError]:
+             batch_size: int | None = None, forgotten: frozenset[str] = frozenset()) -> list[LineError]:
     """Raise ``IngestValidationError`` for a bad file, or drop bad lines when skipping.
 
     Returns the skipped errors. Records whose edges point at skipped records
-    are skipped too, until the set is closed. ``batch_size``: ``check_edges``'s.
+    are skipped too, until the set is closed. ``batch_size``, ``forgotten``: ``check_edges``'s.
     """
-    check_edges(parsed, store, batch_size)
+    check_edges(parsed, store, batch_size, forgotten)
     if not parsed.errors:
         return []
     if not skip_invalid:
@@ -267,7 +272,7 @@ def validate(parsed: ParsedFile, store: Store | None, skip_invalid: bool,
         parsed.records = [r for r, _ in keep]
         parsed.lines = [n for _, n in keep]
         parsed.errors = []
-        check_edges(parsed, store, batch_size)
+        check_edges(parsed, store, batch_size, forgotten)
         skipped.extend(parsed.errors)
     return sorted(skipped, key=lambda e: (e.line, e.field))
 

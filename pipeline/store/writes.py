@@ -302,7 +302,7 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
     the records it leaves out are added to ``skipped`` (the earlier attempts')."""
     snap = reader.snapshot(fresh=True)
     with live_view(snap) as live:  # a cursor of this thread's own: the base's connection answers one at a time
-        skipped.extend(validate(parsed, live, skip_invalid))  # type: ignore[arg-type]
+        skipped.extend(validate(parsed, live, skip_invalid, forgotten=frozenset(forget)))  # type: ignore[arg-type]
         skipped.sort(key=lambda e: (e.line, e.field))
         ids = [record_id(r) for r in parsed.records]  # the valid ones
         forgotten_live = live.existing_ids(forget)

@@ -248,3 +248,35 @@ def test_the_ingest_tasks_use_their_task_id_as_the_write_id(settings, embedded):
     assert again["replayed"]
     forget_task.apply(args=[["t1"]], task_id="forget-message")
     assert forget_task.apply(args=[["t1"]], task_id="forget-message").get()["replayed"]
+
+
+def test_a_link_to_a_memory_the_same_write_forgets_is_refused(settings):
+    """One write that remembers ``b`` superseding ``a`` and forgets ``a``: the
+    forget comes first, so the link names no memory and the record is refused
+    naming its field (with ``skip_invalid``, left out). Accepted, the link was
+    hidden at first and came back once another memory took the id ``a``."""
+    from pipeline.errors import IngestValidationError
+
+    _remember(settings, [{"id": "a", "namespace": "ns", "content": "the old deploy window"}])
+    b = {"id": "b", "namespace": "ns", "content": "the new deploy window", "supersedes": ["a"]}
+    with pytest.raises(IngestValidationError) as info:
+        write(settings, parse_records([b], settings), forget=["a"])
+    (error,) = info.value.errors
+    assert (error.line, error.field) == (1, "supersedes")
+    assert "'a' is forgotten by this same write" in error.reason
+    assert [m["id"] for m in get(settings, ["a", "b"])] == ["a"]  # nothing written
+
+    report = write(settings, parse_records([b], settings), forget=["a"], skip_invalid=True)
+    assert report.forgotten == 1 and [e.field for e in report.skipped] == ["supersedes"]
+    _remember(settings, [{"id": "a", "namespace": "ns", "content": "another memory under the id"}])
+    assert get(settings, ["b"]) == []
+
+
+def test_forget_refuses_an_id_the_store_cannot_hold_naming_it(settings):
+    from pipeline.errors import InputError
+
+    _remember(settings, [{"id": "a", "namespace": "ns", "content": "kept"}])
+    with pytest.raises(InputError) as info:
+        write(settings, None, forget=["a", "bad\ud800id"])
+    assert info.value.field == "ids[1]" and "lone surrogate" in info.value.reason
+    assert [m["id"] for m in get(settings, ["a"])] == ["a"]
