@@ -22,9 +22,10 @@ from pipeline.audit.writer import write_records
 from pipeline.contracts import Batch, check_query
 from pipeline.errors import AuditWriteError, IngestValidationError, StageError, problems
 from pipeline.stages.registry import STAGES, Stage
+from pipeline.store.compact import CompactReport
 from pipeline.store.ingest import parse_lines
 from pipeline.store.maintenance import compact
-from pipeline.store.writes import get, parse_records, write
+from pipeline.store.writes import compaction_due, get, parse_records, write
 
 from . import audit, resources, upkeep
 
@@ -176,7 +177,7 @@ def _written(app: Celery, run) -> dict:
     except IngestValidationError as exc:
         return {"ok": False, "errors": [str(e) for e in exc.errors]}
     if report.compact_due:
-        app.tasks["ingest.compact"].apply_async()
+        app.tasks["ingest.compact"].apply_async(kwargs={"when_due": True})
     return {"ok": True, **report.as_dict()}
 
 
@@ -210,11 +211,17 @@ def forget_task(self, ids: list[str], reason: str | None = None) -> dict:
                                             write_id=self.request.id))
 
 
-def compact_task(rebuild: bool = False, erase: bool = False) -> dict:
+def compact_task(rebuild: bool = False, erase: bool = False, when_due: bool = False) -> dict:
     """Compact the lake (``pipeline.store.maintenance.compact``: a base at the
     latest snapshot, the erase when one is due, or of every forget waiting
-    with ``erase``); returns at once when another compaction is running."""
-    return compact(resources.current().settings(), rebuild=rebuild, erase=erase).as_dict()
+    with ``erase``); returns at once when another compaction is running.
+    ``when_due`` (a write past a threshold sent it): only if one is still due
+    (``compaction_due``), so a burst of writes compacts once, not once each."""
+    res = resources.current()
+    settings = res.settings()
+    if when_due and not compaction_due(settings, res.reader()):
+        return CompactReport(ran=False).as_dict()
+    return compact(settings, rebuild=rebuild, erase=erase).as_dict()
 
 
 def get_task(ids: list[str]) -> list[dict]:

@@ -117,7 +117,7 @@ def check(app: Celery, *, here: bool = False) -> bool:
         if here:
             compact(settings)
         else:
-            app.tasks["ingest.compact"].apply_async()
+            app.tasks["ingest.compact"].apply_async(kwargs={"when_due": True})
     return due
 
 

@@ -358,16 +358,32 @@ def _as_memory_record(m: DeltaMemory) -> MemoryRecord:
         conflicts=list(m.conflicts), supported_by=list(m.supported_by), context=m.context, metadata=m.metadata)
 
 
-def lake_compaction_due(settings: Settings, snap: Snapshot, written: int, since: int = -1) -> bool:
+def lake_compaction_due(settings: Settings, snap: Snapshot, written: int | None, since: int = -1) -> bool:
     """Whether the snapshots after ``since`` that ``snap`` merges over its base
-    (and a write of ``written`` memories and forgets on top) passed a threshold
-    (count or memories, in settings). ``since``: the newest base listed
-    (``Follower.newest_base``): while a new base loads, ``snap`` still merges
-    what it holds over the old one, and counting those would start a second
-    compaction of what the last one compacted."""
+    (and a write of ``written`` memories and forgets on top; None: no write)
+    passed a threshold (count or memories, in settings). ``since``: the newest
+    base listed (``Follower.newest_base``): while a new base loads, ``snap``
+    still merges what it holds over the old one, and counting those would
+    start a second compaction of what the last one compacted."""
     newer = [d for seq, d in snap.deltas.items() if seq > since]
     held = sum(len(d.memories) + len(d.forget) for d in newer)
-    return len(newer) + 1 >= settings.compact_max_deltas or held + written >= settings.compact_delta_memories
+    writing = written is not None
+    return (len(newer) + writing >= settings.compact_max_deltas
+            or held + (written or 0) >= settings.compact_delta_memories)
+
+
+def compaction_due(settings: Settings, reader: Reader) -> bool:
+    """Whether a compaction is due now, as a write past a threshold found it
+    (``WriteReport.compact_due``): the deltas since the newest base listed
+    passed a threshold, or an erase is due. Asked again by the compaction a
+    write sent before it builds anything: each write of a burst past the
+    threshold sends one, and the first to run makes the others' moot."""
+    follower = reader.lake
+    assert isinstance(follower, Follower)
+    snap = reader.snapshot(fresh=True)
+    if snap is None:
+        return False
+    return lake_compaction_due(settings, snap, None, since=follower.newest_base()) or follower.erase_due(fresh=True)
 
 
 def get(settings: Settings, ids: list[str], reader: Reader | None = None) -> list[dict[str, Any]]:

@@ -488,6 +488,42 @@ def test_a_write_passing_the_threshold_compacts_the_lake(embedded, monkeypatch):
     assert _ids("delta") == ["d"] and _ids("epsilon") == ["e"]
 
 
+def test_a_burst_of_writes_past_the_threshold_compacts_once(embedded, monkeypatch):
+    """Every write of a burst past the threshold sends ``ingest.compact``; the
+    first to run compacts, and those queued behind it find nothing due and
+    build nothing (each was a whole base built again, and a process started,
+    for the writes between them)."""
+    from pipeline.store import maintenance
+    from workers import tasks
+    from workers.api import remember
+
+    embedded.compact_max_deltas = 3
+    remember({"id": "a", "namespace": "n", "content": "alpha"})  # the first base
+    sent: list[dict] = []
+    from workers.app import get_app
+
+    monkeypatch.setattr(get_app().tasks["ingest.compact"], "apply_async",
+                        lambda *a, **kw: sent.append(kw.get("kwargs", {})))  # held: the burst's messages
+    for i, word in enumerate(["beta", "gamma", "delta", "epsilon"]):
+        remember({"id": f"w{i}", "namespace": "n", "content": word})
+    assert sent == [{"when_due": True}] * 2  # the third and fourth writes found it due
+    built: list[bool] = []
+    real = maintenance.compact
+
+    def counted(*args, **kwargs):
+        built.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "compact", counted)
+    first = tasks.compact_task(**sent[0])
+    assert first["ran"] and first["memories"] == 5
+    assert tasks.compact_task(**sent[1]) == {**first, "version": 0, "base": None, "memories": 0, "seconds": 0.0,
+                                             "ran": False, "removed": []}
+    assert built == [True]  # the second message started no compaction
+    assert tasks.compact_task()["ran"] is False  # dimple compact's own: nothing written since, nothing built
+    assert _ids("epsilon") == ["w3"]
+
+
 def test_the_erase_rule_at_the_default_bound():
     within = Settings(_env_file=None).store.erase_within
     now = utcnow()
