@@ -23,35 +23,51 @@ pytestmark = pytest.mark.integration
 SECRET = "ZQX vault code 7341"
 
 
-@pytest.mark.parametrize("pool", [None, "solo", "threads"], ids=["prefork", "solo", "threads"])
-def test_an_ingest_worker_erases_a_due_forget_with_no_write_after_it(tmp_path, pool):
-    redis_binary()  # a clear message when redis-server is missing
-    settings = store_settings(tmp_path)
-    write(settings, parse_records([{"id": "s1", "namespace": "n", "content": SECRET}]
-                                  + [{"id": f"k{i}", "namespace": "n", "content": f"keep note {i}"} for i in range(5)],
-                                  settings))
-    write(settings, forget=["s1"])
-    age_forgets(settings)  # as if forgotten an hour ago (the default store.erase_within)
-    assert files_holding(SECRET.encode(), settings.data_dir), "the forget alone does not erase"
+POOLS = {"prefork": None, "solo": "solo", "threads": "threads"}
 
-    run = Stack(tmp_path / "stack")
-    run.start_redis()
+
+def test_an_ingest_worker_erases_a_due_forget_with_no_write_after_it_in_each_pool(tmp_path):
+    """One store, broker and ingest worker per pool, all at once (each waits
+    out its first check, a minute after it starts)."""
+    redis_binary()  # a clear message when redis-server is missing
+    stores = {name: store_settings(tmp_path / name) for name in POOLS}
+    for settings in stores.values():
+        write(settings, parse_records([{"id": "s1", "namespace": "n", "content": SECRET}]
+                                      + [{"id": f"k{i}", "namespace": "n", "content": f"keep note {i}"}
+                                         for i in range(5)], settings))
+        write(settings, forget=["s1"])
+        age_forgets(settings)  # as if forgotten an hour ago (the default store.erase_within)
+        assert files_holding(SECRET.encode(), settings.data_dir), "the forget alone does not erase"
+
+    runs = {name: Stack(tmp_path / name / "stack") for name in POOLS}
     try:
-        run.start_worker("w-ingest", "ingest", env={
-            "DIMPLE_DATA_DIR": str(settings.data_dir), "DIMPLE_EMBEDDING_MODEL": "hash-64",
-            "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_AUDIT_ENABLED": "false"}, pool=pool)
+        for name, run in runs.items():
+            run.start_redis()
+            run.start_worker("w-ingest", "ingest", env={
+                "DIMPLE_DATA_DIR": str(stores[name].data_dir), "DIMPLE_EMBEDDING_MODEL": "hash-64",
+                "DIMPLE_STORE__ENGINE": "lake", "DIMPLE_AUDIT_ENABLED": "false"}, pool=POOLS[name])
         # the first check a minute after the pool process (prefork) or the worker (solo, threads) starts
         deadline = time.monotonic() + 240
-        while files_holding(SECRET.encode(), settings.data_dir):
-            assert time.monotonic() < deadline, ("the worker did not erase the due forget; its log ends:\n"
-                                                 + _tail(run.run_dir / "w-ingest.log"))
-            pass_the_wait(settings)  # a DuckLake crash left files its erase waits for: the next check erases
+        waiting = set(POOLS)
+        while waiting:
+            for name in sorted(waiting):
+                if not files_holding(SECRET.encode(), stores[name].data_dir):
+                    waiting.discard(name)
+                else:
+                    pass_the_wait(stores[name])  # a DuckLake crash left files its erase waits for: the next check
+            if not waiting:
+                break
+            assert time.monotonic() < deadline, "".join(
+                f"\nthe {name} pool's worker did not erase the due forget; its log ends:\n"
+                + _tail(runs[name].run_dir / "w-ingest.log") for name in sorted(waiting))
             time.sleep(2)
     finally:
-        run.stop_all()
-    with Lake.open(settings) as lake:
-        assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (0,)
-        assert sorted(m.id for m in lake.read()) == [f"k{i}" for i in range(5)]
+        for run in runs.values():
+            run.stop_all()
+    for settings in stores.values():
+        with Lake.open(settings) as lake:
+            assert lake.con.execute("SELECT count(*) FROM forgets").fetchone() == (0,)
+            assert sorted(m.id for m in lake.read()) == [f"k{i}" for i in range(5)]
 
 
 def _tail(path, lines: int = 60) -> str:
