@@ -338,8 +338,15 @@ def test_a_poll_runs_nothing_on_the_lake_and_a_follow_reads_only_the_changed_tab
         done = lake.commit(LakeWrite([memory("b", "beta")]))
         later = follower.follow(view, fresh=True)
         assert later is not None and later.version == done.snapshot
-        # the one record table the write changed (no topics, concepts or edges), and no `indexes`
-        assert len(counting.sql) == 1 and "ducklake_table_changes" in counting.sql[0], counting.sql
+        # the one record table the write changed (no topics, concepts or edges), only the way it
+        # changed it (inserted, none deleted), and no `indexes`
+        assert len(counting.sql) == 1 and "ducklake_table_insertions" in counting.sql[0], counting.sql
+        replaced = lake.commit(LakeWrite([memory("b", "beta again")]))  # a delete and an insert of `b`
+        counting.sql.clear()
+        again = follower.follow(later, fresh=True)
+        assert again is not None and again.version == replaced.snapshot
+        assert [("deletions" in q, "insertions" in q) for q in counting.sql] == [(True, False), (False, True)]
+        assert again.overlay.members["b"].content == "beta again"
     finally:
         follower.close()
 
