@@ -58,7 +58,7 @@ from pipeline.settings import Settings
 from pipeline.store import files, hostcache, segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
-from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, attach, one
+from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, ask, attach, one
 from pipeline.store.lake.commit import (
     index_message,
     lists_a_base,
@@ -165,8 +165,7 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
     # base and only then deletes the bases listed before it, so a base built from a
     # snapshot the erase expired meanwhile (it may hold what was erased) is either
     # seen by that deletion or, listed after it, found expired here and taken back.
-    if not one(lake.con.execute(f"SELECT count(*) FROM ducklake_snapshots('{LAKE}') WHERE snapshot_id = ?",
-                                [snapshot]))[0]:
+    if not ask(lake.con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot]):
         _unlist(lake, snapshot, path)
         raise Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
                   expired=True)
