@@ -445,6 +445,35 @@ def test_a_purge_is_not_undone_by_a_message_still_on_its_way(embedded, monkeypat
     assert again["inserted"] == 2 and pa.count(log) == (6, 6)
 
 
+def test_a_purge_while_the_message_waits_its_turn_to_write_is_not_undone(embedded, monkeypatch):
+    """An ``audit.write`` reads its outbox files, then waits its turn (at most
+    one transaction a second, ``PACE``) before writing: a purge in that wait
+    takes the rows from the files, and the message writes the files as they
+    are after it, not the rows it read before."""
+    from pipeline.audit import letters
+    from pipeline.audit.purge import purge
+    from workers import audit
+    from workers.app import get_app
+
+    embedded.audit_outbox_after_s = 3600.0  # the outbox drain thread stays out of it
+    secret = "ZQX vault plan"
+    rows = [_row(i, secret if i == 1 else "a question") for i in range(3)]
+    name = letters.outbox_put(embedded.audit_outbox_dir, [r.model_dump(mode="json") for r in rows])
+    log = pa.log_of(embedded)
+    purged = []
+
+    def wait_and_a_purge_meanwhile():
+        purged.append(purge(log, embedded.audit_outbox_dir, embedded.dead_letter_dir, [], [secret]))
+
+    monkeypatch.setattr(audit.PACE, "wait", wait_and_a_purge_meanwhile)
+    payload = [r.model_dump(mode="json") for r in rows]
+    out = get_app().tasks["audit.write"].apply(args=[payload], kwargs={"outbox": [name], "unkept": 0,
+                                                                       "host": audit.outbox_id(embedded.audit_outbox_dir)}).get()
+    assert purged[0].outbox_rows == 1
+    assert out["inserted"] == 2
+    assert sorted(r.query_id for r in pa.tail(log, 10)) == sorted(rows[i].query_id for i in (0, 2))
+
+
 def test_rows_a_search_process_cannot_send_stay_in_the_outbox_and_it_says_so(embedded, caplog):
     """The broker down when a search process sends: its rows stay in the
     outbox for the host's drain (a WARNING names how many files), and rows
