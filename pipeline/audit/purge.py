@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from pipeline.errors import InputError
 class PurgeReport:
     rows: int = 0  # retrieval_log rows deleted
     outbox_rows: int = 0  # rows dropped from outbox files
-    dead_letters: int = 0  # dead-letter files removed (invalid/ included)
+    dead_letters: int = 0  # dead-letter files removed (invalid/ included; and a write's leftover .tmp)
 
 
 class _Needles:
@@ -90,6 +91,7 @@ def purge(log: LakeLog, outbox_dir: Path, dead_letter_dir: Path, ids: list[str],
     report = PurgeReport()
     report.outbox_rows = _purge_outbox(outbox_dir, needles)
     report.dead_letters = _purge_letters(dead_letter_dir, needles)
+    report.dead_letters += _purge_leftovers([outbox_dir, dead_letter_dir], needles)
     report.rows = _purge_lake(log, needles)
     return report
 
@@ -114,6 +116,33 @@ def _purge_outbox(folder: Path, needles: _Needles) -> int:
             dropped += len(records) - len(keep)
             _put_json(path, {**data, "records": keep})
     return dropped
+
+
+# A file is written whole or not at all, through ``NAME.tmp`` renamed over it
+# (``letters._put_json``): a ``.tmp`` this old belongs to a process that died in between.
+LEFTOVER_S = 60.0
+
+
+def _purge_leftovers(folders: list[Path], needles: _Needles) -> int:
+    """The ``*.tmp`` files a process that died while writing one left (an
+    outbox file, a dead letter) holding a needle, removed; how many."""
+    removed, cutoff = 0, time.time() - LEFTOVER_S
+    for folder in folders:
+        for path in sorted(folder.rglob("*.tmp")) if folder.is_dir() else []:
+            try:
+                if path.stat().st_mtime > cutoff:
+                    continue  # being written now: renamed over its file in a moment
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                continue
+            try:
+                data: Any = json.loads(text)
+            except ValueError:
+                data = text
+            if needles.found_in(data):
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed
 
 
 def _purge_letters(folder: Path, needles: _Needles) -> int:

@@ -221,11 +221,16 @@ def test_audit_purge_clears_log_outbox_and_dead_letters_and_the_log_stays_whole(
     box = outbox / outbox_put(outbox, [served.model_dump(mode="json"), kept.model_dump(mode="json")])
     dead_letter(letters, quoted, "gave up")
     dead_letter(letters, _row("q-other", "cache", []), "gave up")
+    # what a process killed between writing a file's .tmp and renaming it left, an hour ago
+    left = outbox / "00000000000000000001-dead.json.tmp"
+    left.write_text(json.dumps({"records": [served.model_dump(mode="json")]}))
+    os.utime(left, (time.time() - 3600, time.time() - 3600))
 
     with pytest.raises(InputError, match="ids"):
         pa.purge(log, outbox, letters, [])
     done = pa.purge(log, outbox, letters, [SECRET_ID], [TOKEN])
-    assert (done.rows, done.outbox_rows, done.dead_letters) == (2, 1, 1)
+    assert (done.rows, done.outbox_rows, done.dead_letters) == (2, 1, 2)
+    assert not left.exists()
     assert traces(outbox, TOKEN, SECRET_ID) == [] and traces(letters, TOKEN, SECRET_ID) == []  # at once
     # the rows' bytes stay in the lake's files until the next erase, as a forget's do
     pa.lake.release(log)
