@@ -116,13 +116,13 @@ def backoff_s(settings: WorkerSettings, retries: int) -> float:
 
 
 def give_up(settings: WorkerSettings, records: list[AuditRecord], exc: Exception, retries: int) -> AuditRetriesExhausted:
-    """Keep the rows as dead letters, say so at ERROR, and return the typed error to raise."""
+    """Keep the rows as dead letters, say so at ERROR (one line a batch: a
+    batch is up to a thousand rows), and return the typed error to raise."""
     for record in records:
         dead_letter(settings.dead_letter_dir, record, str(exc))
-        log.error(
-            "audit.write gave up on query %s after %d retries: %s (kept for 'dimple audit retry')",
-            record.query_id, retries, exc,
-        )
+    shown = ", ".join(r.query_id for r in records[:5]) + (f" and {len(records) - 5} more" if len(records) > 5 else "")
+    log.error("audit.write gave up on %d row(s) (queries %s) after %d retries: %s (kept for 'dimple audit retry')",
+              len(records), shown, retries, exc)
     ids = ", ".join(r.query_id for r in records)
     return AuditRetriesExhausted(f"queries {ids}: {exc}")
 
@@ -474,16 +474,38 @@ class _EmbeddedWriter:
 _EMBEDDED = _EmbeddedWriter()
 
 
+class _Breaker:
+    """After the embedded writer gave a batch up (its retries ran out: the
+    audit store is down), the batches behind it are tried once, not retried,
+    until one goes in: each would otherwise wait out the whole backoff
+    (minutes at the defaults) while queries keep adding rows behind it, the
+    queue growing in memory; tried once, they go to the dead letters as fast
+    as they come, for ``dimple audit retry``."""
+
+    def __init__(self) -> None:
+        self.down: set = set()  # the audit logs (``LakeLog``) whose last batch was given up
+
+
+_BREAKER = _Breaker()
+
+
 def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
-    """The embedded counterpart of ``audit.write``: same retries, same give-up."""
-    for retries in range(settings.audit_max_retries + 1):
+    """The embedded counterpart of ``audit.write``: same retries, same give-up
+    (retries skipped while the store is known down: ``_Breaker``)."""
+    target = log_of(settings)
+    tries = 1 if target in _BREAKER.down else settings.audit_max_retries + 1
+    for retries in range(tries):
         try:
-            return write_records(log_of(settings), records)
+            written = write_records(target, records)
         except AuditWriteError as exc:
-            if retries == settings.audit_max_retries:
+            if retries == tries - 1:
                 give_up(settings, records, exc, retries)
+                _BREAKER.down.add(target)
                 return 0
             time.sleep(backoff_s(settings, retries))
+        else:
+            _BREAKER.down.discard(target)
+            return written
     return 0
 
 

@@ -113,3 +113,43 @@ def test_a_retry_whose_letters_another_retry_took_meanwhile_finishes_the_rest(tm
     written, present, errors = retry_dead_letters(folder, log, batch=2)
     assert (written, present, errors) == (4, 0, [])
     assert count(log)[0] == 4
+
+
+def test_the_embedded_writer_stops_retrying_once_the_store_is_down_and_starts_again_once_it_is_back(tmp_path,
+                                                                                                   monkeypatch):
+    """At the defaults a batch retries for minutes before its rows go to the
+    dead letters; the batches behind it, queries adding more all the while,
+    are tried once each while the store stays down (they reach the dead
+    letters as fast as they come, the queue does not grow without bound),
+    and the first that goes in brings the retries back."""
+    from workers import audit
+    from workers.settings import WorkerSettings
+
+    settings = WorkerSettings(data_dir=tmp_path / "data", embedding_model="hash-64", _env_file=None)
+    assert settings.audit_max_retries == 8  # the default
+    slept: list[float] = []
+    monkeypatch.setattr(audit.time, "sleep", slept.append)
+    down = [True]
+    tries: list[int] = []
+
+    def store(log, records):
+        tries.append(len(records))
+        if down[0]:
+            raise AuditStoreUnavailable("disk full")
+        return len(records)
+
+    monkeypatch.setattr(audit, "write_records", store)
+    batch = [AuditRecord.model_validate(_row(f"q{i}")) for i in range(3)]
+    assert audit.write_embedded(settings, batch) == 0
+    assert len(tries) == 9 and len(slept) == 8 and sum(slept) > 60  # the whole backoff, then dead letters
+    tries.clear(), slept.clear()
+    for _ in range(5):
+        assert audit.write_embedded(settings, batch) == 0
+    assert len(tries) == 5 and slept == []  # once each, straight to the dead letters
+    assert len(list((settings.dead_letter_dir).glob("*.json"))) == 3
+    down[0] = False
+    assert audit.write_embedded(settings, batch) == 3
+    down[0] = True
+    tries.clear()
+    assert audit.write_embedded(settings, batch) == 0
+    assert len(tries) == 9  # back up, then down again: retried in full
