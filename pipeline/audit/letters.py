@@ -201,6 +201,11 @@ def quarantine(folder: Path, payload: Any, error: str) -> Path:
     field that was wrong."""
     target = folder / "invalid"
     private_dir(target)
+    if isinstance(payload, str):  # a file's text: kept as the JSON it holds where it is JSON, so that a
+        try:  # purge reads its strings (in the text, JSON's \u escapes would hide a non-ASCII id or word)
+            payload = json.loads(payload)
+        except ValueError:
+            pass
     return _put_json(target / f"{uuid.uuid4().hex}.json", {"error": error, "payload": payload})
 
 

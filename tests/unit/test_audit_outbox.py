@@ -153,3 +153,18 @@ def test_the_embedded_writer_stops_retrying_once_the_store_is_down_and_starts_ag
     tries.clear()
     assert audit.write_embedded(settings, batch) == 0
     assert len(tries) == 9  # back up, then down again: retried in full
+
+
+def test_a_purge_finds_a_non_ascii_id_in_a_file_set_apart(tmp_path):
+    """An outbox file set apart (not rows) keeps what it held as JSON, not as
+    the file's text, whose escapes hid a non-ASCII id or word from a purge."""
+    from pipeline.audit.purge import purge
+
+    box, log, dead = tmp_path / "outbox", _log(tmp_path), tmp_path / "dead"
+    bad = box / outbox_put(box, [_row("ok")])
+    bad.write_text(json.dumps({"records": [{**_row("x"), "result_count": "many", "query_text": "le mémo café",
+                                            "sources": [{"id": "mémo-1"}]}]}))  # ensure_ascii: \u00e9
+    drain_outbox(box, dead, lambda rows: write_records(log, rows))
+    assert len(list((dead / "invalid").glob("*.json"))) == 1
+    assert purge(log, box, dead, ["mémo-1"]).dead_letters == 1
+    assert list((dead / "invalid").glob("*.json")) == []
