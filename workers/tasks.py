@@ -145,19 +145,14 @@ def audit_write(self, records: list[dict], outbox: list[str] | str | None = None
     if not unkept and audit.written_with_another(settings, outbox, host):  # rows no file kept go in anyway
         return {"rows": len(records) if isinstance(records, list) else 1, "inserted": 0, "refused": 0,
                 "batched": True}
-    sent = records
-
-    def rows_now() -> tuple[list, int]:
-        read, kept = audit.message_rows(settings, sent, outbox, host, unkept)
-        valid, refused = audit.valid_records(settings, read)
-        return valid + kept, refused
-
-    rows, refused = rows_now()
-    if rows:
+    sent, (records, kept) = records, audit.message_rows(settings, records, outbox, host, unkept)
+    rows, refused = audit.valid_records(settings, records)
+    if rows or kept:
         audit.PACE.wait()  # at most one transaction a second: what came meanwhile goes with these rows
         # its files read again after the wait, just before the write: a `dimple audit purge` during
         # the wait took rows from them, which would otherwise go in after it (SECURITY.md)
-        rows, refused = rows_now()
+        kept = audit.message_rows(settings, sent, outbox, host, unkept)[1]
+    rows += kept
     others = audit.batch_of(settings, outbox) if rows else []
     try:
         inserted = write_records(log_of(settings), rows + [r for _, batch in others for r in batch])

@@ -100,8 +100,7 @@ class MemoryRecord(BaseModel):
 
 def derive_id(namespace: str, content: str) -> str:
     """Stable id for a record without one: same namespace and content, same id."""
-    digest = hashlib.blake2b(f"{namespace}\x00{content}".encode(), digest_size=10).hexdigest()
-    return f"m-{digest}"
+    return "m-" + hashlib.blake2b(f"{namespace}\x00{content}".encode(), digest_size=10).hexdigest()
 
 
 def content_hash(content: str) -> str:
@@ -206,12 +205,10 @@ def check_edges(parsed: ParsedFile, store: Store | None, batch_size: int | None 
     unsure = {t for n, _, t in links if t not in line_of or later(n, t)}
     known = (store.existing_ids(unsure) if unsure and store is not None else set()) - forgotten
     for number, name, target in links:
-        if target in forgotten and target not in line_of:
-            parsed.errors.append(LineError(number, name, f"memory id {target!r} is forgotten by this same write",
-                                           unit=parsed.unit))
-        elif target not in known and target not in line_of:
-            parsed.errors.append(LineError(number, name, f"unknown memory id {target!r} (not in the store nor in "
-                                           "this file)", unit=parsed.unit))
+        if target not in known and target not in line_of:
+            why = (f"memory id {target!r} is forgotten by this same write" if target in forgotten
+                   else f"unknown memory id {target!r} (not in the store nor in this file)")
+            parsed.errors.append(LineError(number, name, why, unit=parsed.unit))
         elif target not in known and later(number, target):
             parsed.errors.append(LineError(number, name, (
                 f"memory id {target!r} is on line {line_of[target]}, in a later batch: --via-broker writes each "
@@ -305,11 +302,8 @@ def record_id(record: MemoryRecord) -> str:
 def _edges_of(record: MemoryRecord) -> list[tuple[str, str, str]]:
     """The (src, dst, kind) edges a record declares (it is their ``origin``)."""
     rid = record_id(record)
-    return sorted(
-        [(rid, t, "supersedes") for t in record.supersedes]
-        + [(rid, t, "conflicts") for t in record.conflicts]
-        + [(t, rid, "supports") for t in record.supported_by]
-    )
+    return sorted([(rid, t, "supersedes") for t in record.supersedes] + [(rid, t, "conflicts") for t in record.conflicts]
+                  + [(t, rid, "supports") for t in record.supported_by])
 
 
 def unchanged_ids(con, records: list[MemoryRecord]) -> set[str]:
