@@ -180,6 +180,7 @@ def test_dimple_ingest_via_broker_with_an_ingest_worker(demo_store, stack, tmp_p
     assert done.stdout.splitlines()[1].startswith("lines 3-3: 1 new, 0 updated, 0 unchanged, store version ")
 
 
+@pytest.mark.slow  # 2,000 memories embedded by the real model on the stack's worker: ~30 s
 def test_a_batch_that_times_out_is_applied_later_and_nothing_after_it_is_sent(demo_store, stack, tmp_path):
     import workers
     from pipeline.errors import IngestTimeoutError
