@@ -126,29 +126,22 @@ LEFTOVER_S = 60.0
 def _purge_leftovers(folders: list[Path], needles: _Needles) -> int:
     """The ``*.tmp`` files a process that died while writing one left (an
     outbox file, a dead letter) holding a needle, removed; how many."""
-    removed, cutoff = 0, time.time() - LEFTOVER_S
-    for folder in folders:
-        for path in sorted(folder.rglob("*.tmp")) if folder.is_dir() else []:
-            try:
-                if path.stat().st_mtime > cutoff:
-                    continue  # being written now: renamed over its file in a moment
-                text = path.read_text(encoding="utf-8", errors="replace")
-            except FileNotFoundError:
-                continue
-            try:
-                data: Any = json.loads(text)
-            except ValueError:
-                data = text
-            if needles.found_in(data):
-                path.unlink(missing_ok=True)
-                removed += 1
-    return removed
+    cutoff = time.time() - LEFTOVER_S  # younger: being written now, renamed over its file in a moment
+    return sum(_purge_files(folder, "*.tmp", needles, written_before=cutoff) for folder in folders)
 
 
 def _purge_letters(folder: Path, needles: _Needles) -> int:
+    return _purge_files(folder, "*.json", needles)
+
+
+def _purge_files(folder: Path, pattern: str, needles: _Needles, written_before: float | None = None) -> int:
+    """The files under ``folder`` matching ``pattern`` (last written before
+    ``written_before``, a time) that hold a needle, removed; how many."""
     removed = 0
-    for path in sorted(folder.rglob("*.json")) if folder.is_dir() else []:
+    for path in sorted(folder.rglob(pattern)) if folder.is_dir() else []:
         try:
+            if written_before is not None and path.stat().st_mtime > written_before:
+                continue
             text = path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             continue

@@ -54,7 +54,7 @@ from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, extensions_dir, one
 from pipeline.store.lake.commit import retrying
 from pipeline.store.lake.derive import sweep_builds
-from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache
+from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache, unlist
 from pipeline.store.lake.store import Lake
 
 log = logging.getLogger("dimple.lake")
@@ -289,14 +289,6 @@ def _drop_bases(lake: Lake, *, keep: int, everything_older: bool) -> list[str]:
     for _, name in drop:
         files.remove_file(folder / name)  # a process reading it keeps its open file until it moves on
     files.fsync_dir(folder)
-
-    def once() -> None:
-        con = lake.con
-        con.execute("BEGIN TRANSACTION")
-        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'index')")
-        con.execute("DELETE FROM indexes WHERE snapshot IN (SELECT unnest(?))", [[s for s, _ in drop]])
-        con.execute("COMMIT")
-
-    retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what="deleting old bases")
+    unlist(lake, [s for s, _ in drop], "deleting old bases")
     sweep_cache(lake, lake.settings, newer_than=keep)  # this host's cache of them (other hosts: their upkeep)
     return [name for _, name in drop]

@@ -176,15 +176,19 @@ def _unlist(lake: Lake, snapshot: int, path: Path) -> None:
     """Take back the base ``path`` of the expired ``snapshot``: its file, then its rows."""
     files.remove_file(path)
     files.fsync_dir(path.parent)
+    unlist(lake, [snapshot], f"taking back the base of snapshot {snapshot}")
 
+
+def unlist(lake: Lake, snapshots: list[int], what: str) -> None:
+    """Delete the ``indexes`` rows of the bases of ``snapshots`` (their files deleted first), one commit."""
     def once() -> None:
         con = lake.con
         con.execute("BEGIN TRANSACTION")
         con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'index')")
-        con.execute("DELETE FROM indexes WHERE snapshot = ?", [snapshot])
+        con.execute("DELETE FROM indexes WHERE snapshot IN (SELECT unnest(?))", [snapshots])
         con.execute("COMMIT")
 
-    retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=f"taking back the base of snapshot {snapshot}")
+    retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)
 
 
 # How old an ``as_of`` time must be: a commit is stamped when its catalog
