@@ -50,6 +50,7 @@ from pipeline.store.writes import get as read_live
 from . import broker_epoch, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
 from .audit import flush as flush_audit
+from .audit import pending as audit_pending
 from .audit import unlogged
 from .canvas import query_canvas, run_eager
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
@@ -702,13 +703,15 @@ def audit_row(query_id: Any) -> AuditRecord:
     """The audit row of ``query_id`` (a query id, or a unique prefix of one of
     at least 4 characters); an ``InputError`` naming ``query_id`` when there is
     none. Embedded, this process's rows still waiting for the writer are
-    written first when it is not found, so a query just answered can be looked up."""
+    written first, so a query just answered can be looked up, and a prefix
+    is matched against it too (found alone, an older row sharing the prefix
+    would have been taken for it)."""
     if not isinstance(query_id, str) or not query_id.strip() or text_problem(query_id):
         raise InputError("query_id", "must be a query id: a non-blank string, valid Unicode without NUL")
     settings = resources.current().settings()
+    if settings.embedded and audit_pending():
+        flush_audit()
     row = audit.find(audit.log_of(settings), query_id)
-    if row is None and settings.embedded and flush_audit():  # this process's rows may still be on their way
-        row = audit.find(audit.log_of(settings), query_id)
     if row is None:
         off = "" if settings.audit_enabled else " (audit rows are off: DIMPLE_AUDIT_ENABLED=false)"
         raise InputError("query_id", f"no audit row for query {query_id!r} in {audit.log_of(settings)}{off}")

@@ -509,6 +509,11 @@ def write_embedded(settings: WorkerSettings, records: list[AuditRecord]) -> int:
     return 0
 
 
+def pending() -> bool:
+    """Whether this process's embedded writer holds rows not yet written (queued or being written)."""
+    return _EMBEDDED.queue.unfinished_tasks > 0
+
+
 def flush(timeout: float = 30.0) -> bool:
     """Wait until every embedded audit row has been handled; False on timeout."""
     done = threading.Event()

@@ -14,6 +14,8 @@ import textwrap
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from pipeline import audit as pa
 from pipeline.audit.record import AuditRecord
 from tests.conftest import store_settings
@@ -70,6 +72,25 @@ def test_every_query_is_logged_once_and_read_back(embedded):
     row = audit_row(first.query_id[:8])  # by a prefix, as `dimple audit show` takes it
     assert row.query_id == first.query_id and [s["id"] for s in row.sources] == [r.id for r in first.results]
     assert not embedded.audit_path.exists()  # the lake keeps no audit file
+
+
+def test_a_prefix_of_a_query_just_answered_is_not_taken_for_an_older_rows(embedded):
+    """Embedded, a query's row waits up to a second for the writer: looking it
+    up by a prefix an older row shares (a few thousand rows make that likely
+    for four characters) finds both and names them, not the older one alone."""
+    from pipeline.errors import InputError
+    from workers import audit
+    from workers.api import audit_row, search
+
+    _remember()
+    answered = search("deploy window")
+    older = _row(0).model_copy(update={"query_id": answered.query_id[:4] + "0" * 28})
+    assert pa.write_records(pa.log_of(embedded), [older]) == 1
+    assert audit.pending()  # the answered query's row is still on its way
+    with pytest.raises(InputError) as info:
+        audit_row(answered.query_id[:4])
+    assert answered.query_id in str(info.value) and older.query_id in str(info.value)
+    assert audit_row(answered.query_id[:8]).query_id == answered.query_id
 
 
 def test_a_row_written_twice_is_stored_once(embedded):
