@@ -114,6 +114,45 @@ def test_a_compaction_in_another_process_builds_a_base_this_one_loads_and_answer
     assert max(_listed(embedded)) == newest
 
 
+def test_a_base_that_failed_to_load_in_the_background_is_tried_again(embedded, monkeypatch, caplog):
+    """A new base's background load that fails (a moment's I/O error, memory)
+    is tried again after a pause (``LOAD_RETRY_S``, doubled at each failure),
+    not left until another base is listed: meanwhile the old base answers,
+    merging every snapshot since it."""
+    import logging
+    import time
+
+    from pipeline.store.lake import follow
+    from pipeline.store.lake.compaction import compact_lake
+    from workers import resources
+
+    _remember_some()
+    reader = resources.current().reader()
+    old, before = reader.snapshot().base, _answers()
+    failures, opened = [], follow.Snapshot.open
+
+    def fails_once(*args, **kwargs):
+        if threading.current_thread().name == "dimple-lake-base-load" and not failures:
+            failures.append(1)
+            raise OSError("Input/output error")
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(follow.Snapshot, "open", fails_once)
+    caplog.set_level(logging.WARNING, logger="dimple.lake")
+    assert compact_lake(embedded, rebuild=True).ran  # another process's compaction, as far as this reader knows
+    newest = max(_listed(embedded))
+    reader.snapshot(fresh=True)  # sees the listing: the load starts, and fails
+    reader.wait_ready()
+    assert failures and "tried again in 5 s" in caplog.text
+    assert reader.snapshot(fresh=True).base == old
+    deadline = time.monotonic() + follow.LOAD_RETRY_S + 30
+    while not reader.snapshot(fresh=True).base.endswith(f"base-{newest}.duckdb"):
+        assert time.monotonic() < deadline, "the base that failed to load was never tried again"
+        reader.wait_ready(1)
+        time.sleep(0.2)
+    assert {k: ids for k, (ids, _) in _answers().items()} == {k: ids for k, (ids, _) in before.items()}
+
+
 _COMPACTOR = """
 import json, sys, time
 from pathlib import Path

@@ -89,6 +89,11 @@ _CACHED = re.compile(r"base-(\d+)")
 # How many times a base file listed but gone when opened sends the follower
 # back to the listing before that is an error.
 _GONE_TRIES = 3
+# A base that failed to load in the background is tried again after this
+# pause, doubled at each failure in a row up to the cap; meanwhile the old
+# base goes on answering, with ever more snapshots merged over it.
+LOAD_RETRY_S = 5.0
+LOAD_RETRY_MAX_S = 300.0
 
 
 def index_dir(settings: Settings) -> Path:
@@ -249,6 +254,8 @@ class Follower:
         self._loading_at = -1  # the snapshot of the base it opens
         self._pending: tuple[int, Snapshot] | None = None  # (its snapshot, it) once opened
         self._next: tuple[int, Path] | None = None  # a newer base listed while one loaded: opened after it
+        self._next_at = 0.0  # not before then (monotonic): a load that failed is tried again after a pause
+        self._load_failures = 0  # loads failed in a row (the pause doubles)
         self._own: SnapshotWrite | None = None  # the last write this process committed, as its changes read
         self._closed = False
         self._erase_checked = float("-inf")  # when erase_due last found none due
@@ -340,7 +347,7 @@ class Follower:
         the indexes ``current`` has loaded, while ``current`` goes on answering."""
         if self._loading is not None and (self._loading.is_alive() or self._loading_at >= snapshot):
             if self._loading.is_alive() and snapshot > self._loading_at:
-                self._next = (snapshot, path)  # its listing is read once: kept until this load is done
+                self._next, self._next_at = (snapshot, path), 0.0  # its listing is read once: kept until this load is done
             return
         assert current._uses is not None
         index_wanted, postings_wanted = current._index is not None, current._uses.postings_loaded
@@ -360,10 +367,20 @@ class Follower:
                 except BaseException:
                     snap.close()
                     raise
-            except BaseException as exc:  # noqa: BLE001 - the old base goes on; the next compaction's is tried
-                log.warning("could not load the lake's base of snapshot %s (%s): %s", snapshot, path, exc)
+            except BaseException as exc:  # noqa: BLE001 - the old base goes on; this one is tried again
+                with self.lock:
+                    self._load_failures += 1
+                    pause = min(LOAD_RETRY_MAX_S, LOAD_RETRY_S * 2 ** (self._load_failures - 1))
+                    if self._next is None or self._next[0] < snapshot:
+                        self._next = (snapshot, path)
+                    self._next_at = time.monotonic() + pause
+                    if self._loading_at == snapshot:
+                        self._loading_at = self._base_at
+                log.warning("could not load the lake's base of snapshot %s (%s): %s; tried again in %.0f s",
+                            snapshot, path, exc, pause)
                 return
             with self.lock:
+                self._load_failures = 0
                 if self._closed:
                     snap.close()
                     return
@@ -384,9 +401,10 @@ class Follower:
                    after[0] if after is not None else -1)
 
     def _load_next(self, current: Snapshot) -> None:
-        """Open the base listed while another was loading, once that load is done."""
+        """Open the base listed while another was loading, once that load is done, or one whose load
+        failed, once its pause is over."""
         after = self._next
-        if after is None or (self._loading is not None and self._loading.is_alive()):
+        if after is None or (self._loading is not None and self._loading.is_alive()) or time.monotonic() < self._next_at:
             return
         self._next = None
         if after[0] > self._base_at:
