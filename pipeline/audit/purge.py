@@ -55,6 +55,7 @@ class _Needles:
             raise InputError("ids", "name at least one memory id or text to purge")
         self.ids = [re.compile(r"(?<![\w.-])" + re.escape(v) + r"(?![\w.-])") for v in ids]
         self.texts = [v.lower() for v in texts]
+        self.words = [v.lower() for v in ids] + self.texts  # what every matching row's text contains (``_prefilter``)
 
     def found_in(self, data: Any) -> bool:
         """Whether any string in ``data`` (a row or letter as JSON data) holds a
@@ -170,11 +171,26 @@ def _row_data(row: tuple) -> list[Any]:
     return out
 
 
+_TEXT = ("lower(concat_ws(' ', query_text, options::VARCHAR, query_profile::VARCHAR, sources::VARCHAR, "
+         "truncation::VARCHAR))")
+
+
+def _prefilter(needles: _Needles) -> tuple[str, list[str]]:
+    """A WHERE clause that every row holding a needle passes, so that only
+    those rows are read into Python and checked whole (``found_in``); none (every
+    row read) when a needle may be spelled otherwise in the stored JSON: a
+    quote, a backslash, a control or non-ASCII character (escaped there)."""
+    if any(ch in '"\\' or not " " <= ch <= "~" for word in needles.words for ch in word):
+        return "", []
+    return " WHERE " + " OR ".join([f"contains({_TEXT}, ?)"] * len(needles.words)), list(needles.words)
+
+
 def _purge_lake(log: LakeLog, needles: _Needles) -> int:
+    where, params = _prefilter(needles)
     with lake.reading(log) as cur:
         if cur is None:
             return 0
-        doomed = [row[0] for row in cur.execute(_ROWS).fetchall() if needles.found_in(_row_data(row))]
+        doomed = [row[0] for row in cur.execute(_ROWS + where, params).fetchall() if needles.found_in(_row_data(row))]
     return lake.delete(log, doomed)
 
 

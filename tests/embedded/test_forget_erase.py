@@ -261,6 +261,32 @@ def test_audit_purge_takes_an_id_whole_and_never_matches_query_ids(tmp_path):
     pa.lake.release(log)
 
 
+def test_audit_purge_reads_only_the_rows_that_may_hold_a_needle_and_misses_none(tmp_path, monkeypatch):
+    """The log is searched in SQL first, so a purge does not read every row of
+    a log that grows with every query; a needle the stored JSON may spell
+    otherwise (non-ASCII, a quote: escaped there) reads every row, and each
+    row read is checked whole, so none is missed or taken wrongly."""
+    import importlib
+
+    purging = importlib.import_module("pipeline.audit.purge")  # the module (the package exports its function)
+    _, log, outbox, letters = _audit_log(tmp_path)
+    rows = [_row("q-plain", "about the vault", ["m1"]), _row("q-other", "backups", ["m2"]),
+            _row("q-cafe", "le café", ["m-é"]), _row("q-quote", 'say "open"', ["m3"])]
+    rows[1].options = {"note": "the VAULT is closed"}  # in a JSON column, another case
+    assert pa.write_records(log, rows) == 4
+    read: list[int] = []
+    real = purging._row_data
+    monkeypatch.setattr(purging, "_row_data", lambda row: read.append(1) or real(row))
+    assert pa.purge(log, outbox, letters, ["m1"]).rows == 1 and len(read) == 1
+    read.clear()
+    assert pa.purge(log, outbox, letters, [], ["Vault"]).rows == 1 and len(read) == 1  # q-other's options
+    read.clear()
+    assert pa.purge(log, outbox, letters, ["m-é"]).rows == 1 and len(read) == 2  # every row left read
+    assert pa.purge(log, outbox, letters, [], ['"open"']).rows == 1
+    assert pa.tail(log, 10) == []
+    pa.lake.release(log)
+
+
 def test_an_erase_waits_for_files_a_compaction_that_died_left_and_then_completes(tmp_path):
     """A compaction that dies midway (DuckLake's maintenance calls crash now
     and then) leaves the files it wrote and never committed, and its flush
