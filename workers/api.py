@@ -185,14 +185,16 @@ class _DecodesResults(_WaitIsGet):
         return False
 
     def _abandoned(self) -> bool:
-        """Whether no answer can come: past the deadline, with a queue of the
-        canvas that no worker consumes. Its stages were never run, and a worker
-        started later discards them unrun (they expire at the deadline), so a
-        ``get()`` with no timeout (or one past the deadline) ends then with
-        ``QueryTimeoutError`` naming the queue, not waiting forever. Never, embedded."""
+        """Whether no answer can come: past the deadline, and no worker consumes
+        the queue of the canvas's last stages (``search``). Those were never
+        run, and a worker started later discards them unrun (they expire at the
+        deadline), so a ``get()`` with no timeout (or one past the deadline)
+        ends then with ``QueryTimeoutError`` naming the queue, not waiting
+        forever. (The ``embed`` queue alone tells nothing: its stage may have
+        run before its worker went.) Never, embedded."""
         if self.deadline is None or time.monotonic() < self.deadline:
             return False
-        return bool(_unconsumed(self.queues)[0])
+        return self.queues[-1] in _unconsumed(self.queues)[0]
 
     def release(self) -> None:
         """Stop waiting on this query's canvas; nothing to do embedded."""
@@ -699,6 +701,9 @@ def replay_snapshot(row: AuditRecord) -> int | None:
     return version
 
 
+QUERY_ID_CHARS = 32  # a query id whole (``contracts.Query.id``: a uuid's hex digits); shorter: a prefix
+
+
 def audit_row(query_id: Any) -> AuditRecord:
     """The audit row of ``query_id`` (a query id, or a unique prefix of one of
     at least 4 characters); an ``InputError`` naming ``query_id`` when there is
@@ -709,9 +714,11 @@ def audit_row(query_id: Any) -> AuditRecord:
     if not isinstance(query_id, str) or not query_id.strip() or text_problem(query_id):
         raise InputError("query_id", "must be a query id: a non-blank string, valid Unicode without NUL")
     settings = resources.current().settings()
-    if settings.embedded and audit_pending():
+    if settings.embedded and len(query_id) < QUERY_ID_CHARS and audit_pending():  # a prefix: matched against them too
         flush_audit()
     row = audit.find(audit.log_of(settings), query_id)
+    if row is None and settings.embedded and flush_audit():  # this process's rows may still be on their way
+        row = audit.find(audit.log_of(settings), query_id)
     if row is None:
         off = "" if settings.audit_enabled else " (audit rows are off: DIMPLE_AUDIT_ENABLED=false)"
         raise InputError("query_id", f"no audit row for query {query_id!r} in {audit.log_of(settings)}{off}")

@@ -286,6 +286,10 @@ class _Retry:
     down: AuditWriteError | None = None  # the store's own error, once it would not open
 
     def write(self, chunk: list[tuple[Path, str, AuditRecord]]) -> None:
+        # letters a purge (or another retry) removed since they were read are not written back
+        chunk = [letter for letter in chunk if letter[0].exists()]
+        if not chunk:
+            return
         if self.down is not None:
             self.errors.extend(f"{record.query_id}: {self.down}" for _, _, record in chunk)
             return

@@ -341,6 +341,7 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
                 except Cut as cut:  # an erase expired the write's snapshot meanwhile: its base is not kept,
                     if not cut.expired:  # the write stands (read through the erase's base)
                         raise
+                    report.version = cut.listing or report.version  # as a replay of it answers
             elif snap is not None:
                 report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone),
                                                          since=follower.newest_base())

@@ -168,3 +168,23 @@ def test_a_purge_finds_a_non_ascii_id_in_a_file_set_apart(tmp_path):
     assert len(list((dead / "invalid").glob("*.json"))) == 1
     assert purge(log, box, dead, ["mémo-1"]).dead_letters == 1
     assert list((dead / "invalid").glob("*.json")) == []
+
+
+def test_a_retry_does_not_write_back_a_letter_a_purge_removed_after_it_was_read(tmp_path, monkeypatch):
+    from pipeline.audit import letters, tail
+    from pipeline.audit.letters import dead_letter, retry_dead_letters
+
+    log = _log(tmp_path)
+    folder = tmp_path / "dead"
+    for i in range(3):
+        dead_letter(folder, AuditRecord.model_validate(_row(f"dead{i}")), "store was down")
+    real = letters._readable_letters
+
+    def read_then_a_purge(folder_, errors):
+        found = real(folder_, errors)
+        (folder / "dead1.json").unlink()  # `dimple audit purge` took it meanwhile
+        return found
+
+    monkeypatch.setattr(letters, "_readable_letters", read_then_a_purge)
+    assert retry_dead_letters(folder, log) == (2, 0, [])
+    assert sorted(r.query_id for r in tail(log, 10)) == ["dead0", "dead2"]

@@ -172,8 +172,10 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
     # seen by that deletion or, listed after it, found expired here and taken back.
     if not ask(lake.con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot]):
         _unlist(lake, snapshot, path)
-        raise Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
+        cut = Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
                   expired=True)
+        cut.listing = listing  # what a replay of the write answers (``commit.snapshot_of_write``)
+        raise cut
     return listing
 
 
@@ -371,9 +373,8 @@ class Follower:
                 with self.lock:
                     self._load_failures += 1
                     pause = min(LOAD_RETRY_MAX_S, LOAD_RETRY_S * 2 ** (self._load_failures - 1))
-                    if self._next is None or self._next[0] < snapshot:
-                        self._next = (snapshot, path)
-                    self._next_at = time.monotonic() + pause
+                    if self._next is None or self._next[0] < snapshot:  # (a newer one listed meanwhile goes first)
+                        self._next, self._next_at = (snapshot, path), time.monotonic() + pause
                     if self._loading_at == snapshot:
                         self._loading_at = self._base_at
                 log.warning("could not load the lake's base of snapshot %s (%s): %s; tried again in %.0f s",
@@ -493,7 +494,7 @@ class Follower:
         cache's folders of older bases that ``indexes`` no longer lists are
         deleted (a process still reading one keeps its mapped pages).
         ``listing``: ``listed`` as just read (a base listed since is newer, kept anyway)."""
-        self._base_at = snapshot
+        self._base_at, self._load_failures = snapshot, 0
         sweep_cache(lake, self.settings, newer_than=snapshot, listing=listing)
 
     def clear_cache(self) -> list[str]:
