@@ -338,8 +338,8 @@ def search_async(query: str, **options: Any) -> SearchAsyncResult | EagerSearchR
     Bad input raises ``InputError`` naming the field before anything is sent.
     On workers its stages expire ``DIMPLE_TASK_TIMEOUT_S`` after sending: one
     still queued then is discarded unrun (a later ``get()`` says so), and a
-    ``get()`` still waiting then, with no worker consuming one of the query's
-    queues, raises ``QueryTimeoutError`` naming it rather than wait forever.
+    ``get()`` still waiting then, with no worker consuming the ``search``
+    queue, raises ``QueryTimeoutError`` naming it rather than wait forever.
     """
     return _dispatch(_batch([(query, options)]), single=True)
 
