@@ -23,6 +23,16 @@ def _log(tmp_path) -> LakeLog:
     return log_of(Settings(data_dir=tmp_path / "data", _env_file=None))
 
 
+def _dead_letters(tmp_path, n: int):
+    """A dead-letter folder holding rows ``dead0`` .. ``dead{n-1}``."""
+    from pipeline.audit.letters import dead_letter
+
+    folder = tmp_path / "dead"
+    for i in range(n):
+        dead_letter(folder, AuditRecord.model_validate(_row(f"dead{i}")), "store was down")
+    return folder
+
+
 def _row(qid: str) -> dict:
     return {
         "query_id": qid, "logged_at": "2026-11-30T12:00:00", "query_hash": "00", "hash_of": "text", "mode": "keyword",
@@ -95,12 +105,9 @@ def test_a_retry_whose_letters_another_retry_took_meanwhile_finishes_the_rest(tm
     other removed between this one's write and its clean-up is not an error,
     and the batches after it are still written."""
     from pipeline.audit import letters
-    from pipeline.audit.letters import dead_letter, retry_dead_letters
+    from pipeline.audit.letters import retry_dead_letters
 
-    log = _log(tmp_path)
-    folder = tmp_path / "dead"
-    for i in range(4):
-        dead_letter(folder, AuditRecord.model_validate(_row(f"dead{i}")), "store was down")
+    log, folder = _log(tmp_path), _dead_letters(tmp_path, 4)
     real = letters.write_records
 
     def and_the_other_retry_takes_them(log_, records):
@@ -172,12 +179,9 @@ def test_a_purge_finds_a_non_ascii_id_in_a_file_set_apart(tmp_path):
 
 def test_a_retry_does_not_write_back_a_letter_a_purge_removed_after_it_was_read(tmp_path, monkeypatch):
     from pipeline.audit import letters, tail
-    from pipeline.audit.letters import dead_letter, retry_dead_letters
+    from pipeline.audit.letters import retry_dead_letters
 
-    log = _log(tmp_path)
-    folder = tmp_path / "dead"
-    for i in range(3):
-        dead_letter(folder, AuditRecord.model_validate(_row(f"dead{i}")), "store was down")
+    log, folder = _log(tmp_path), _dead_letters(tmp_path, 3)
     real = letters._readable_letters
 
     def read_then_a_purge(folder_, errors):
