@@ -84,5 +84,6 @@ def test_get_without_a_timeout_ends_at_the_deadline_when_no_worker_consumes(demo
     assert time.perf_counter() - started >= 0.5  # not before the deadline (sent just before)
     (error,) = outcome
     assert isinstance(error, QueryTimeoutError)
-    assert re.search(r"no answer for task \S+ within 1\.\d s of sending it; "
+    # at the deadline, plus the ask of who consumes (about a second; more under load)
+    assert re.search(r"no answer for task \S+ within \d+\.\d s of sending it; "
                      r"no worker is consuming the 'search' queue", str(error))
