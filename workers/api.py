@@ -45,7 +45,6 @@ from pipeline.errors import (
     StageLostError,
 )
 from pipeline.store.writes import WriteResult, parse_records, record_lines
-from pipeline.store.writes import get as read_live
 
 from . import broker_epoch, presence, resources
 from .app import CONSUMER_CHECK_S, START_WORKER, consumed_queues, get_app
@@ -54,7 +53,7 @@ from .audit import pending as audit_pending
 from .audit import unlogged
 from .canvas import query_canvas, run_eager
 from .celery_compat import ThrottledParentCheck, reset_connections, stop_waiting
-from .tasks import HandedOn
+from .tasks import HandedOn, get_task
 
 # Celery reports a result backend it cannot reconnect to as a RuntimeError.
 BROKER_DOWN = (OperationalError, RedisConnectionError, RuntimeError)
@@ -628,20 +627,24 @@ def forget(ids: str | Iterable[str], reason: str | None = None) -> WriteResult:
     return forget_async(ids, reason).get(timeout=resources.current().settings().task_timeout_s)
 
 
-def get(ids: str | Iterable[str]) -> list[dict[str, Any]]:
+def get(ids: str | Iterable[str], min_version: int | None = None) -> list[dict[str, Any]]:
     """The live memories among ``ids`` as written (fields of an ingest line),
     in the order asked; unknown and forgotten ids are left out. An id that is
     not one (not a string, blank, over 512 characters) raises ``InputError``
-    naming it (``ids[i]``)."""
+    naming it (``ids[i]``). ``min_version`` (a write's ``version``) is
+    read-your-writes, as a search's: the answer comes from that store version
+    or a later one (``VersionNotReachedError`` after ``store.min_version_wait_ms``)."""
     wanted = memory_ids(ids)
+    if min_version is not None and (type(min_version) is not int or min_version < 0):
+        raise InputError("min_version", f"{min_version!r} is not a store version (an integer >= 0, "
+                                        "e.g. the `version` a write returned)")
     app = get_app()
     if app.conf.task_always_eager:
-        res = resources.current()
-        return read_live(res.settings(), wanted, reader=res.reader())
+        return get_task(wanted, min_version)
     timeout = resources.current().settings().task_timeout_s
     sent = time.monotonic()
     try:  # a message no worker took by then is discarded, as a query's stages are
-        handle = app.tasks["store.get"].apply_async(args=[wanted], expires=timeout)
+        handle = app.tasks["store.get"].apply_async(args=[wanted, min_version], expires=timeout)
         return handle.get(timeout=timeout)
     except BROKER_DOWN as exc:
         reset_connections(app)

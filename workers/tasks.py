@@ -227,9 +227,12 @@ def compact_task(rebuild: bool = False, erase: bool = False, when_due: bool = Fa
     return compact(settings, rebuild=rebuild, erase=erase).as_dict()
 
 
-def get_task(ids: list[str]) -> list[dict]:
-    """``workers.api.get`` through the broker: the live memories among ``ids``."""
+def get_task(ids: list[str], min_version: int | None = None) -> list[dict]:
+    """``workers.api.get`` through the broker: the live memories among ``ids``,
+    read from store version ``min_version`` or a later one."""
     res = resources.current()
+    if min_version:
+        res.reader().at_least(min_version, res.settings().store.min_version_wait_ms / 1000.0)
     return get(res.settings(), ids, reader=res.reader())
 
 

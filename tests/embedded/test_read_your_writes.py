@@ -103,6 +103,28 @@ def test_a_bad_min_version_is_refused_naming_the_field(embedded, bad):
     assert caught.value.field == "min_version"
 
 
+def test_get_with_min_version_sees_another_process_s_write_at_once(embedded, tmp_path):
+    from workers.api import get, remember
+
+    remember({"id": "a", "namespace": "n", "content": "the deploy window is tuesday"})
+    assert [m["id"] for m in get(["a", "b"])] == ["a"]  # this process now holds the store
+    version = _write_elsewhere(tmp_path, embedded, {"id": "b", "namespace": "n", "content": "a quokka in the car park"})
+    assert [m["id"] for m in get(["a", "b"])] == ["a"]  # without min_version: the state held, until store.poll_ms
+    assert [m["id"] for m in get(["a", "b"], min_version=version)] == ["a", "b"]
+    embedded.store.min_version_wait_ms = 50
+    with pytest.raises(VersionNotReachedError, match="^min_version: the store is at version"):
+        get(["a"], min_version=version + 1000)
+
+
+@pytest.mark.parametrize("bad", [-1, "3", 1.5, True, [1]])
+def test_get_refuses_a_bad_min_version_naming_the_field(embedded, bad):
+    from workers.api import get
+
+    with pytest.raises(InputError) as caught:
+        get(["a"], min_version=bad)
+    assert caught.value.field == "min_version"
+
+
 def test_dimple_search_takes_min_version(embedded, capsys):
     from workers.api import remember
     from workers.cli import main
