@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "mcp-workers"
+# a word each, found by no other memory: a remember, then at once a get and a search for it
+RYW_WORDS = [f"zqryw{letter * 3}" for letter in "abcdefghijklmnop"]
 
 
 def _key(results: dict) -> list:
@@ -65,9 +68,40 @@ def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, sta
                     await anyio.sleep(0.2)
                 out["explain"] = why
                 out["forget"] = (await client.call_tool("forget", {"ids": ["mw-1"]})).structured_content
+                # the server reads its own writes, whichever search process answers: no min_version given
+                out["ryw"] = []
+                for i, word in enumerate(RYW_WORDS):
+                    wrote = await client.call_tool("remember", {"records": [
+                        {"id": f"ryw-{i}", "namespace": NS, "content": f"an agent's note {word} on the deploy"}]})
+                    assert not wrote.is_error, wrote.content
+                    got = (await client.call_tool("get", {"ids": [f"ryw-{i}"]})).structured_content
+                    hit = (await client.call_tool("search", {"query": word, "namespace": NS, "mode": "keyword"}))
+                    assert not hit.is_error, hit.content
+                    out["ryw"].append(([m["id"] for m in got["memories"]],
+                                       [r["id"] for r in hit.structured_content["results"]]))
+                ids = [f"ryw-{i}" for i in range(len(RYW_WORDS))]
+                assert not (await client.call_tool("forget", {"ids": ids})).is_error
+                out["ryw_gone"] = (await client.call_tool("get", {"ids": ids})).structured_content
         return out
 
-    out = anyio.run(run)
+    # other callers' queries keep both search processes busy, each looking for new writes every
+    # store.poll_ms: one that looked just before a write answers the next read from before it
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            search("canary deploy", mode="keyword")
+
+    others = [threading.Thread(target=traffic) for _ in range(2)]
+    for t in others:
+        t.start()
+    try:
+        out = anyio.run(run)
+    finally:
+        stop.set()
+        for t in others:
+            t.join(60)
     assert "Traceback" not in (tmp_path / "server.err").read_text()
     for a, e, d in zip(asks, embedded, out["search"]):
         assert d["mode"] == e["mode"] == a["mode"]
@@ -79,3 +113,5 @@ def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, sta
     assert not out["explain"].is_error, out["explain"].content
     assert [p["id"] for p in out["explain"].structured_content["results"]] == [r["id"] for r in out["search"][0]["results"]]
     assert out["forget"]["forgotten"] == 1
+    assert out["ryw"] == [([f"ryw-{i}"], [f"ryw-{i}"]) for i in range(len(RYW_WORDS))]
+    assert out["ryw_gone"] == {"memories": []}

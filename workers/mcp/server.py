@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from pipeline.contracts import text_problem
 from pipeline.errors import DimpleError, InputError
 
-from .tools import TOOLS, Pins, Tool
+from .tools import TOOLS, Pins, Session, Tool
 
 log = logging.getLogger("dimple.mcp")
 
@@ -57,10 +57,10 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
-def call(tool: Tool, pins: Pins, arguments: Any) -> types.CallToolResult:
+def call(tool: Tool, session: Session, arguments: Any) -> types.CallToolResult:
     """Run one tool (blocking); its answer or its error, as a tool result."""
     try:
-        value = tool.run(pins, arguments)
+        value = tool.run(session, arguments)
     except DimpleError as exc:  # InputError names the field; IngestValidationError each record's
         return _error(f"{tool.name}: {type(exc).__name__}: {exc}")
     except Exception as exc:
@@ -74,6 +74,7 @@ def call(tool: Tool, pins: Pins, arguments: Any) -> types.CallToolResult:
 def build(pins: Pins) -> Server[Any]:
     """The MCP server (the SDK's low-level ``Server``) offering dimple's tools under ``pins``."""
     tools = listed_tools(pins)
+    session = Session(pins)  # every client's calls read the writes made through this server
     limiter: list[anyio.CapacityLimiter] = []  # made in the event loop, at the first call
 
     async def list_tools(ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -86,7 +87,7 @@ def build(pins: Pins) -> Server[Any]:
         if not limiter:
             limiter.append(anyio.CapacityLimiter(CALLS_AT_ONCE))
         arguments = params.arguments if params.arguments is not None else {}
-        return await anyio.to_thread.run_sync(partial(call, tool, pins, arguments), limiter=limiter[0])
+        return await anyio.to_thread.run_sync(partial(call, tool, session, arguments), limiter=limiter[0])
 
     pinned = f" Pinned to namespaces {pins.named()}: nothing outside them is read or written." if pins else ""
     return Server(

@@ -16,13 +16,18 @@ and a link to a memory outside; ``search`` runs in one of them; ``get`` and
 ``forget`` see only their memories (another's id reads as unknown), and
 ``explain`` only the audit rows of queries scoped to one of them.
 
+A server reads its own writes (``Session``): its ``search`` and ``get`` answer
+from the newest store version its ``remember`` and ``forget`` returned, or a
+later one, on whichever worker process serves them (as ``min_version`` asks).
+
 The MCP SDK is not imported here (``workers.mcp.server`` serves these tools).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -62,6 +67,31 @@ class Pins:
 
     def named(self) -> str:
         return ", ".join(repr(ns) for ns in self.namespaces)
+
+
+@dataclass
+class Session:
+    """One server's state: its pins, and the newest store version its own
+    writes returned (``written``), from which its reads answer. Without it
+    a search or get that follows a ``remember`` on another worker process
+    could answer from a state before the write (each process looks for new
+    writes every ``store.poll_ms``)."""
+
+    pins: Pins = field(default_factory=Pins)
+    written: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def wrote(self, result: WriteResult) -> WriteResult:
+        with self._lock:
+            self.written = max(self.written, result.version or 0)
+        return result
+
+    def min_version(self, asked: Any = None) -> Any:
+        """The ``min_version`` a read sends: the caller's when newer (or not a
+        version at all: the API refuses it, naming it), else this server's last write's."""
+        if asked is not None and (type(asked) is not int or asked < 0 or asked >= self.written):
+            return asked
+        return self.written or None
 
 
 # -- argument contracts: the schemas an agent sees --------------------------------------
@@ -140,23 +170,24 @@ def _arguments(name: str, arguments: Any, model: type[BaseModel], required: tupl
     return arguments
 
 
-def remember(pins: Pins, arguments: Any) -> WriteResult:
+def remember(session: Session, arguments: Any) -> WriteResult:
     args = _arguments("remember", arguments, RememberArguments, ("records",))
     skip_invalid = args.get("skip_invalid", False)
     if not isinstance(skip_invalid, bool):
         raise InputError("skip_invalid", "true or false")
     records = args["records"]
-    if pins:
-        records = _pinned_records(pins, records)
-    return api.remember(records, skip_invalid=skip_invalid)
+    if session.pins:
+        records = _pinned_records(session, records)
+    return session.wrote(api.remember(records, skip_invalid=skip_invalid))
 
 
-def _pinned_records(pins: Pins, records: Any) -> Any:
+def _pinned_records(session: Session, records: Any) -> Any:
     """``records`` as ``remember`` on a pinned server may write them: a record
     without a namespace gets the one pin; a record of another namespace, one
     whose id a memory outside the pins holds, and a link to a memory outside
     are refused (``InputError`` naming the record, from 1, and the field).
     Records the API will find invalid for other reasons are left to it."""
+    pins = session.pins
     if isinstance(records, list):
         items = records
     elif isinstance(records, dict):
@@ -171,12 +202,12 @@ def _pinned_records(pins: Pins, records: Any) -> Any:
         if not pins.allows(record.namespace):
             refuse(number, "namespace", f"{record.namespace!r}: this server writes only in namespaces {pins.named()}")
     own = {r.id for r in parsed.records if r.id is not None}  # parse_records gives each record its id
-    stored = {m["id"]: m["namespace"] for m in api.get(sorted(own))} if own else {}
+    stored = {m["id"]: m["namespace"] for m in api.get(sorted(own), session.min_version())} if own else {}
     for record, number in zip(parsed.records, parsed.lines):
         if record.id in stored and not pins.allows(stored[record.id]):
             refuse(number, "id", f"{record.id!r} is held by a memory outside namespaces {pins.named()}: choose another id")
     targets = sorted({t for r in parsed.records for name in LINKS for t in getattr(r, name)} - own)
-    inside = _inside(pins, targets)
+    inside = _inside(session, targets)
     for record, number in zip(parsed.records, parsed.lines):
         for name in LINKS:
             for target in getattr(record, name):
@@ -193,12 +224,13 @@ def refuse(number: int, field: str, reason: str) -> NoReturn:
     raise IngestValidationError([LineError(number, field, reason, unit="record")])
 
 
-def _inside(pins: Pins, ids: list[str]) -> set[str]:
+def _inside(session: Session, ids: list[str]) -> set[str]:
     """The live memories among ``ids`` that lie in the pinned namespaces."""
-    return {m["id"] for m in api.get(ids) if pins.allows(m["namespace"])} if ids else set()
+    return ({m["id"] for m in api.get(ids, session.min_version()) if session.pins.allows(m["namespace"])}
+            if ids else set())
 
 
-def search(pins: Pins, arguments: Any) -> Results:
+def search(session: Session, arguments: Any) -> Results:
     if not isinstance(arguments, dict):
         raise InputError("arguments", "an object of named arguments")
     if "query" not in arguments:
@@ -206,8 +238,10 @@ def search(pins: Pins, arguments: Any) -> Results:
     options = {k: v for k, v in arguments.items() if k != "query"}
     if "origin" in options:
         raise InputError("origin", "unknown option")
-    if pins:
-        options = _pinned_options(pins, options)
+    if session.pins:
+        options = _pinned_options(session.pins, options)
+    if options.get("as_of") is None and (version := session.min_version(options.get("min_version"))) is not None:
+        options["min_version"] = version  # not for a past state (as_of): the newest is the one that follows writes
     return api.search(arguments["query"], **options)
 
 
@@ -227,39 +261,39 @@ def _pinned_options(pins: Pins, options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def forget(pins: Pins, arguments: Any) -> WriteResult:
+def forget(session: Session, arguments: Any) -> WriteResult:
     args = _arguments("forget", arguments, ForgetArguments, ("ids",))
     ids, reason = args["ids"], args.get("reason")
-    if not pins:
-        return api.forget(ids, reason)
+    if not session.pins:
+        return session.wrote(api.forget(ids, reason))
     wanted = api.forget_arguments(ids, reason)
-    inside = _inside(pins, wanted)
+    inside = _inside(session, wanted)
     outside = [m for m in dict.fromkeys(wanted) if m not in inside]  # unknown, as far as this server tells
     if not inside:
         snap = resources.current().reader().snapshot(fresh=True)  # the store's version now, on either engine
         return WriteResult(not_found=outside, version=snap.version if snap is not None else 0)
-    result = api.forget([m for m in wanted if m in inside], reason)
+    result = session.wrote(api.forget([m for m in wanted if m in inside], reason))
     result.not_found = [m for m in dict.fromkeys(wanted) if m in set(result.not_found) | set(outside)]
     return result
 
 
-def get(pins: Pins, arguments: Any) -> dict[str, Any]:
+def get(session: Session, arguments: Any) -> dict[str, Any]:
     args = _arguments("get", arguments, GetArguments, ("ids",))
-    found = api.get(args["ids"])
-    if pins:
+    found = api.get(args["ids"], session.min_version())
+    if pins := session.pins:
         found = [m for m in found if pins.allows(m["namespace"])]
-        inside = _inside(pins, sorted({t for m in found for name in LINKS for t in m[name]}))
+        inside = _inside(session, sorted({t for m in found for name in LINKS for t in m[name]}))
         for m in found:
             for name in LINKS:
                 m[name] = [t for t in m[name] if t in inside]
     return {"memories": found}  # as the API gives them (``Memories`` is their schema)
 
 
-def explain(pins: Pins, arguments: Any) -> BaseModel | dict[str, Any]:
+def explain(session: Session, arguments: Any) -> BaseModel | dict[str, Any]:
     """``api.explain`` (each result's path), or with ``why_not`` ``api.explain_miss``."""
     args = _arguments("explain", arguments, ExplainArguments, ("query_id",))
     query_id, why_not = args["query_id"], args.get("why_not")
-    if pins:  # only a whole query id, of a query scoped to one of the pins: any other reads as unknown
+    if pins := session.pins:  # only a whole query id, of a query scoped to one of the pins: any other reads as unknown
         try:
             row = api.audit_row(query_id)
         except InputError:
@@ -271,7 +305,7 @@ def explain(pins: Pins, arguments: Any) -> BaseModel | dict[str, Any]:
         if why_not is not None:  # a live memory of the pins (an outside one, or a forgotten one, reads as unknown)
             if (problem := id_problem(why_not) or text_problem(why_not)) is not None:
                 raise InputError("why_not", problem)
-            if why_not not in _inside(pins, [why_not]):
+            if why_not not in _inside(session, [why_not]):
                 raise InputError("why_not", f"no memory {why_not!r} in namespaces {pins.named()}")
     if why_not is None:
         return api.explain(query_id)
@@ -291,7 +325,7 @@ class Tool:
     description: str
     input_schema: Callable[[Pins], dict[str, Any]]
     output: type[BaseModel] | None
-    run: Callable[[Pins, Any], BaseModel | dict[str, Any]]
+    run: Callable[[Session, Any], BaseModel | dict[str, Any]]
     read_only: bool = True
     destructive: bool = False
 
