@@ -39,7 +39,8 @@ def test_ingest_via_broker_is_visible_to_query_workers(demo_store, stack, tmp_pa
         res = search("ZX_VISIBLE_1", mode="keyword", namespace="ingest-test")
         if res.results:
             break
-        assert time.perf_counter() - acked < 2.0, "not visible within 2 s of the acknowledgement"
+        # a liveness bound (the delay is a figure, printed): each search process looks every store.poll_ms
+        assert time.perf_counter() - acked < 10.0, "not visible within 10 s of the acknowledgement"
     delay = time.perf_counter() - acked
     assert [r.id for r in res.results] == ["it-1"]
     print(f"visibility delay after ingest ack: {delay * 1000:.0f} ms")
@@ -139,8 +140,10 @@ def test_load_60s_query_stream_while_ingesting_10k(demo_store, stack, tmp_path):
           f"visibility delay after ack p50 {statistics.median(delays) * 1000:.0f} ms, max {max(delays) * 1000:.0f} ms")
     assert failures == []
     assert elapsed >= 60
-    everything = search("bulk memory", mode="keyword", namespace="bulk", max_units=n, top_k=n)
-    assert len(everything.results) == n  # the delays are figures (BENCHMARKS.md), bounded above only by the 10 s liveness check
+    # the last batch seen by one search process: the other may look a poll later (store.poll_ms)
+    deadline = time.perf_counter() + 10
+    while len(search("bulk memory", mode="keyword", namespace="bulk", max_units=n, top_k=n).results) < n:
+        assert time.perf_counter() < deadline, f"not all {n} memories found within 10 s of the last batch"  # the delays are figures (BENCHMARKS.md), bounded above only by the 10 s liveness check
 
 
 def _cli(stack, settings, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
