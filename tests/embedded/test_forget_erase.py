@@ -580,3 +580,30 @@ def test_a_base_built_from_a_snapshot_an_erase_expired_meanwhile_is_not_kept(set
     finally:
         builder.close()
     assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+
+
+def test_an_erase_deletes_every_partial_base_of_a_snapshot_it_expired_whichever_host_built_it(settings):
+    """A builder killed midway on another host leaves its partial base in the
+    shared index path, and only that host can tell its builder died (the
+    sweep waits ``STALE_BUILD_S`` for another host's). Built from a snapshot
+    before the forget, it may hold the forgotten memory: the erase deletes
+    every build of a snapshot it expired, since none can be listed any more.
+    A build of a later snapshot (a live one, for all this host knows) stays."""
+    from pipeline.store.lake.follow import index_dir
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(20, "ops")], settings))
+    before = write(settings, parse_records([{"id": "note", "namespace": "ops", "content": "rotation done"}],
+                                           settings)).version
+    write(settings, None, forget=[SECRET_ID])
+    folder = index_dir(settings)
+    left = folder / f".base-{before}.elsewhere.4242.1.duckdb.work"  # as a killed builder leaves it
+    left.write_bytes(f"{SECRET_ID} {TOKEN} opens it".encode())
+    later = folder / ".base-999999999.elsewhere.4243.1.duckdb"
+    later.write_bytes(b"a live build elsewhere")
+    age_forgets(settings)
+    assert compact_erasing(settings).forgotten == 1
+    assert not left.exists() and later.exists()
+    assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+    assert traces(folder, TOKEN, SECRET_ID) == []
+

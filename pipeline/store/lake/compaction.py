@@ -264,7 +264,8 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
                               deadline_s=deadline, mark=False)
         waits = cutting.held_until
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
-    sweep_builds(index_dir(settings))  # what builders killed midway left (a base's size each)
+    # what builders killed midway left (a base's size each); after an erase, every build of a snapshot it expired
+    sweep_builds(index_dir(settings), expired_before=snapshot if cutting is not None else None)
     if cutting is not None:  # marked erased last: the older bases (and their cache) held the memories too
         erasing.mark_erased(lake.con, cutting, deadline_s=deadline)
     return CompactReport(version=lake.latest_snapshot(), base=path.name, memories=lake.count(at=snapshot),

@@ -68,8 +68,10 @@ def build_base(lake: Lake, snapshot: int, path: Path, settings: Settings) -> Pat
 # while DuckDB writes it, ``fresh_base``; ``.wal`` beside it), linked into place
 # when whole. A builder SIGKILLed leaves it (a base's size); ``sweep_builds``
 # deletes this host's whose process is gone, and any past ``STALE_BUILD_S``
-# (another host's, where the index path is shared: a build takes minutes).
-_BUILD = re.compile(r"\.base-\d+\.(?:(?P<host>[A-Za-z0-9-]+)\.)?(?P<pid>\d+)\.\d+\.duckdb(?:\.work)?(?:\.wal)?")
+# (another host's, where the index path is shared: a build takes minutes);
+# an erase, every one of a snapshot it expired, whoever builds it.
+_BUILD = re.compile(r"\.base-(?P<snapshot>\d+)\.(?:(?P<host>[A-Za-z0-9-]+)\.)?(?P<pid>\d+)\.\d+\.duckdb"
+                    r"(?:\.work)?(?:\.wal)?")
 STALE_BUILD_S = 6 * 3600.0
 
 
@@ -82,10 +84,15 @@ def build_path(target: Path) -> Path:
     return target.with_name(f".{target.stem}.{_host()}.{os.getpid()}.{threading.get_ident()}.duckdb")
 
 
-def sweep_builds(folder: Path) -> list[str]:
+def sweep_builds(folder: Path, *, expired_before: int | None = None) -> list[str]:
     """Delete what builders that died left in the index path ``folder``
     (``build_path``'s files): this host's whose process is gone, and every
-    one older than ``STALE_BUILD_S``. The names deleted."""
+    one older than ``STALE_BUILD_S``. After an erase (``expired_before``: the
+    snapshot it kept, every one before it expired) also every build of an
+    earlier snapshot, any host's, any age: it may hold an erased memory, and
+    it can never be listed (a live builder finds its snapshot expired:
+    ``Follower.build_listed``), whereas only this host can tell which of its
+    builders died. The names deleted."""
     if not folder.is_dir():
         return []
     deleted: list[str] = []
@@ -98,7 +105,8 @@ def sweep_builds(folder: Path) -> list[str]:
             stale = now - path.stat().st_mtime > STALE_BUILD_S
         except FileNotFoundError:
             continue
-        if stale or (m.group("host") == host and gone(int(m.group("pid")))):
+        expired = expired_before is not None and int(m.group("snapshot")) < expired_before
+        if stale or expired or (m.group("host") == host and gone(int(m.group("pid")))):
             path.unlink(missing_ok=True)
             deleted.append(path.name)
     return deleted

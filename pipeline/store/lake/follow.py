@@ -170,13 +170,22 @@ def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -
     # base and only then deletes the bases listed before it, so a base built from a
     # snapshot the erase expired meanwhile (it may hold what was erased) is either
     # seen by that deletion or, listed after it, found expired here and taken back.
-    if not ask(lake.con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot]):
+    if not _exists(lake, snapshot):
         _unlist(lake, snapshot, path)
-        cut = Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
-                  expired=True)
+        cut = _expired_build(snapshot)
         cut.listing = listing  # what a replay of the write answers (``commit.snapshot_of_write``)
         raise cut
     return listing
+
+
+def _exists(lake: Lake, snapshot: int) -> bool:
+    """Whether the catalog still holds ``snapshot`` (asked now: an erase expires snapshots)."""
+    return bool(ask(lake.con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot]))
+
+
+def _expired_build(snapshot: int) -> Cut:
+    return Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
+               expired=True)
 
 
 def _unlist(lake: Lake, snapshot: int, path: Path) -> None:
@@ -604,11 +613,16 @@ class Follower:
             if not target.exists():
                 work = build_path(target)
                 files.remove_file(work)
-                build_base(lake, snapshot, work, self.settings)
                 try:
-                    os.link(work, target)  # never over another builder's file: a reader may have it open
-                except FileExistsError:
-                    pass
+                    build_base(lake, snapshot, work, self.settings)
+                    try:
+                        os.link(work, target)  # never over another builder's file: a reader may have it open
+                    except FileExistsError:
+                        pass
+                except (OSError, duckdb.Error) as exc:  # an erase expired the snapshot and deleted its builds
+                    if _exists(lake, snapshot):
+                        raise
+                    raise _expired_build(snapshot) from exc
                 finally:
                     files.remove_file(work)
                 files.fsync_dir(target.parent)
