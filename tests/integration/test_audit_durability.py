@@ -16,7 +16,7 @@ import redis
 from ops.stack import Stack
 from pipeline import audit as pa
 from tests.conftest import store_env
-from tests.integration.test_audit_workers import _asks, _ids_logged
+from tests.integration.test_audit_workers import _asks, _ids_logged, _outbox_left
 from workers.settings import WorkerSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # stacks of their own, kills, Redis restarts: ~60 s
@@ -78,7 +78,7 @@ def test_rows_queued_when_redis_restarts_empty_are_written(demo_store, audit_sta
     took = time.monotonic() - back
     print(f"\nredis restarted empty with 50 rows queued: {total} rows, {distinct} distinct, {took:.1f} s after")
     assert not missing and total == distinct == 50
-    assert list(run.settings.audit_outbox_dir.glob("*.json")) == []  # nothing left behind
+    assert _outbox_left(run.settings) == []  # nothing left behind
 
 
 def _kill_audit_then_redis(run: Stack, asks: list, kills: int, every_s: float) -> tuple[list, int, float]:
@@ -145,4 +145,4 @@ def test_audit_worker_killed_during_300_queries_then_redis_restarted(demo_store,
     print(f"audit worker SIGKILLed {kills} times in 300 queries, then redis restarted empty: "
           f"{total} rows, {distinct} distinct, {time.monotonic() - back:.1f} s after the restart")
     assert not missing and total == distinct == 300
-    assert list(run.settings.audit_outbox_dir.glob("*.json")) == []
+    assert _outbox_left(run.settings) == []

@@ -15,6 +15,7 @@ import pytest
 from ops.stack import Stack, redis_binary
 from pipeline import audit as pa
 from pipeline.settings import StoreSettings
+from tests.integration.test_audit_workers import _outbox_left
 from workers.settings import WorkerSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -61,11 +62,7 @@ def test_two_hosts_write_every_row_once_into_one_lake(tmp_path_factory):
         assert pa.count(pa.log_of(a)) == (len(asked), len(asked))  # never a second row for a query
         # each host's outbox drained: a file goes just after its row commits (the rows
         # above may be read in between), so within a bound, not at the same instant
-        deadline = time.time() + 30
-        while any(s.audit_outbox_dir.glob("*.json") for s in (a, b)) and time.time() < deadline:
-            time.sleep(0.2)
-        for s in (a, b):
-            assert [p for p in s.audit_outbox_dir.glob("*.json")] == []
+        assert _outbox_left(a, b) == []
         assert {r.query_profile["store_version"] for r in pa.since(pa.log_of(a))} != set()
     finally:
         reconfigure(a)

@@ -26,6 +26,19 @@ def _ids_logged(path, ids: set[str], timeout: float) -> tuple[int, int, set[str]
         time.sleep(0.5)
 
 
+def _outbox_left(*settings, within: float = 30.0) -> list:
+    """The outbox files on the hosts of ``settings`` once there are none, or
+    ``within`` seconds on: a file goes just after its rows commit (the rows may
+    be read in between), and one a killed audit worker left (its rows in)
+    goes at the next worker's drain, once a few seconds old."""
+    deadline = time.time() + within
+    while True:
+        left = [p for s in settings for p in s.audit_outbox_dir.glob("*.json")]
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def _asks(demo, n):
     lines = demo.files["queries"].read_text(encoding="utf-8").splitlines()
     qs = [json.loads(l) for l in lines if l.strip()]

@@ -22,7 +22,7 @@ def test_a_timeout_names_the_queues_nobody_consumes(demo_store, bare_broker):
         search("deploy window")
     elapsed = time.perf_counter() - started
     message = str(info.value)
-    assert re.search(r"within 1\.\d s of sending it; no worker is consuming the 'embed' and 'search' queues", message)
+    assert re.search(r"within \d+\.\d s of sending it; no worker is consuming the 'embed' and 'search' queues", message)
     assert "start: dimple worker --queues embed; dimple worker --queues search --concurrency 2" in message
     assert elapsed < 10  # generous: the 1 s timeout plus ~1 s asking the workers
 
@@ -51,7 +51,7 @@ def test_get_with_no_worker_to_answer_times_out_naming_the_queue(demo_store, bar
     workers.configure(demo_store.with_broker(bare_broker.broker_url).replace(task_timeout_s=1))
     with pytest.raises(QueryTimeoutError) as info:
         get(["m1"])
-    assert re.search(r"within 1\.\d s of sending it; no worker is consuming the 'search' queue", str(info.value))
+    assert re.search(r"within \d+\.\d s of sending it; no worker is consuming the 'search' queue", str(info.value))
 
 
 def test_get_without_a_timeout_ends_at_the_deadline_when_no_worker_consumes(demo_store, bare_broker):

@@ -115,9 +115,15 @@ def test_each_acknowledged_write_is_answered_on_every_host_within_the_bound(host
 def test_one_hosts_worker_killed_during_writes_loses_nothing_acknowledged(hosts):
     got = kill_round(hosts, 1, "kill", 8)
     acked, failed, killed = got["acked"], got["failed"], set(got["held"])
-    # the message the killed worker held ran on another host's worker (delivered again)
-    others = hosts.log(2) + hosts.log(3)
-    rerun = {t for t in killed if re.search(rf"ingest\.remember\[{t}\] succeeded", others)}
+    # the message the killed worker held ran on another host's worker (delivered again); its
+    # result is stored before its "succeeded" line is logged, so the logs are read within a bound
+    deadline = time.monotonic() + 30
+    while True:
+        others = hosts.log(2) + hosts.log(3)
+        rerun = {t for t in killed if re.search(rf"ingest\.remember\[{t}\] succeeded", others)}
+        if rerun == killed or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     if got["killed"]:
         hosts.start_worker(1)  # the host comes back and follows the lake
     assert got["killed"], "host 1's worker held no write to kill it with"
