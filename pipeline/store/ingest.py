@@ -283,13 +283,13 @@ def embedding_text(record: MemoryRecord) -> str:
 def fts_text(record: MemoryRecord) -> str:
     """What BM25 indexes: content, then context (after "contextual retrieval",
     Anthropic 2024: a memory is found through the words around it too),
-    ``analyze``d (accents folded, Han/kana/Hangul as bigrams)."""
+    ``analyze``d (accents folded, Han/kana/Hangul runs as characters and bigrams)."""
     return fts_text_of(record.content, record.context)
 
 
 def fts_text_of(content: str, context: str | None) -> str:
     """``fts_text`` of a memory's stored content and context."""
-    return analyze(content if not context else f"{content}\n{context}")
+    return analyze(content if not context else f"{content}\n{context}", unigrams=True)
 
 
 def record_id(record: MemoryRecord) -> str:

@@ -58,6 +58,30 @@ def test_a_keyword_query_in_every_script_finds_its_memories(settings, tmp_path, 
     assert _found("αθηνα") == {"greek-1", "greek-2"}  # Greek accents fold as Latin ones do
 
 
+def test_a_one_character_word_finds_the_memories_whose_runs_hold_it(settings, tmp_path, embedded):
+    """Chinese and Japanese write many words in one character (猫 cat, 书
+    book, 車 car), inside runs with no spaces: a memory's run is indexed as
+    its characters and its bigrams, so such a word finds it, in the base, in
+    a delta and after a compaction; a query of two or more characters still
+    finds only the memories holding them side by side."""
+    from workers import resources
+
+    cat, book = "我家的猫很可爱。", "他在看一本书。"
+    ingest_file(write_jsonl(tmp_path / "base.jsonl", [{"id": "cat", "namespace": "n", "content": cat},
+                                                       {"id": "book", "namespace": "n", "content": book}]),
+                settings, progress=False)
+    assert _found("猫") == {"cat"} and _found("书") == {"book"}
+    resources.current().close_store()
+    ingest_file(write_jsonl(tmp_path / "delta.jsonl", [{"id": "car", "namespace": "n", "content": "新しい車を買った。"},
+                                                        {"id": "cat-2", "namespace": "n", "content": "猫が好きです。"}]),
+                settings, progress=False)
+    assert _found("猫") == {"cat", "cat-2"} and _found("車") == {"car"}
+    assert _found("猫很") == {"cat"}  # two characters: the bigram, not each character
+    resources.current().close_store()
+    compacted(settings)
+    assert _found("猫") == {"cat", "cat-2"} and _found("书") == {"book"} and _found("車") == {"car"}
+
+
 @pytest.mark.parametrize("stemmer,query,holds", [
     ("russian", "Москва", "Встреча в Москве перенесена на пятницу."),
     ("russian", "новая", "Это новый план."),  # й is a letter, not и with an accent: the stemmer sees "новый"

@@ -16,7 +16,10 @@ marks, Cyrillic ё and stress marks), not where a mark makes another letter
 (``й``, kana voicing ``ガ``, Indic and Thai vowel signs), which the extension's
 ``strip_accents`` would fold too; and it splits runs of Han, kana and Hangul,
 written without spaces, into overlapping character bigrams (a lone character
-stays a unigram). ASCII text passes unchanged.
+stays a unigram). A memory's runs give each of their characters too
+(``unigrams``), so a one-character word (猫, 书, 車) finds the memories whose
+runs hold it, while a query's run stays its bigrams (the index's bigrams rank
+a longer query as before). ASCII text passes unchanged.
 """
 
 from __future__ import annotations
@@ -44,14 +47,15 @@ _ACCENT_SCRIPTS = ("LATIN", "GREEK", "ARABIC", "HEBREW")
 _CYRILLIC_ACCENTS = frozenset("\u0300\u0301")  # grave and acute: stress marks, not letters
 
 
-def analyze(text: str) -> str:
+def analyze(text: str, *, unigrams: bool = False) -> str:
     """``text`` as the index reads it (the module doc): accents folded where
-    they are accents, Han/kana/Hangul runs as character bigrams;
-    ASCII text unchanged."""
+    they are accents, Han/kana/Hangul runs as character bigrams, and with
+    ``unigrams`` (a memory's text: ``ingest.fts_text_of``) as their
+    characters too; ASCII text unchanged."""
     if text.isascii():
         return text
     folded = unicodedata.normalize("NFC", _MARKED.sub(_fold, unicodedata.normalize("NFD", text)))
-    return _CJK_RUN.sub(_bigrams, folded)
+    return _CJK_RUN.sub(_grams if unigrams else _bigrams, folded)
 
 
 def _fold(match: regex.Match) -> str:
@@ -76,6 +80,12 @@ def _bigrams(match: regex.Match) -> str:
     if len(run) < 3:
         return f" {run} "
     return " " + " ".join(run[i:i + 2] for i in range(len(run) - 1)) + " "
+
+
+def _grams(match: regex.Match) -> str:
+    """A run's characters and its bigrams (a lone character: itself, once)."""
+    run = match.group(0)
+    return f" {run} " if len(run) == 1 else " " + " ".join(run) + _bigrams(match)
 
 
 def create_index_sql(table: str, key: str, settings: FulltextSettings) -> str:
