@@ -53,8 +53,8 @@ from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.catalog import LAKE, extensions_dir, one
 from pipeline.store.lake.commit import retrying
-from pipeline.store.lake.derive import sweep_builds
-from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache, unlist
+from pipeline.store.lake.derive import sweep_builds, unlist
+from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache
 from pipeline.store.lake.store import Lake
 
 log = logging.getLogger("dimple.lake")

@@ -13,12 +13,15 @@ reader's view at the latest snapshot ``L`` is base(B) + overlay(B..L).
 - ``open_view``: the reader's ``Snapshot`` of a base file with those deltas
   merged (``Snapshot.open`` + ``Snapshot.extend``, as ``Reader`` does for
   delta files), the state every stage reads.
+- ``record`` / ``unlist``: a base listed in the lake's ``indexes`` for every
+  host to load, and taken back; ``sweep_builds``: what builders that died left.
 
 The reader reads these (``pipeline.store.lake.follow``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import socket
@@ -31,9 +34,13 @@ import numpy as np
 from pipeline.errors import StoreError
 from pipeline.processes import gone
 from pipeline.settings import Settings
+from pipeline.store import files
 from pipeline.store.compact import fresh_base
-from pipeline.store.database import Store
+from pipeline.store.database import Store, utcnow
 from pipeline.store.delta import delta_memories
+from pipeline.store.lake.catalog import LAKE, ask, one
+from pipeline.store.lake.commit import index_message, retrying
+from pipeline.store.lake.read import Cut
 from pipeline.store.lake.records import Changes, SnapshotWrite
 from pipeline.store.lake.store import Lake
 from pipeline.store.overlay import Delta
@@ -110,6 +117,79 @@ def sweep_builds(folder: Path, *, expired_before: int | None = None) -> list[str
             path.unlink(missing_ok=True)
             deleted.append(path.name)
     return deleted
+
+
+def settings_digest(settings: Settings) -> str:
+    """A digest of the settings that shape a base (the tree, the full-text
+    index, the embedding model), recorded beside it in ``indexes``."""
+    text = "\n".join([settings.tree.model_dump_json(), settings.fulltext.model_dump_json(), settings.embedding_model])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -> int:
+    """List the base file ``path`` (under the index path) for ``snapshot`` in
+    ``indexes`` (one transaction); the snapshot that lists it. ``write_id``:
+    the write whose base it is (a replay of it answers this snapshot:
+    ``commit.snapshot_of_write``). A base another builder listed first (a
+    reader, a compaction) is listed again under ``write_id``, so that the
+    write and its replay answer the same snapshot (``listed`` reads one file
+    per snapshot however many rows name it)."""
+    name = path.name
+
+    def once() -> int:
+        con = lake.con
+        con.execute("BEGIN TRANSACTION")
+        held = one(con.execute("SELECT count(*) FROM indexes WHERE snapshot = ? AND path = ?", [snapshot, name]))
+        if held and held[0] and write_id is None:
+            con.execute("ROLLBACK")
+            return lake.latest_snapshot()
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [index_message(write_id)])
+        con.execute("INSERT INTO indexes VALUES (?, ?, ?, ?)", [snapshot, name, utcnow(), settings_digest(lake.settings)])
+        con.execute("COMMIT")
+        row = one(con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')"))
+        return int(row[0]) if row and row[0] is not None else lake.latest_snapshot()
+
+    what = f"recording the base of snapshot {snapshot}"
+    listing = retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)[0]
+    # Asked after the listing committed: an erase expires the snapshots before its new
+    # base and only then deletes the bases listed before it, so a base built from a
+    # snapshot the erase expired meanwhile (it may hold what was erased) is either
+    # seen by that deletion or, listed after it, found expired here and taken back.
+    if not exists(lake, snapshot):
+        _unlist(lake, snapshot, path)
+        cut = expired_build(snapshot)
+        cut.listing = listing  # what a replay of the write answers (``commit.snapshot_of_write``)
+        raise cut
+    return listing
+
+
+def exists(lake: Lake, snapshot: int) -> bool:
+    """Whether the catalog still holds ``snapshot`` (asked now: an erase expires snapshots)."""
+    return bool(ask(lake.con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot]))
+
+
+def expired_build(snapshot: int) -> Cut:
+    return Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
+               expired=True)
+
+
+def _unlist(lake: Lake, snapshot: int, path: Path) -> None:
+    """Take back the base ``path`` of the expired ``snapshot``: its file, then its rows."""
+    files.remove_file(path)
+    files.fsync_dir(path.parent)
+    unlist(lake, [snapshot], f"taking back the base of snapshot {snapshot}")
+
+
+def unlist(lake: Lake, snapshots: list[int], what: str) -> None:
+    """Delete the ``indexes`` rows of the bases of ``snapshots`` (their files deleted first), one commit."""
+    def once() -> None:
+        con = lake.con
+        con.execute("BEGIN TRANSACTION")
+        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'index')")
+        con.execute("DELETE FROM indexes WHERE snapshot IN (SELECT unnest(?))", [snapshots])
+        con.execute("COMMIT")
+
+    retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)
 
 
 def base_snapshot(store: Store) -> int | None:

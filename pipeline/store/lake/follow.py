@@ -38,7 +38,6 @@ and the newer base taken.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import logging
 import os
@@ -58,14 +57,12 @@ from pipeline.settings import Settings
 from pipeline.store import files, hostcache, segments
 from pipeline.store.database import utcnow
 from pipeline.store.lake import erase as erasing
-from pipeline.store.lake.catalog import LAKE, Catalog, NoLake, ask, attach, one
+from pipeline.store.lake.catalog import Catalog, NoLake, attach
 from pipeline.store.lake.commit import (
-    index_message,
     lists_a_base,
     messages_since,
     only_audit,
     only_audit_since,
-    retrying,
 )
 from pipeline.store.lake.derive import (
     SNAPSHOT_KEY,
@@ -74,7 +71,10 @@ from pipeline.store.lake.derive import (
     build_path,
     deltas_of,
     deltas_since,
+    exists,
+    expired_build,
     open_view,
+    record,
 )
 from pipeline.store.lake.read import Cut, oldest
 from pipeline.store.lake.records import Committed, LakeWrite, SnapshotWrite
@@ -126,13 +126,6 @@ def bases(settings: Settings) -> dict[int, Path]:
     return {int(m.group(1)): folder / m.group(0) for p in folder.iterdir() if (m := _BASE.fullmatch(p.name))}
 
 
-def settings_digest(settings: Settings) -> str:
-    """A digest of the settings that shape a base (the tree, the full-text
-    index, the embedding model), recorded beside it in ``indexes``."""
-    text = "\n".join([settings.tree.model_dump_json(), settings.fulltext.model_dump_json(), settings.embedding_model])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def listed(lake: Lake) -> dict[int, Path]:
     """The bases the lake's ``indexes`` table lists whose file this host can
     read, by snapshot (several rows of one snapshot: one file)."""
@@ -141,78 +134,11 @@ def listed(lake: Lake) -> dict[int, Path]:
     return {int(snap): folder / name for snap, name in rows if (folder / name).is_file()}
 
 
-def record(lake: Lake, snapshot: int, path: Path, write_id: str | None = None) -> int:
-    """List the base file ``path`` (under the index path) for ``snapshot`` in
-    ``indexes`` (one transaction); the snapshot that lists it. ``write_id``:
-    the write whose base it is (a replay of it answers this snapshot:
-    ``commit.snapshot_of_write``). A base another builder listed first (a
-    reader, a compaction) is listed again under ``write_id``, so that the
-    write and its replay answer the same snapshot (``listed`` reads one file
-    per snapshot however many rows name it)."""
-    name = path.name
-
-    def once() -> int:
-        con = lake.con
-        con.execute("BEGIN TRANSACTION")
-        held = one(con.execute("SELECT count(*) FROM indexes WHERE snapshot = ? AND path = ?", [snapshot, name]))
-        if held and held[0] and write_id is None:
-            con.execute("ROLLBACK")
-            return lake.latest_snapshot()
-        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', ?)", [index_message(write_id)])
-        con.execute("INSERT INTO indexes VALUES (?, ?, ?, ?)", [snapshot, name, utcnow(), settings_digest(lake.settings)])
-        con.execute("COMMIT")
-        row = one(con.execute(f"SELECT id FROM ducklake_last_committed_snapshot('{LAKE}')"))
-        return int(row[0]) if row and row[0] is not None else lake.latest_snapshot()
-
-    what = f"recording the base of snapshot {snapshot}"
-    listing = retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)[0]
-    # Asked after the listing committed: an erase expires the snapshots before its new
-    # base and only then deletes the bases listed before it, so a base built from a
-    # snapshot the erase expired meanwhile (it may hold what was erased) is either
-    # seen by that deletion or, listed after it, found expired here and taken back.
-    if not _exists(lake, snapshot):
-        _unlist(lake, snapshot, path)
-        cut = _expired_build(snapshot)
-        cut.listing = listing  # what a replay of the write answers (``commit.snapshot_of_write``)
-        raise cut
-    return listing
-
-
-def _exists(lake: Lake, snapshot: int) -> bool:
-    """Whether the catalog still holds ``snapshot`` (asked now: an erase expires snapshots)."""
-    return bool(ask(lake.con, "SELECT snapshot_id FROM ducklake_snapshot WHERE snapshot_id = ?", [snapshot]))
-
-
-def _expired_build(snapshot: int) -> Cut:
-    return Cut(f"snapshot {snapshot} expired (an erase's cut) while its base was built: the base was not kept",
-               expired=True)
-
-
-def _unlist(lake: Lake, snapshot: int, path: Path) -> None:
-    """Take back the base ``path`` of the expired ``snapshot``: its file, then its rows."""
-    files.remove_file(path)
-    files.fsync_dir(path.parent)
-    unlist(lake, [snapshot], f"taking back the base of snapshot {snapshot}")
-
-
-def unlist(lake: Lake, snapshots: list[int], what: str) -> None:
-    """Delete the ``indexes`` rows of the bases of ``snapshots`` (their files deleted first), one commit."""
-    def once() -> None:
-        con = lake.con
-        con.execute("BEGIN TRANSACTION")
-        con.execute(f"CALL ducklake_set_commit_message('{LAKE}', 'dimple', 'index')")
-        con.execute("DELETE FROM indexes WHERE snapshot IN (SELECT unnest(?))", [snapshots])
-        con.execute("COMMIT")
-
-    retrying(lake.con, once, deadline_s=lake.settings.write_wait_s, what=what)
-
-
 # How old an ``as_of`` time must be: a commit is stamped when its catalog
 # transaction starts and seen when it ends (seconds under load), and hosts'
 # clocks differ; past this, the snapshot a time names no longer changes, so
 # every stage of a query (each resolves it) reads the same one.
 AS_OF_SETTLED = timedelta(seconds=10)
-
 
 
 def sweep_cache(lake: Lake, settings: Settings, *, newer_than: int | None = None,
@@ -620,9 +546,9 @@ class Follower:
                     except FileExistsError:
                         pass
                 except (OSError, duckdb.Error) as exc:  # an erase expired the snapshot and deleted its builds
-                    if _exists(lake, snapshot):
+                    if exists(lake, snapshot):
                         raise
-                    raise _expired_build(snapshot) from exc
+                    raise expired_build(snapshot) from exc
                 finally:
                     files.remove_file(work)
                 files.fsync_dir(target.parent)

@@ -78,7 +78,7 @@ class Cut(StoreError):
     def __init__(self, message: str, *, expired: bool):
         super().__init__(message)
         self.expired = expired
-        self.listing: int | None = None  # a base taken back (``follow.record``): the snapshot that had listed it
+        self.listing: int | None = None  # a base taken back (``derive.record``): the snapshot that had listed it
 
 
 # The changes a snapshot that only inserts or deletes rows lists
