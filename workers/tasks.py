@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, states
 from celery.exceptions import Ignore
 from pydantic import ValidationError
 
@@ -171,10 +171,13 @@ def audit_write(self, records: list[dict], outbox: list[str] | str | None = None
             **({"with_others": len(others)} if others else {})}
 
 
-def _written(app: Celery, run) -> dict:
+def _written(task: Task, run) -> dict:
     """A write's report as JSON (bad records come back as data, numbered as the
     caller numbered them); a compaction is sent when the deltas passed a threshold."""
+    app = task.app
     upkeep.start(app)  # solo and threads pools, and embedded processes, check for due erases too
+    if (answered := _answered_before(task)) is not None:
+        return answered
     try:
         report = run()
     except IngestValidationError as exc:
@@ -182,6 +185,28 @@ def _written(app: Celery, run) -> dict:
     if report.compact_due:
         app.tasks["ingest.compact"].apply_async(kwargs={"when_due": True})
     return {"ok": True, **report.as_dict()}
+
+
+def _answered_before(task: Task) -> dict | None:
+    """The answer a run of this message already stored (it is delivered again:
+    the worker that ran it died before acknowledging it), marked ``replayed``.
+    The lake's write ids make a committed write a replay; this covers one
+    that found nothing to change, which commits nothing and, run again after
+    a later write, would undo it (a forget of an id written since, a memory
+    put back as it was). The result backend keeps answers ``result_expires``
+    (a day); None when no run finished, in-process (eager), or the backend
+    cannot be read (the lake's check still holds)."""
+    if task.request.is_eager or not task.request.id:
+        return None
+    try:
+        meta = task.backend.get_task_meta(task.request.id, cache=False)
+    except Exception as exc:  # noqa: BLE001 - an answer unread is a write run again, as before
+        log.warning("could not read the stored answer of %s: %s", task.request.id, exc)
+        return None
+    result = meta.get("result")
+    if meta.get("status") != states.SUCCESS or not isinstance(result, dict):
+        return None
+    return {**result, "replayed": True} if result.get("ok") else result
 
 
 # Writes: one delta each (pipeline.store.writes), acknowledged once on disk.
@@ -193,7 +218,7 @@ def ingest_batch(self, lines: list[str], first_line: int = 1, skip_invalid: bool
     res = resources.current()
     settings = res.settings()
     parsed = parse_lines(lines, settings.limits, start=first_line)
-    return _written(self.app, lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=res.embedder,
+    return _written(self, lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=res.embedder,
                                             reader=res.reader(), write_id=self.request.id))
 
 
@@ -202,7 +227,7 @@ def remember_task(self, records: list[dict], skip_invalid: bool = False) -> dict
     res = resources.current()
     settings = res.settings()
     parsed = parse_records(records, settings)
-    return _written(self.app, lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=res.embedder,
+    return _written(self, lambda: write(settings, parsed, skip_invalid=skip_invalid, embedders=res.embedder,
                                             reader=res.reader(), write_id=self.request.id))
 
 
@@ -210,7 +235,7 @@ def forget_task(self, ids: list[str], reason: str | None = None) -> dict:
     """``workers.api.forget`` through the broker."""
     res = resources.current()
     settings = res.settings()
-    return _written(self.app, lambda: write(settings, forget=ids, reason=reason, reader=res.reader(),
+    return _written(self, lambda: write(settings, forget=ids, reason=reason, reader=res.reader(),
                                             write_id=self.request.id))
 
 

@@ -248,8 +248,7 @@ def write(settings: Settings, parsed: ParsedFile | None = None, forget: list[str
     embedded by ``embedder``, else by ``embedders(bulk)`` or ``make_embedder``
     (``_embedder_for``). ``write_id`` (a broker message's task id) makes a
     second delivery of the same message a no-op (``replayed``): the lake keeps
-    every write id it committed (``Follower.written``), a write that changed
-    nothing included. ``reason`` is the
+    every write id it committed (``Follower.written``). ``reason`` is the
     caller's; the lake keeps no reason per forget.
     """
     t0 = time.perf_counter()
@@ -318,9 +317,7 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
                              not_found=[m for m in forget if m not in forgotten_live], ids=ids,
                              namespaces=sorted({m.namespace for m in prepared.memories}),
                              version=snap.version if snap is not None else 0)
-        # a write that changes nothing still commits its id when it has one (a broker message):
-        # delivered again after a later write, it would otherwise be applied over that write
-        if prepared.memories or gone or write_id is not None:
+        if prepared.memories or gone:
             dim = prepared.vectors.shape[1] if prepared.vectors is not None else None
             write = LakeWrite(remember=[LakeMemory.from_record(_as_memory_record(m), prepared.vectors[i], now)
                                         for i, m in enumerate(prepared.memories)] if prepared.vectors is not None else [],
@@ -335,8 +332,8 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
             if not done.replayed:  # what the commit found live: another process may have forgotten one first
                 report.forgotten = done.forgotten
             # a first base (none yet), or a write a delta would carry badly: built now, at its snapshot
-            if not done.replayed and (prepared.memories or gone) and (
-                    snap is None or snap.store is None or len(prepared.memories) >= settings.compact_delta_memories):
+            if not done.replayed and (snap is None or snap.store is None
+                                      or len(prepared.memories) >= settings.compact_delta_memories):
                 # the write's version is the snapshot that lists its base: the state it published
                 try:
                     report.version = follower.build_listed(done.snapshot, write.write_id)[1]

@@ -69,3 +69,32 @@ def test_many_callers_write_at_once_and_none_is_refused(demo_store, stack):
     assert not errors
     want = {f"mc-{n}-{i}" for n in range(4) for i in range(3)}
     _until_visible(search, "ZQ_MANY", "write-many", want)
+
+
+def test_a_message_that_changed_nothing_delivered_again_after_a_later_write_changes_nothing(demo_store, stack):
+    """A broker message is delivered again when its worker dies before the
+    ack, after later messages ran. One that found nothing to change (a
+    forget of an id not yet written) commits nothing to the lake: delivered
+    again, it is answered as the replay of its stored answer, not applied
+    over the write made since. (Sent again here under its task id, as a
+    redelivery carries it.)"""
+    import workers
+    from workers.api import get, remember
+    from workers.app import get_app
+
+    workers.configure(demo_store.with_broker(stack.broker_url))
+    app = get_app()
+    forget = app.tasks["ingest.forget"]
+    first = forget.apply_async(args=[["rd-later"]], task_id="rd-forget-before").get(timeout=60)
+    assert first["not_found"] == ["rd-later"] and not first["replayed"]
+    done = remember({"id": "rd-later", "namespace": "redeliver", "content": "written after the forget"})
+    forget.apply_async(args=[["rd-later"]], task_id="rd-forget-before")
+    # the result backend keeps a task id's first success: the second run's answer is read in the log
+    deadline = time.monotonic() + 60
+    while len(runs := [line for line in (stack.run_dir / "w-ingest.log").read_text(errors="replace").splitlines()
+                       if "ingest.forget[rd-forget-before] succeeded" in line]) < 2:
+        assert time.monotonic() < deadline, "the message sent again was not run"
+        time.sleep(0.1)
+    assert "'replayed': True" in runs[1] and "'replayed': False" in runs[0]
+    assert [m["id"] for m in get(["rd-later"], min_version=done.version)] == ["rd-later"]
+

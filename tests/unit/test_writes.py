@@ -250,32 +250,6 @@ def test_the_ingest_tasks_use_their_task_id_as_the_write_id(settings, embedded):
     assert forget_task.apply(args=[["t1"]], task_id="forget-message").get()["replayed"]
 
 
-def test_a_message_that_changed_nothing_delivered_again_after_a_later_write_changes_nothing(settings, embedded):
-    """A broker message is delivered again when its worker dies before the
-    ack, after later messages ran. One that found nothing to change (a
-    forget of an id not yet written, a memory sent as it stands) must still
-    be a replay then: applied again, it forgets the memory written since, or
-    puts back the content a later write replaced."""
-    from workers.app import get_app
-
-    remember_task, forget_task = get_app().tasks["ingest.remember"], get_app().tasks["ingest.forget"]
-    rec = {"id": "m1", "namespace": "n", "content": "the deploy window is Tuesday"}
-    _remember(settings, [rec])
-
-    first = forget_task.apply(args=[["later"]], task_id="forget-before").get()
-    assert first["not_found"] == ["later"] and not first["replayed"]
-    same = remember_task.apply(args=[[rec]], task_id="same-as-stored").get()
-    assert same["unchanged"] == 1 and not same["replayed"]
-
-    _remember(settings, [{"id": "later", "namespace": "n", "content": "written after the forget"},
-                         {**rec, "content": "the deploy window is Thursday"}])
-    again = forget_task.apply(args=[["later"]], task_id="forget-before").get()
-    assert again["replayed"] and again["version"] == first["version"]
-    assert remember_task.apply(args=[[rec]], task_id="same-as-stored").get()["replayed"]
-    assert {m["id"]: m["content"] for m in get(settings, ["m1", "later"])} == {
-        "m1": "the deploy window is Thursday", "later": "written after the forget"}
-
-
 def test_a_link_to_a_memory_the_same_write_forgets_is_refused(settings):
     """One write that remembers ``b`` superseding ``a`` and forgets ``a``: the
     forget comes first, so the link names no memory and the record is refused
