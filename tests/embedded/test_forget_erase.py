@@ -607,3 +607,62 @@ def test_an_erase_deletes_every_partial_base_of_a_snapshot_it_expired_whichever_
     assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
     assert traces(folder, TOKEN, SECRET_ID) == []
 
+
+def test_the_upkeep_check_deletes_a_partial_base_of_a_snapshot_the_lake_no_longer_holds(settings):
+    """A builder that read its snapshot before an erase expired it, killed
+    after the erase's own sweep, leaves a partial base the erase never saw:
+    every ingest worker's upkeep check (``Follower.clear_cache``, once a
+    minute) deletes the partial bases of snapshots the lake no longer holds,
+    and only those."""
+    from pipeline.store.lake.follow import index_dir
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(20, "ops")], settings))
+    before = write(settings, parse_records([{"id": "note", "namespace": "ops", "content": "rotation done"}],
+                                           settings)).version
+    write(settings, None, forget=[SECRET_ID])
+    age_forgets(settings)
+    assert compact_erasing(settings).forgotten == 1
+    folder = index_dir(settings)
+    left = folder / f".base-{before}.elsewhere.4242.1.duckdb.work"  # made after the erase's sweep
+    left.write_bytes(f"{SECRET_ID} {TOKEN} opens it".encode())
+    with Lake.open(settings) as lake:
+        latest = lake.latest_snapshot()
+    live = folder / f".base-{latest}.elsewhere.4243.1.duckdb"
+    live.write_bytes(b"a live build elsewhere")
+    follower = Follower(settings)
+    try:
+        follower.clear_cache()
+    finally:
+        follower.close()
+    assert not left.exists() and live.exists()
+
+
+def test_a_base_whose_snapshot_an_erase_expired_before_its_read_is_not_built(settings, monkeypatch):
+    """The erase comes before the builder reads its snapshot: the read finds
+    it gone, and the build ends as one whose snapshot expired (``Cut``), as
+    when the erase comes during the build, not as a caller's bad ``as_of``."""
+    from pipeline.store.lake import follow
+    from pipeline.store.lake.compaction import compact_lake
+    from pipeline.store.lake.read import Cut
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(20, "ops")], settings))
+    before = write(settings, parse_records([{"id": "note", "namespace": "ops", "content": "rotation done"}],
+                                           settings)).version
+    write(settings, None, forget=[SECRET_ID])
+    real = follow.build_base
+
+    def an_erase_first(lake, snapshot, work, settings_):
+        compact_lake(settings, erase=True)  # another process's
+        real(lake, snapshot, work, settings_)
+
+    monkeypatch.setattr(follow, "build_base", an_erase_first)
+    builder = Follower(settings)
+    try:
+        with pytest.raises(Cut, match=f"snapshot {before} expired"):
+            builder.build(before)
+    finally:
+        builder.close()
+    assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+

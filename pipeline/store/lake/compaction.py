@@ -55,6 +55,7 @@ from pipeline.store.lake.catalog import LAKE, extensions_dir, one
 from pipeline.store.lake.commit import retrying
 from pipeline.store.lake.derive import sweep_builds, unlist
 from pipeline.store.lake.follow import Follower, bases, index_dir, listed, sweep_cache
+from pipeline.store.lake.read import oldest
 from pipeline.store.lake.store import Lake
 
 log = logging.getLogger("dimple.lake")
@@ -264,8 +265,8 @@ def _compact(lake: Lake, follower: Follower, settings: Settings, rebuild: bool, 
                               deadline_s=deadline, mark=False)
         waits = cutting.held_until
     removed = _drop_bases(lake, keep=snapshot, everything_older=erase)
-    # what builders killed midway left (a base's size each); after an erase, every build of a snapshot it expired
-    sweep_builds(index_dir(settings), expired_before=snapshot if cutting is not None else None)
+    # what builders killed midway left (a base's size each), and every build of a snapshot expired (an erase's)
+    sweep_builds(index_dir(settings), expired_before=oldest(lake.con))
     if cutting is not None:  # marked erased last: the older bases (and their cache) held the memories too
         erasing.mark_erased(lake.con, cutting, deadline_s=deadline)
     return CompactReport(version=lake.latest_snapshot(), base=path.name, memories=lake.count(at=snapshot),

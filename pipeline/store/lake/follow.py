@@ -75,8 +75,9 @@ from pipeline.store.lake.derive import (
     expired_build,
     open_view,
     record,
+    sweep_builds,
 )
-from pipeline.store.lake.read import Cut, oldest
+from pipeline.store.lake.read import Cut, SnapshotGone, oldest
 from pipeline.store.lake.records import Committed, LakeWrite, SnapshotWrite
 from pipeline.store.lake.store import CUT_TRIES, Lake
 from pipeline.store.overlay import Delta
@@ -434,11 +435,15 @@ class Follower:
 
     def clear_cache(self) -> list[str]:
         """``sweep_cache`` for this process (the upkeep check's, once a minute):
-        the folders of bases no longer listed, this process's own kept."""
+        the folders of bases no longer listed, this process's own kept; and
+        the partial bases of snapshots the lake no longer holds (``sweep_builds``:
+        a builder that read one before an erase expired it, killed after the
+        erase's own sweep, left one that may hold an erased memory)."""
         with self.lock:
             lake = self.lake()
             if lake is None:
                 return []
+            sweep_builds(index_dir(self.settings), expired_before=oldest(lake.con))
             return sweep_cache(lake, self.settings, newer_than=self._base_at if self._base_at >= 0 else None)
 
     def view_at(self, snapshot: int) -> Snapshot:
@@ -545,7 +550,7 @@ class Follower:
                         os.link(work, target)  # never over another builder's file: a reader may have it open
                     except FileExistsError:
                         pass
-                except (OSError, duckdb.Error) as exc:  # an erase expired the snapshot and deleted its builds
+                except (OSError, duckdb.Error, SnapshotGone) as exc:  # an erase expired the snapshot (and its builds)
                     if exists(lake, snapshot):
                         raise
                     raise expired_build(snapshot) from exc
