@@ -644,7 +644,9 @@ def get(ids: str | Iterable[str], min_version: int | None = None) -> list[dict[s
     timeout = resources.current().settings().task_timeout_s
     sent = time.monotonic()
     try:  # a message no worker took by then is discarded, as a query's stages are
-        handle = app.tasks["store.get"].apply_async(args=[wanted, min_version], expires=timeout)
+        # without min_version, the message a worker of the release before reads too
+        args = [wanted] if min_version is None else [wanted, min_version]
+        handle = app.tasks["store.get"].apply_async(args=args, expires=timeout)
         return handle.get(timeout=timeout)
     except BROKER_DOWN as exc:
         reset_connections(app)
