@@ -56,6 +56,7 @@ def test_a_keyword_query_in_every_script_finds_its_memories(settings, tmp_path, 
         assert _found(query) == {f"{script}-1", f"{script}-2"}, script
     assert _found("Munchen cafe") == _found("MÜNCHEN") == {"latin"}
     assert _found("αθηνα") == {"greek-1", "greek-2"}  # Greek accents fold as Latin ones do
+    assert _found("ΑΘΗΝΑ") == {"greek-1", "greek-2"}
 
 
 def test_a_one_character_word_finds_the_memories_whose_runs_hold_it(settings, tmp_path, embedded):
@@ -80,6 +81,28 @@ def test_a_one_character_word_finds_the_memories_whose_runs_hold_it(settings, tm
     resources.current().close_store()
     compacted(settings)
     assert _found("猫") == {"cat", "cat-2"} and _found("书") == {"book"} and _found("車") == {"car"}
+
+
+def test_a_letter_written_two_ways_finds_both(settings, tmp_path, embedded):
+    """Japanese text writes Latin letters and digits full-width (ＺＯＯＭ,
+    ３０１) and kana half-width (ｶﾞｽ) as often as not: each finds, and is
+    found by, its usual form (NFKC). Greek ends a word with ς, which upper
+    case writes Σ and lower() makes σ: a query in capitals finds it. In a
+    delta and after a compaction."""
+    recs = [{"id": "full", "namespace": "n", "content": "会議はＺＯＯＭで、部屋は３０１です。"},
+            {"id": "half", "namespace": "n", "content": "ｶﾞｽの点検は明日です。"},
+            {"id": "plain", "namespace": "n", "content": "The standup moved to Zoom."},
+            {"id": "greek", "namespace": "n", "content": "Ο δρόμος είναι κλειστός."}]
+    ingest_file(write_jsonl(tmp_path / "w.jsonl", recs), settings, progress=False)
+
+    def check() -> None:
+        assert _found("zoom") == _found("ＺＯＯＭ") == {"full", "plain"}
+        assert _found("301") == {"full"} and _found("ガス") == _found("ｶﾞｽ") == {"half"}
+        assert _found("ΚΛΕΙΣΤΟΣ") == _found("κλειστός") == _found("κλειστοσ") == {"greek"}
+
+    check()
+    compacted(settings)
+    check()
 
 
 @pytest.mark.parametrize("stemmer,query,holds", [

@@ -11,7 +11,9 @@ a query can hit, and so do ``Москве``, ``κόσμε`` or ``بالعالم`
 
 Before the extension sees a text, ``analyze`` does what its PRAGMA cannot
 express, the same for a memory (``pipeline.store.ingest.fts_text``) and a
-query: it folds accents where they are accents (Latin, Greek, Arabic, Hebrew
+query: it writes what Unicode writes two ways in one (NFKC: full-width Latin
+and digits ``ＺＯＯＭ３``, half-width kana ``ｶﾞｽ``, ligatures) and Greek final
+sigma as sigma (``ΟΔΟΣ`` lowered is ``οδοσ``, not ``οδος``); it folds accents where they are accents (Latin, Greek, Arabic, Hebrew
 marks, Cyrillic ё and stress marks), not where a mark makes another letter
 (``й``, kana voicing ``ガ``, Indic and Thai vowel signs), which the extension's
 ``strip_accents`` would fold too; and it splits runs of Han, kana and Hangul,
@@ -54,6 +56,8 @@ def analyze(text: str, *, unigrams: bool = False) -> str:
     characters too; ASCII text unchanged."""
     if text.isascii():
         return text
+    # ＺＯＯＭ is ZOOM, ｶﾞ is ガ; Greek final sigma is sigma (lower() makes Σ σ, never ς)
+    text = unicodedata.normalize("NFKC", text).replace("ς", "σ")
     folded = unicodedata.normalize("NFC", _MARKED.sub(_fold, unicodedata.normalize("NFD", text)))
     return _CJK_RUN.sub(_grams if unigrams else _bigrams, folded)
 
