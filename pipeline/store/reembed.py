@@ -117,7 +117,7 @@ def _reembed_lake(settings: Settings, *, embedder: Embedder | None, progress: bo
     if report.memories:
         follower = Follower(settings)
         try:
-            report.version = follower.build_listed(report.version)[1]
+            report.version = follower.build_after_write(report.version)[1]
         finally:
             follower.close()
     report.seconds = {"embed": embed_s, "total": time.perf_counter() - t0}

@@ -45,7 +45,6 @@ from pipeline.store.ingest import (
 )
 from pipeline.store.lake.commit import LinkTargetGone
 from pipeline.store.lake.follow import Follower, reader_for
-from pipeline.store.lake.read import Cut
 from pipeline.store.lake.records import LakeMemory, LakeWrite
 from pipeline.store.overlay import DeltaMemory, Overlay, Prepared
 from pipeline.store.reader import Reader, Snapshot
@@ -335,13 +334,8 @@ def _write_lake_once(settings: Settings, reader: Reader, follower: Follower, par
             if not done.replayed and (snap is None or snap.store is None
                                       or len(prepared.memories) >= settings.compact_delta_memories):
                 # the write's version is the snapshot that lists its base: the state it published
-                try:
-                    report.version = follower.build_listed(done.snapshot, write.write_id)[1]
-                    report.compacted = True
-                except Cut as cut:  # an erase expired the write's snapshot meanwhile: its base is not kept,
-                    if not cut.expired:  # the write stands (read through the erase's base)
-                        raise
-                    report.version = cut.listing or report.version  # as a replay of it answers
+                base, report.version = follower.build_after_write(done.snapshot, write.write_id)
+                report.compacted = base is not None
             elif snap is not None:
                 report.compact_due = lake_compaction_due(settings, snap, len(prepared.memories) + len(gone),
                                                          since=follower.newest_base())

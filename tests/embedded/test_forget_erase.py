@@ -29,7 +29,7 @@ from pipeline.store.lake import erase as erasing
 from pipeline.store.lake.follow import Follower, reader_for
 from pipeline.store.maintenance import compact
 from pipeline.store.stats import store_stats
-from pipeline.store.writes import parse_records, write
+from pipeline.store.writes import get, parse_records, write
 from tests.conftest import store_settings, write_jsonl
 from tests.embedded.test_cli import cli_env  # noqa: F401 (a fixture)
 from tests.lakes import age_files, age_forgets, compact_erasing, pass_the_wait
@@ -664,5 +664,32 @@ def test_a_base_whose_snapshot_an_erase_expired_before_its_read_is_not_built(set
             builder.build(before)
     finally:
         builder.close()
+    assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
+
+
+def test_a_write_whose_snapshot_an_erase_expires_before_its_base_is_built_stands(settings, monkeypatch):
+    """A write large enough to be published as a base of its own commits, then
+    builds: an erase that expires its snapshot first leaves the write standing
+    (answered, its memories read through the erase's base), its base not built."""
+    from pipeline.store.lake import follow
+    from pipeline.store.lake.compaction import compact_lake
+
+    write(settings, parse_records([{"id": SECRET_ID, "namespace": "vault", "content": f"{TOKEN} opens it"},
+                                   *_others(5, "ops")], settings))
+    write(settings, None, forget=[SECRET_ID])
+    real, erased = follow.build_base, []
+
+    def an_erase_first(lake, snapshot, work, settings_):
+        if not erased:  # another process's erase, between the write's commit and its build (whose own build is real)
+            monkeypatch.setattr(follow, "build_base", real)
+            erased.append(compact_lake(settings, erase=True).forgotten)
+        real(lake, snapshot, work, settings_)
+
+    monkeypatch.setattr(follow, "build_base", an_erase_first)
+    big = settings.replace(compact_delta_memories=3)  # a write of 3 is published as a base
+    report = write(big, parse_records([{"id": f"big-{i}", "namespace": "ops", "content": f"batch note {i}"}
+                                       for i in range(3)], big))
+    assert erased == [1] and report.inserted == 3 and not report.compacted
+    assert [m["id"] for m in get(settings, ["big-0", "big-1", "big-2"])] == ["big-0", "big-1", "big-2"]
     assert traces(settings.data_dir, TOKEN, SECRET_ID) == []
 

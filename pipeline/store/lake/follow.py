@@ -534,6 +534,19 @@ class Follower:
         """A base file for ``snapshot`` (built unless one exists), listed in the lake's ``indexes``."""
         return self.build_listed(snapshot)[0]
 
+    def build_after_write(self, snapshot: int, write_id: str | None = None) -> tuple[Path | None, int]:
+        """``build_listed`` for what was just written at ``snapshot`` (a write,
+        a migrate, a reembed): when an erase expired the snapshot meanwhile
+        (``Cut(expired)``), no base, and the snapshot that had listed it (as a
+        replay of the write answers), else ``snapshot``: what was written
+        stands, read through the erase's base."""
+        try:
+            return self.build_listed(snapshot, write_id)
+        except Cut as cut:
+            if not cut.expired:
+                raise
+            return None, cut.listing or snapshot
+
     def build_listed(self, snapshot: int, write_id: str | None = None) -> tuple[Path, int]:
         """``build``, and the snapshot that lists the base (this process's next read reaches it)."""
         target = base_file(self.settings, snapshot)

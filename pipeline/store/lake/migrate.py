@@ -250,8 +250,8 @@ def migrate(settings: Settings, *, batch_size: int = BATCH_SIZE,
                 try:
                     # the base's listing is a snapshot of its own: the migrate's version, as the
                     # lake's first write's version is its listing (the snapshot a reader reaches)
-                    base, report.snapshot = follower.build_listed(report.snapshot)
-                    report.base = str(base)
+                    base, report.snapshot = follower.build_after_write(report.snapshot)
+                    report.base = str(base) if base is not None else None
                 finally:
                     follower.close()
             moved = segments.read_manifest(data_dir)
