@@ -211,8 +211,9 @@ def _answered_before(task: Task) -> dict | None:
 
 # Writes: one delta each (pipeline.store.writes), acknowledged once on disk.
 # A message delivered again after its write was published is not applied
-# twice (the task id is the write id: ``replayed``); one whose write did not
-# land is applied when delivered again.
+# twice (the task id is the write id: ``replayed``), nor is one whose run
+# ended, whatever it changed (its stored answer: ``_answered_before``); one
+# whose write did not land is applied when delivered again.
 def ingest_batch(self, lines: list[str], first_line: int = 1, skip_invalid: bool = False) -> dict:
     """Remember JSONL lines (``dimple ingest --via-broker``), numbered from ``first_line``."""
     res = resources.current()

@@ -13,7 +13,8 @@ Before the extension sees a text, ``analyze`` does what its PRAGMA cannot
 express, the same for a memory (``pipeline.store.ingest.fts_text``) and a
 query: it writes what Unicode writes two ways in one (NFKC: full-width Latin
 and digits ``ＺＯＯＭ３``, half-width kana ``ｶﾞｽ``, ligatures) and Greek final
-sigma as sigma (``ΟΔΟΣ`` lowered is ``οδοσ``, not ``οδος``); it folds accents where they are accents (Latin, Greek, Arabic, Hebrew
+sigma as sigma (``ΟΔΟΣ`` lowered is ``οδοσ``, not ``οδος``); it folds
+accents where they are accents (Latin, Greek, Arabic, Hebrew
 marks, Cyrillic ё and stress marks), not where a mark makes another letter
 (``й``, kana voicing ``ガ``, Indic and Thai vowel signs), which the extension's
 ``strip_accents`` would fold too; and it splits runs of Han, kana and Hangul,
