@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -102,6 +103,12 @@ def test_a_failing_stage_reaches_the_caller_as_an_error_not_a_hang(demo_store, s
     assert "top_k" in str(info.value)
 
 
+def _latest_masked(error: Exception) -> str:
+    text = str(error)
+    assert re.search(r"latest is \d+", text), text
+    return re.sub(r"latest is \d+", "latest is N", text)
+
+
 @pytest.mark.parametrize("mode", ["hybrid", "keyword", "semantic"])
 def test_a_legs_typed_error_reaches_the_caller_as_embedded(demo_store, stack, mode):
     """A snapshot the store does not hold: the legs refuse it with an
@@ -120,4 +127,5 @@ def test_a_legs_typed_error_reaches_the_caller_as_embedded(demo_store, stack, mo
         with pytest.raises(InputError) as distributed:
             search("deploy window", mode=mode, as_of=10**6)
         assert distributed.value.field == embedded.value.field == "as_of"
-        assert str(distributed.value) == str(embedded.value)
+        # the same message but the store's latest snapshot, which audit batches (lake commits) move meanwhile
+        assert _latest_masked(distributed.value) == _latest_masked(embedded.value)

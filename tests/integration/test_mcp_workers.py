@@ -15,6 +15,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 
 from tests.answers import Score
 from tests.conftest import store_env
+from tests.integration.test_audit_workers import _outbox_left
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +103,8 @@ def test_the_tools_through_the_workers_give_the_embedded_answers(demo_store, sta
         stop.set()
         for t in others:
             t.join(60)
+        # their audit rows in before the next test, which may read the store's latest snapshot
+        assert _outbox_left(demo_store.settings, within=60) == []
     assert "Traceback" not in (tmp_path / "server.err").read_text()
     for a, e, d in zip(asks, embedded, out["search"]):
         assert d["mode"] == e["mode"] == a["mode"]
