@@ -38,7 +38,7 @@ def test_scoped_search_through_the_pipeline_hand_picked(embedded, tmp_path):
     resources.current().configure(embedded)
 
 
-@hsettings(max_examples=10, **_PROPERTY)
+@hsettings(max_examples=4, **_PROPERTY)  # the slow tier draws 150 more (tests/slow/test_scope_slow.py)
 @given(records=stores(), qs=st.lists(queries, min_size=1, max_size=3))
 def test_no_result_or_link_outside_the_scope(embedded, records, qs):
     _check_store(records, qs)

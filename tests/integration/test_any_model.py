@@ -57,6 +57,7 @@ def _settings(tmp_path, model, **more) -> WorkerSettings:
                           audit_enabled=False, **more)
 
 
+@pytest.mark.slow  # the module's models are built once, ~16 s: with every test that uses them in the slow tier
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
 def test_the_numpy_embedder_gives_sentence_transformers_vectors_for_another_bert(models, tmp_path, pooling):
     settings = _settings(tmp_path, models[pooling], embed_batch_size=4)
@@ -74,6 +75,7 @@ def test_the_numpy_embedder_gives_sentence_transformers_vectors_for_another_bert
     assert np.abs(ours[0] - ours[4]).max() > 0.05
 
 
+@pytest.mark.slow  # the module's models are built once, ~16 s: with every test that uses them in the slow tier
 def test_a_model_the_numpy_embedder_cannot_run_exactly_falls_back_to_sentence_transformers(models, tmp_path):
     settings = _settings(tmp_path, models["dense"])
     with pytest.raises(ValueError, match="modules"):
@@ -101,6 +103,7 @@ def configured():
     resources.current().close_store()
 
 
+@pytest.mark.slow  # the module's models are built once, ~16 s: with every test that uses them in the slow tier
 def test_a_store_keeps_to_its_model(models, tmp_path, configured):
     """Written with the small BERT, the store answers it; switched to MiniLM, it refuses vector queries and
     writes naming the setting, and still answers keyword queries (they need no vector)."""
@@ -124,6 +127,7 @@ def test_a_store_keeps_to_its_model(models, tmp_path, configured):
     assert [r.id for r in search("fridays", mode="keyword").results] == ["m0"]
 
 
+@pytest.mark.slow  # the module's models are built once, ~16 s: with every test that uses them in the slow tier
 def test_stats_name_the_model_the_store_was_embedded_with(models, tmp_path, configured, capsys, monkeypatch):
     from workers.api import remember
     from workers.cli import main
@@ -149,6 +153,7 @@ def test_stats_name_the_model_the_store_was_embedded_with(models, tmp_path, conf
     assert f"not the configured {PACKAGED_MODEL}: vector queries and writes are refused" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the module's models are built once, ~16 s: with every test that uses them in the slow tier
 def test_reembed_moves_the_store_to_the_configured_model(models, tmp_path, configured, capsys, monkeypatch):
     """The switch README describes: change DIMPLE_EMBEDDING_MODEL, run `dimple reembed`, query with the new model.
     This process's reader, open across the re-embedding, takes up the new base."""

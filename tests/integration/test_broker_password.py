@@ -16,6 +16,7 @@ pytestmark = pytest.mark.integration
 PASSWORD = "p@ss/w:rd#?%20"
 
 
+@pytest.mark.slow  # a broker and workers of its own: ~7 s
 def test_workers_and_callers_reach_a_broker_with_such_a_password(demo_store, tmp_path):
     import workers
     from workers.api import search

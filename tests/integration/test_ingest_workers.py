@@ -46,6 +46,7 @@ def test_ingest_via_broker_is_visible_to_query_workers(demo_store, stack, tmp_pa
     print(f"visibility delay after ingest ack: {delay * 1000:.0f} ms")
 
 
+@pytest.mark.slow  # ~29 s; the default tier keeps the ingest tests above, the slow tier also streams 10,000
 def test_queries_never_fail_while_the_ingest_worker_writes(demo_store, stack, tmp_path):
     import workers
     from workers.api import search

@@ -30,6 +30,7 @@ def search_only(tmp_path_factory, demo_store):
         run.stop_all()
 
 
+@pytest.mark.slow  # a worker stack of its own without an embed worker: ~15 s
 def test_keyword_query_needs_no_embed_worker(demo_store, search_only):
     import workers
     from pipeline.errors import QueryTimeoutError

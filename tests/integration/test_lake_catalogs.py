@@ -74,10 +74,12 @@ def _every_write_once(settings: Settings, tmp_path) -> None:
     assert sum(r["attempts"] for rs in results for r in rs) >= len(expected)
 
 
+@pytest.mark.slow  # processes racing, ~10 s each (the default tier keeps tests/embedded/test_lake_write_race.py)
 def test_processes_writing_at_once_to_a_sqlite_catalog_lose_nothing_and_apply_nothing_twice(tmp_path):
     _every_write_once(_sqlite(tmp_path), tmp_path)
 
 
+@pytest.mark.slow  # processes racing, ~10 s each (the default tier keeps tests/embedded/test_lake_write_race.py)
 def test_processes_writing_at_once_to_a_postgres_catalog_lose_nothing_and_apply_nothing_twice(tmp_path, pg_catalog):
     _every_write_once(_postgres(tmp_path, pg_catalog), tmp_path)
 

@@ -23,6 +23,7 @@ def _run(args: list[str], env: dict[str, str], timeout: float = 300) -> subproce
                           timeout=timeout)
 
 
+@pytest.mark.slow  # every queue's worker started and stopped: ~13 s
 def test_stack_start_serves_every_queue_and_stops(tmp_path):
     redis_binary()
     run_dir = tmp_path / "stack"

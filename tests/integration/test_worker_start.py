@@ -25,6 +25,7 @@ def cli_stack(tmp_path):
         run.stop_all()
 
 
+@pytest.mark.slow  # a worker stack of its own: ~15 s (CI runs it; the default tier keeps the torch-free start)
 def test_first_query_after_the_ready_lines_is_answered_at_once(demo_store, cli_stack):
     import workers
     from workers.api import search
@@ -83,6 +84,7 @@ def test_an_ingest_worker_takes_an_agents_writes_without_torch(cli_stack, tmp_pa
     assert sum(_holds_torch(p) for p in pool) == 1  # the process that ran it
 
 
+@pytest.mark.slow  # a worker stack of its own: ~15 s (CI runs it; the default tier keeps the torch-free start)
 def test_dimple_worker_starts_its_worker_again_when_it_dies(demo_store, cli_stack):
     """``dimple worker`` supervises (workers/supervise.py): the worker's main
     process SIGKILLed comes back, ready, and serves; SIGTERM to the command

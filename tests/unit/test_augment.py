@@ -75,9 +75,18 @@ def _run(con, state: QueryState, trim: bool) -> tuple[QueryState, int]:
     return budget_batch(scope_batch(augmented)).states[0], carried
 
 
-@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(records=stores(max_size=14), cases=st.lists(st.tuples(options, budgets, st.randoms()), min_size=1, max_size=6))
+augment_cases = st.lists(st.tuples(options, budgets, st.randoms()), min_size=1, max_size=6)
+
+
+# 12 examples here (~0.3 s each), 60 more in the slow tier (tests/slow/test_augment_slow.py)
+@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=stores(max_size=14), cases=augment_cases)
 def test_trimmed_augment_gives_the_answer_of_carrying_everything(records, cases):
+    check_trimmed_augment(records, cases)
+
+
+def check_trimmed_augment(records, cases) -> None:
+    """Augment trimmed to what the budget can keep gives the answer of carrying every candidate."""
     with tempfile.TemporaryDirectory() as tmp:
         store = _base(Path(tmp) / "base.duckdb", records)
         try:

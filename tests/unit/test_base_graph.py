@@ -69,10 +69,17 @@ def _answers_agree(reader: Reader, kept: BaseGraph, ids: list[str], drawn) -> No
             assert _serve(v, _state(opts, order), kept) == _serve(v, _state(opts, order), None)
 
 
-# 12 examples: each writes a lake afresh and reads it (~1.5 s; 30 took 108-136 s of the default tier)
-@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 4 examples here (each writes a lake afresh and reads it, ~1.7 s), 24 more in the slow tier
+# (tests/slow/test_base_graph_slow.py)
+@hsettings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=stores(max_size=10), drawn=cases, rewrite=st.data())
 def test_a_kept_graph_gives_the_answer_of_a_fresh_read_across_deltas(records, drawn, rewrite):
+    check_kept_graph(records, drawn, rewrite)
+
+
+def check_kept_graph(records, drawn, rewrite) -> None:
+    """A graph kept across reads (smaller than the store) answers as a fresh read does, before and
+    after a delta that rewrites one memory and forgets another."""
     with tempfile.TemporaryDirectory() as tmp:
         settings = _settings(tmp)
         _write(settings, records)

@@ -249,8 +249,8 @@ scopes = st.fixed_dictionaries({
 promote_cases = st.lists(st.tuples(scopes, st.sampled_from(["promote", "hide"]), st.randoms()), min_size=1, max_size=4)
 
 
-# 12 examples here (each writes a lake afresh, ~0.9 s), 28 more in the slow tier (tests/slow/test_supersede_slow.py)
-@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 5 examples here (each writes a lake afresh, ~0.9 s), 28 more in the slow tier (tests/slow/test_supersede_slow.py)
+@hsettings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=stores(max_size=12), cases=promote_cases)
 def test_promote_and_hide_keep_the_scope_and_place_every_successor(records, cases):
     check_promote_and_hide(records, cases)

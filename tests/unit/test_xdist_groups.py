@@ -11,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # two pytest-xdist workers in a child pytest: ~15 s
 def test_tests_sharing_the_stack_fixture_run_on_one_xdist_worker(tmp_path: Path):
     (tmp_path / "conftest.py").write_text(
         "import pytest\n"
