@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.settings import Settings
 
 
 def embedded_demo(work: Path):
@@ -30,3 +36,20 @@ def emit(report: dict, out=None) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
+
+
+@contextmanager
+def postgres_lake(conninfo: str, folder: Path) -> Iterator[Settings]:
+    """Settings for a lake on a PostgreSQL catalog: a database made on the
+    server ``conninfo`` names (without ``dbname``) for the run, dropped after;
+    the data dir and data path under ``folder``."""
+    from pipeline.settings import Settings
+    from tests.lakes import Postgres
+
+    server = Postgres(f"dbname=postgres {conninfo}", conninfo)
+    database = server.create_database()
+    try:
+        yield Settings(data_dir=folder / "pg", store={"catalog": f"postgres:{database}", "data_path": folder / "pg-data"},
+                       _env_file=None)
+    finally:
+        server.drop_database(database)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ops.bench import emit
+from ops.bench import emit, postgres_lake
 
 
 def _best(step: Callable[[], object], rounds: int = 5) -> float:
@@ -120,25 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     from pipeline.settings import Settings
-    from tests.lakes import Postgres
 
     report: dict = {"load_before": os.getloadavg(), "sqlite": [], "postgres": []}
-    server = Postgres(f"dbname=postgres {args.postgres}", args.postgres) if args.postgres else None
     for n in args.snapshots:
         with tempfile.TemporaryDirectory(prefix="catalog-cost-") as tmp:
             folder = Path(tmp)
             report["sqlite"].append(measure(Settings(data_dir=folder / "s", _env_file=None), n))
             print("sqlite", report["sqlite"][-1], flush=True)
-            if server is None:
+            if not args.postgres:
                 continue
-            conninfo = server.create_database()
-            try:
-                settings = Settings(data_dir=folder / "p", store={"catalog": f"postgres:{conninfo}",
-                                                                  "data_path": folder / "p-data"}, _env_file=None)
+            with postgres_lake(args.postgres, folder) as settings:
                 report["postgres"].append(measure(settings, n))
-                print("postgres", report["postgres"][-1], flush=True)
-            finally:
-                server.drop_database(conninfo)
+            print("postgres", report["postgres"][-1], flush=True)
     report["load_after"] = os.getloadavg()
     emit(report, args.out)
     return 0

@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from ops.bench import emit
+from ops.bench import emit, postgres_lake
 
 _WRITER = """
 import sys
@@ -99,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     from pipeline.settings import Settings
-    from tests.lakes import Postgres
 
     report: dict = {"load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="catalog-waits-") as tmp:
@@ -107,15 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         report["sqlite"] = measure(Settings(data_dir=folder / "s", _env_file=None), args.writers)
         print("sqlite", report["sqlite"], flush=True)
         if args.postgres:
-            server = Postgres(f"dbname=postgres {args.postgres}", args.postgres)
-            conninfo = server.create_database()
-            try:
-                settings = Settings(data_dir=folder / "p", store={"catalog": f"postgres:{conninfo}",
-                                                                  "data_path": folder / "p-data"}, _env_file=None)
+            with postgres_lake(args.postgres, folder) as settings:
                 report["postgres"] = measure(settings, args.writers)
-                print("postgres", report["postgres"], flush=True)
-            finally:
-                server.drop_database(conninfo)
+            print("postgres", report["postgres"], flush=True)
     report["load_after"] = os.getloadavg()
     emit(report, args.out)
     return 0

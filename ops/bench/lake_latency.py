@@ -26,6 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
+from ops.bench import postgres_lake
+
 
 def _reader(settings_json: str, out: str, stop: str, poll_ms: str) -> None:
     from pipeline.settings import Settings
@@ -97,22 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     from pipeline.settings import Settings
-    from tests.lakes import Postgres
 
-    rows = {}
+    rows: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         settings = Settings(data_dir=scratch / "sqlite", _env_file=None)
         rows["sqlite"] = measure(settings, args.writes, args.gap_ms, args.poll_ms, scratch)
         if args.postgres:
-            server = Postgres(f"dbname=postgres {args.postgres}", args.postgres)
-            conninfo = server.create_database()
-            try:
-                settings = Settings(data_dir=scratch / "pg", store={"catalog": f"postgres:{conninfo}",
-                                                                    "data_path": scratch / "pg-data"}, _env_file=None)
+            with postgres_lake(args.postgres, scratch) as settings:
                 rows["postgres"] = measure(settings, args.writes, args.gap_ms, args.poll_ms, scratch)
-            finally:
-                server.drop_database(conninfo)
     rows["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(json.dumps(rows, indent=1))
     if args.out:
