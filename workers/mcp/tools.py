@@ -19,6 +19,9 @@ and a link to a memory outside; ``search`` runs in one of them; ``get`` and
 A server reads its own writes (``Session``): its ``search`` and ``get`` answer
 from the newest store version its ``remember`` and ``forget`` returned, or a
 later one, on whichever worker process serves them (as ``min_version`` asks).
+A store that answers from a version older than that no longer holds those
+writes (replaced, or restored from before them): the server then reads the
+store as it is (``Session.read``).
 
 The MCP SDK is not imported here (``workers.mcp.server`` serves these tools).
 """
@@ -28,15 +31,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pipeline.contracts import QueryOptions, Results, id_problem, options_from_recorded, text_problem, validation_error
-from pipeline.errors import IngestValidationError, InputError, LineError
+from pipeline.errors import IngestValidationError, InputError, LineError, VersionNotReachedError
 from pipeline.store.ingest import MemoryRecord
 from pipeline.store.writes import WriteResult, parse_records
 from workers import api, resources
+
+T = TypeVar("T")
 
 # Links a record makes to other memories (MemoryRecord's fields).
 LINKS = ("supersedes", "conflicts", "supported_by")
@@ -92,6 +97,25 @@ class Session:
         if asked is not None and (type(asked) is not int or asked < 0 or asked >= self.written):
             return asked
         return self.written or None
+
+    def read(self, call: Callable[[Any], T], asked: Any = None) -> T:
+        """``call(min_version)``, the version as ``min_version`` gives it. A
+        store's versions never go back, so one that answers, after its wait,
+        from a version older than this server's own last write no longer holds
+        that write: it was replaced or restored from before it. The server then
+        reads from what the store holds (the floor lowered to it) instead of
+        refusing every read until the store's versions pass the old floor."""
+        version = self.min_version(asked)
+        try:
+            return call(version)
+        except VersionNotReachedError as exc:
+            with self._lock:
+                gone = version is not None and version == exc.wanted == self.written and (exc.seen or 0) < version
+                if gone:
+                    self.written = exc.seen or 0
+            if not gone:
+                raise
+        return call(self.min_version(asked))
 
 
 # -- argument contracts: the schemas an agent sees --------------------------------------
@@ -202,7 +226,7 @@ def _pinned_records(session: Session, records: Any) -> Any:
         if not pins.allows(record.namespace):
             refuse(number, "namespace", f"{record.namespace!r}: this server writes only in namespaces {pins.named()}")
     own = {r.id for r in parsed.records if r.id is not None}  # parse_records gives each record its id
-    stored = {m["id"]: m["namespace"] for m in api.get(sorted(own), session.min_version())} if own else {}
+    stored = {m["id"]: m["namespace"] for m in session.read(lambda v: api.get(sorted(own), v))} if own else {}
     for record, number in zip(parsed.records, parsed.lines):
         if record.id in stored and not pins.allows(stored[record.id]):
             refuse(number, "id", f"{record.id!r} is held by a memory outside namespaces {pins.named()}: choose another id")
@@ -226,7 +250,7 @@ def refuse(number: int, field: str, reason: str) -> NoReturn:
 
 def _inside(session: Session, ids: list[str]) -> set[str]:
     """The live memories among ``ids`` that lie in the pinned namespaces."""
-    return ({m["id"] for m in api.get(ids, session.min_version()) if session.pins.allows(m["namespace"])}
+    return ({m["id"] for m in session.read(lambda v: api.get(ids, v)) if session.pins.allows(m["namespace"])}
             if ids else set())
 
 
@@ -240,9 +264,10 @@ def search(session: Session, arguments: Any) -> Results:
         raise InputError("origin", "unknown option")
     if session.pins:
         options = _pinned_options(session.pins, options)
-    if options.get("as_of") is None and (version := session.min_version(options.get("min_version"))) is not None:
-        options["min_version"] = version  # not for a past state (as_of): the newest is the one that follows writes
-    return api.search(arguments["query"], **options)
+    if options.get("as_of") is not None:  # a past state: not the newest, which is the one that follows writes
+        return api.search(arguments["query"], **options)
+    return session.read(lambda version: api.search(arguments["query"], **(
+        options if version is None else options | {"min_version": version})), options.get("min_version"))
 
 
 def _pinned_options(pins: Pins, options: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +304,7 @@ def forget(session: Session, arguments: Any) -> WriteResult:
 
 def get(session: Session, arguments: Any) -> dict[str, Any]:
     args = _arguments("get", arguments, GetArguments, ("ids",))
-    found = api.get(args["ids"], session.min_version())
+    found = session.read(lambda v: api.get(args["ids"], v))
     if pins := session.pins:
         found = [m for m in found if pins.allows(m["namespace"])]
         inside = _inside(session, sorted({t for m in found for name in LINKS for t in m[name]}))
